@@ -1,0 +1,43 @@
+"""The one table of op names, inputs, outputs and attributes.
+
+Every layer derives from it: the CPU reg_info and the Ascend reg_info in ``_custom.py``, and the
+Ascend OpDef sources are checked against it by the tests, so the names can never drift.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    """A primitive attribute. ``type`` is a CustomRegOp attr type: int, float, str, bool, listInt."""
+
+    name: str
+    type: str
+    default: object
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op: snake ``name`` (Python, files), CamelCase ``op_type`` (C symbols, OpDef)."""
+
+    name: str
+    op_type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: tuple[AttrSpec, ...] = ()
+
+
+_SPECS = (
+    OpSpec("rope", "Rope", ("q", "k", "cos", "sin", "q_seq_len"), ("q_embed", "k_embed")),
+    OpSpec("rope_grad", "RopeGrad", ("q_grad", "k_grad", "cos", "sin", "q_seq_len"),
+           ("q_grad_out", "k_grad_out"), (AttrSpec("mode", "str", "atb"),)),
+    OpSpec("cla_gate_merge", "ClaGateMerge",
+           ("global_attn", "local_attn", "global_gate_logits", "local_gate_logits"), ("merged",)),
+    OpSpec("cla_gate_backward", "ClaGateBackward",
+           ("grad_merged", "global_attn", "local_attn", "global_gate_logits", "local_gate_logits"),
+           ("grad_global_attn", "grad_local_attn", "grad_global_gate_logits", "grad_local_gate_logits"),
+           (AttrSpec("input_attn_layout", "str", "TND"),)),
+)
+
+OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in _SPECS}
