@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def dist_dir(dist, filename):
     for f in md.distribution(dist).files:
-        if f.name == filename:
+        if f.name == filename and (filename != "dnnl.h" or f.parent.name == "include"):
             return pathlib.Path(f.locate()).resolve().parent
     raise RuntimeError(f"{filename} not found in {dist}")
 
