@@ -26,18 +26,28 @@ class OpSpec:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     attrs: tuple[AttrSpec, ...] = ()
+    dtypes: tuple[tuple[str, ...], ...] = ()
+    """Accepted dtype combinations, one per row, over inputs then outputs (reg_info dtype_format)."""
 
+
+FLOATS = ("float16", "bfloat16", "float32")
+INTS = ("int32", "int64")
+
+# rope / rope_grad: q and k share a dtype; cos/sin may use another float dtype; lengths int32/int64.
+_ROPE_DTYPES = tuple((x, x, c, c, i, x, x) for x in FLOATS for c in FLOATS for i in INTS)
 
 _SPECS = (
-    OpSpec("rope", "Rope", ("q", "k", "cos", "sin", "q_seq_len"), ("q_embed", "k_embed")),
+    OpSpec("rope", "Rope", ("q", "k", "cos", "sin", "q_seq_len"), ("q_embed", "k_embed"),
+           dtypes=_ROPE_DTYPES),
     OpSpec("rope_grad", "RopeGrad", ("q_grad", "k_grad", "cos", "sin", "q_seq_len"),
-           ("q_grad_out", "k_grad_out"), (AttrSpec("mode", "str", "atb"),)),
+           ("q_grad_out", "k_grad_out"), (AttrSpec("mode", "str", "atb"),), _ROPE_DTYPES),
     OpSpec("cla_gate_merge", "ClaGateMerge",
-           ("global_attn", "local_attn", "global_gate_logits", "local_gate_logits"), ("merged",)),
+           ("global_attn", "local_attn", "global_gate_logits", "local_gate_logits"), ("merged",),
+           dtypes=tuple((x,) * 5 for x in FLOATS)),
     OpSpec("cla_gate_backward", "ClaGateBackward",
            ("grad_merged", "global_attn", "local_attn", "global_gate_logits", "local_gate_logits"),
            ("grad_global_attn", "grad_local_attn", "grad_global_gate_logits", "grad_local_gate_logits"),
-           (AttrSpec("input_attn_layout", "str", "TND"),)),
+           (AttrSpec("input_attn_layout", "str", "TND"),), tuple((x,) * 9 for x in FLOATS)),
 )
 
 OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in _SPECS}

@@ -15,7 +15,8 @@ HEAD = 128
 HALF = HEAD // 2
 
 
-def _token_tables(cos: np.ndarray, sin: np.ndarray, q_seq_len: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _token_tables(cos: np.ndarray, sin: np.ndarray,
+                  q_seq_len: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     pos = seq_positions(q_seq_len)
     return f64(cos)[pos], f64(sin)[pos]
 

@@ -1,0 +1,122 @@
+// CPU AOT kernel of `cla_gate_backward` (SPEC section 2):
+// dO_g = G*s_g, dO_l = G*s_l, dz_g = (sum_d G*O_g) * s_g * (1 - s_g), likewise dz_l, with s
+// recomputed in float32 and the D-sum in float32 per (token, head) row.
+#include "../infer_shape/cla_gate_backward.h"
+
+#include <vector>
+
+#include "aot.h"
+#include "cla_gate_common.h"
+#include "convert.h"
+
+using mgo::aot::AotExtra;
+using mgo::aot::TypeId;
+
+extern "C" std::vector<std::vector<int64_t>> ClaGateBackwardInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+  return mgo::infer::cla_gate_backward(mgo::aot::shape_descs(5, ndims, shapes), extra->GetAttrStr("input_attn_layout"))
+      .shapes;
+}
+
+extern "C" std::vector<TypeId> ClaGateBackwardInferType(std::vector<TypeId> types, AotExtra* extra) {
+  return mgo::aot::type_ids(
+      mgo::infer::cla_gate_backward(mgo::aot::type_descs(types), extra->GetAttrStr("input_attn_layout")));
+}
+
+namespace mgo::cpu {
+namespace {
+
+// In place: og <- G*s_g, ol <- G*s_l; dot_g/dot_l <- per-row sum_d G*O. The sums keep 16
+// explicit lanes (added in a fixed order at the end) so they vectorise without -ffast-math and
+// stay bitwise reproducible.
+constexpr int64_t kLanes = 16;
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void backward_rows(const float* g, float* og, float* ol, const float* sg, const float* sl, float* dot_g, float* dot_l,
+                   int64_t rows, int64_t d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gr = g + r * d;
+    float* a = og + r * d;
+    float* b = ol + r * d;
+    float acc_g[kLanes] = {};
+    float acc_l[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= d; i += kLanes) {
+      for (int64_t l = 0; l < kLanes; ++l) {
+        acc_g[l] += gr[i + l] * a[i + l];
+        acc_l[l] += gr[i + l] * b[i + l];
+      }
+    }
+    for (int64_t l = 0; i + l < d; ++l) {
+      acc_g[l] += gr[i + l] * a[i + l];
+      acc_l[l] += gr[i + l] * b[i + l];
+    }
+    float sum_g = 0.0f;
+    float sum_l = 0.0f;
+    for (int64_t l = 0; l < kLanes; ++l) {
+      sum_g += acc_g[l];
+      sum_l += acc_l[l];
+    }
+    for (int64_t j = 0; j < d; ++j) {
+      a[j] = gr[j] * sg[r];
+      b[j] = gr[j] * sl[r];
+    }
+    dot_g[r] = sum_g;
+    dot_l[r] = sum_l;
+  }
+}
+
+template <typename T>
+void backward(const aot::KernelArgs& args) {
+  const T* g = args.as<const T>(0);
+  const T* og = args.as<const T>(1);
+  const T* ol = args.as<const T>(2);
+  const T* zg = args.as<const T>(3);
+  const T* zl = args.as<const T>(4);
+  T* d_og = args.as<T>(5);
+  T* d_ol = args.as<T>(6);
+  T* d_zg = args.as<T>(7);
+  T* d_zl = args.as<T>(8);
+  const int64_t d = args.dim(1, 2);
+  const int64_t rows = args.numel(3);
+  const int64_t block = cla_rows_per_block(d);
+  const int64_t n_blocks = (rows + block - 1) / block;
+#pragma omp parallel
+  {
+    std::vector<float> gt(block * d), a(block * d), b(block * d);
+    std::vector<float> sg(block), sl(block), dot_g(block), dot_l(block);
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < n_blocks; ++blk) {
+      const int64_t r0 = blk * block;
+      const int64_t nr = std::min(block, rows - r0);
+      load(g + r0 * d, gt.data(), nr * d);
+      load(og + r0 * d, a.data(), nr * d);
+      load(ol + r0 * d, b.data(), nr * d);
+      for (int64_t r = 0; r < nr; ++r) {
+        sg[r] = sigmoid(to_float(zg[r0 + r]));
+        sl[r] = sigmoid(to_float(zl[r0 + r]));
+      }
+      backward_rows(gt.data(), a.data(), b.data(), sg.data(), sl.data(), dot_g.data(), dot_l.data(), nr, d);
+      store(a.data(), d_og + r0 * d, nr * d);
+      store(b.data(), d_ol + r0 * d, nr * d);
+      for (int64_t r = 0; r < nr; ++r) {
+        dot_g[r] *= sg[r] * (1.0f - sg[r]);
+        dot_l[r] *= sl[r] * (1.0f - sl[r]);
+      }
+      store(dot_g.data(), d_zg + r0, nr);
+      store(dot_l.data(), d_zl + r0, nr);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mgo::cpu
+
+extern "C" int ClaGateBackward(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
+                               void*) {
+  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
+  mgo::cpu::dispatch_float(args.dtype(0), [&](auto tag) {
+    mgo::cpu::backward<decltype(tag)>(args);
+    return 0;
+  });
+  return 0;
+}

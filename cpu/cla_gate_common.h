@@ -1,0 +1,16 @@
+// Shared by the `cla_gate_merge` and `cla_gate_backward` CPU kernels: row blocking and sigmoid.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace mgo::cpu {
+
+inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+
+// Rows of D elements are processed in blocks of about 4096 elements, so each load/store call
+// moves a few KiB (amortising the call) while the float32 tiles stay in L1/L2.
+inline int64_t cla_rows_per_block(int64_t d) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(d, 1)); }
+
+}  // namespace mgo::cpu

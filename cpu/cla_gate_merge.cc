@@ -1,0 +1,74 @@
+// CPU AOT kernel of `cla_gate_merge` (SPEC section 2):
+// merged = sigmoid(z_g)[..., None] * O_g + sigmoid(z_l)[..., None] * O_l, float32 arithmetic.
+#include "../infer_shape/cla_gate_merge.h"
+
+#include <vector>
+
+#include "aot.h"
+#include "cla_gate_common.h"
+#include "convert.h"
+
+using mgo::aot::AotExtra;
+using mgo::aot::TypeId;
+
+extern "C" std::vector<int64_t> ClaGateMergeInferShape(int* ndims, int64_t** shapes, AotExtra*) {
+  return mgo::infer::cla_gate_merge(mgo::aot::shape_descs(4, ndims, shapes)).shapes.at(0);
+}
+
+extern "C" TypeId ClaGateMergeInferType(std::vector<TypeId> types, AotExtra*) {
+  return mgo::aot::type_ids(mgo::infer::cla_gate_merge(mgo::aot::type_descs(types))).at(0);
+}
+
+namespace mgo::cpu {
+namespace {
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void merge_rows(const float* og, const float* ol, const float* sg, const float* sl, float* out, int64_t rows,
+                int64_t d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < d; ++i) out[r * d + i] = sg[r] * og[r * d + i] + sl[r] * ol[r * d + i];
+  }
+}
+
+template <typename T>
+void merge(const aot::KernelArgs& args) {
+  const T* og = args.as<const T>(0);
+  const T* ol = args.as<const T>(1);
+  const T* zg = args.as<const T>(2);
+  const T* zl = args.as<const T>(3);
+  T* out = args.as<T>(4);
+  const int64_t d = args.dim(0, 2);
+  const int64_t rows = args.numel(2);
+  const int64_t block = cla_rows_per_block(d);
+  const int64_t n_blocks = (rows + block - 1) / block;
+#pragma omp parallel
+  {
+    std::vector<float> a(block * d), b(block * d), sg(block), sl(block);
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < n_blocks; ++blk) {
+      const int64_t r0 = blk * block;
+      const int64_t nr = std::min(block, rows - r0);
+      load(og + r0 * d, a.data(), nr * d);
+      load(ol + r0 * d, b.data(), nr * d);
+      for (int64_t r = 0; r < nr; ++r) {
+        sg[r] = sigmoid(to_float(zg[r0 + r]));
+        sl[r] = sigmoid(to_float(zl[r0 + r]));
+      }
+      merge_rows(a.data(), b.data(), sg.data(), sl.data(), a.data(), nr, d);
+      store(a.data(), out + r0 * d, nr * d);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mgo::cpu
+
+extern "C" int ClaGateMerge(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
+                            void*) {
+  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
+  mgo::cpu::dispatch_float(args.dtype(0), [&](auto tag) {
+    mgo::cpu::merge<decltype(tag)>(args);
+    return 0;
+  });
+  return 0;
+}

@@ -1,0 +1,71 @@
+// Shared by the `rope` and `rope_grad` CPU kernels: per-token positions and the per-head
+// half-mixing that all three RoPE formulas reduce to.
+//
+// Every formula is out_lo = x_lo*A + x_hi*B, out_hi = x_hi*C + x_lo*D on the two 64-wide halves
+// of each 128-wide head, with A..D built from the token's cos/sin row.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "aot.h"
+#include "convert.h"
+
+namespace mgo::cpu {
+
+constexpr int64_t kRopeHead = 128;
+constexpr int64_t kRopeHalf = 64;
+
+struct HalfMix {
+  float a[kRopeHalf], b[kRopeHalf], c[kRopeHalf], d[kRopeHalf];
+};
+
+// Applies `mix` in place to every head of a row of `heads` * 128 floats.
+void apply_half_mix(float* row, int64_t heads, const HalfMix& mix);
+
+// Local position of every packed token; throws std::runtime_error naming `op` when the lengths
+// are not positive, exceed max_seq_len or do not add up to n_tokens. Runs before any parallel
+// region, so the exception reaches MindSpore (as a RuntimeError) instead of terminating.
+std::vector<int32_t> rope_positions(const char* op, const aot::KernelArgs& args, int lens_index, int64_t n_tokens,
+                                    int64_t max_seq_len);
+
+// Runs `make_mix(cos_row, sin_row, mix)` per token and applies it to inputs 0 and 1, writing
+// outputs 5 and 6. Inputs: x0, x1 [T, hidden], cos, sin [max_seq_len, 128], q_seq_len [B].
+template <typename MakeMix>
+void run_rope_family(const char* op, const aot::KernelArgs& args, MakeMix make_mix) {
+  const int64_t n_tokens = args.dim(0, 0);
+  const int64_t hidden = args.dim(0, 1);
+  const int64_t heads = hidden / kRopeHead;
+  const std::vector<int32_t> pos = rope_positions(op, args, 4, n_tokens, args.dim(2, 0));
+  dispatch_float(args.dtype(0), [&](auto x_tag) {
+    using X = decltype(x_tag);
+    dispatch_float(args.dtype(2), [&](auto c_tag) {
+      using C = decltype(c_tag);
+      const X* x[2] = {args.as<const X>(0), args.as<const X>(1)};
+      X* y[2] = {args.as<X>(5), args.as<X>(6)};
+      const C* cos = args.as<const C>(2);
+      const C* sin = args.as<const C>(3);
+#pragma omp parallel
+      {
+        std::vector<float> row(static_cast<size_t>(hidden));
+        float c_row[kRopeHead], s_row[kRopeHead];
+        HalfMix mix;
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          load(cos + pos[t] * kRopeHead, c_row, kRopeHead);
+          load(sin + pos[t] * kRopeHead, s_row, kRopeHead);
+          make_mix(c_row, s_row, mix);
+          for (int k = 0; k < 2; ++k) {
+            load(x[k] + t * hidden, row.data(), hidden);
+            apply_half_mix(row.data(), heads, mix);
+            store(row.data(), y[k] + t * hidden, hidden);
+          }
+        }
+      }
+      return 0;
+    });
+    return 0;
+  });
+}
+
+}  // namespace mgo::cpu

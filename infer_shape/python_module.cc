@@ -1,0 +1,66 @@
+// pybind11 module `ms_grad_ops._validate`: the shape rules of infer_shape/, callable from Python
+// before any kernel runs, raising ValueError / TypeError with the op, argument and shapes.
+//
+// Each function takes the input shapes (lists of ints) and dtype names ("float16", ...) in the
+// op's input order plus its attributes, and returns (output shapes, output dtype names).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cla_gate_backward.h"
+#include "cla_gate_merge.h"
+#include "rope.h"
+#include "rope_grad.h"
+
+namespace py = pybind11;
+using mgo::infer::InferResult;
+using mgo::infer::Shape;
+using mgo::infer::TensorDesc;
+
+namespace {
+
+using Outputs = std::pair<std::vector<Shape>, std::vector<std::string>>;
+
+std::vector<TensorDesc> descs(const std::vector<Shape>& shapes, const std::vector<std::string>& dtypes) {
+  if (shapes.size() != dtypes.size()) throw py::value_error("shapes and dtypes differ in length");
+  std::vector<TensorDesc> out(shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) out[i] = {shapes[i], mgo::infer::parse_dtype(dtypes[i])};
+  return out;
+}
+
+Outputs outputs(const InferResult& r) {
+  std::vector<std::string> names;
+  for (auto t : r.dtypes) names.emplace_back(mgo::infer::dtype_name(t));
+  return {r.shapes, names};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_validate, m) {
+  m.doc() = "Shape/dtype/attribute rules of ms_grad_ops (the same C++ the kernels' infer functions use).";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const mgo::infer::TypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const mgo::infer::ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+  m.def("rope", [](const std::vector<Shape>& s, const std::vector<std::string>& t) {
+    return outputs(mgo::infer::rope(descs(s, t)));
+  });
+  m.def("rope_grad", [](const std::vector<Shape>& s, const std::vector<std::string>& t, const std::string& mode) {
+    return outputs(mgo::infer::rope_grad(descs(s, t), mode));
+  });
+  m.def("cla_gate_merge", [](const std::vector<Shape>& s, const std::vector<std::string>& t) {
+    return outputs(mgo::infer::cla_gate_merge(descs(s, t)));
+  });
+  m.def("cla_gate_backward",
+        [](const std::vector<Shape>& s, const std::vector<std::string>& t, const std::string& input_attn_layout) {
+          return outputs(mgo::infer::cla_gate_backward(descs(s, t), input_attn_layout));
+        });
+}

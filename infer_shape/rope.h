@@ -1,0 +1,49 @@
+// Shape rules of `rope` (SPEC section 1), shared with `rope_grad`.
+//
+// Inputs: x0, x1 [n_tokens, hidden] (hidden = 128 * heads, one dtype), cos, sin
+// [max_seq_len, 128] (one float dtype, may differ from x), q_seq_len [batch] int32/int64.
+// Outputs: two tensors shaped and typed like x0. The values of q_seq_len (sum == n_tokens,
+// 0 < len <= max_seq_len) are checked where they are known: eagerly in Python, and in the kernel.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace mgo::infer {
+
+constexpr int64_t kRopeHeadSize = 128;
+
+inline InferResult rope_family(const char* op, const std::vector<TensorDesc>& in, const char* x0, const char* x1) {
+  const Checker c(op);
+  c.arity(in, 5);
+  const TensorDesc& a = in[0];
+  const TensorDesc& b = in[1];
+  const TensorDesc& cos = in[2];
+  const TensorDesc& sin = in[3];
+  const TensorDesc& lens = in[4];
+  c.rank(x0, a, 2);
+  c.rank("cos", cos, 2);
+  c.rank("q_seq_len", lens, 1);
+  c.same_shape(x1, b, x0, a);
+  c.same_shape("sin", sin, "cos", cos);
+  c.positive(x0, a);
+  c.positive("cos", cos);
+  c.positive("q_seq_len", lens);
+  if (rank_known(a.shape) && known(a.shape[1]) && a.shape[1] % kRopeHeadSize != 0) {
+    c.value_error(std::string("argument '") + x0 + "' hidden size must be a multiple of 128, got shape " +
+                  shape_str(a.shape));
+  }
+  c.dim("cos", cos, 1, kRopeHeadSize, "head size");
+  c.floating(x0, a);
+  c.same_dtype(x1, b, x0, a);
+  c.floating("cos", cos);
+  c.same_dtype("sin", sin, "cos", cos);
+  c.integer("q_seq_len", lens);
+  return {{a.shape, a.shape}, {a.dtype, a.dtype}};
+}
+
+inline InferResult rope(const std::vector<TensorDesc>& in) { return rope_family("rope", in, "q", "k"); }
+
+}  // namespace mgo::infer

@@ -1,0 +1,92 @@
+"""Builds the ``ops.Custom`` primitive of an op for the current device target.
+
+Primitives are built lazily (first use) and cached per (op, device target, attributes), because
+``ops.Custom`` fixes the backend when it is constructed.
+
+- CPU: ``func="<absolute path of the packaged kernel library>:<OpType>"``, ``func_type="aot"``,
+  ``reg_info`` declaring every input, output, attribute and dtype combination, and no
+  ``out_shape``/``out_dtype``, so MindSpore calls the library's ``<OpType>InferShape`` and
+  ``<OpType>InferType`` (the shared C++ rules of ``infer_shape/``).
+- Ascend: ``func="<OpType>"`` from the custom op package built by ``scripts/build_ascend.sh``
+  (found through ``ASCEND_CUSTOM_OPP_PATH``, see ``ms_grad_ops/__init__.py``); MindSpore calls
+  ``aclnn<OpType>``. The reg_info names come from the same table as the OpDef's.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+from pathlib import Path
+
+import mindspore as ms
+from mindspore import ops
+from mindspore.ops import CustomRegOp, DataType
+
+from ._specs import OP_SPECS, OpSpec
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+_DATA_TYPES = {
+    "float16": DataType.F16_Default,
+    "bfloat16": DataType.BF16_Default,
+    "float32": DataType.F32_Default,
+    "int32": DataType.I32_Default,
+    "int64": DataType.I64_Default,
+    "bool": DataType.BOOL_Default,
+}
+
+
+@functools.cache
+def cpu_library() -> Path:
+    """Absolute path of the packaged CPU kernel library."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = _PACKAGE_DIR / f"_cpu_kernels{suffix}"
+        if path.exists():
+            return path
+    raise RuntimeError(f"ms_grad_ops: the CPU kernel library is missing from {_PACKAGE_DIR}; "
+                       "install the package with `pip install .` so it is built")
+
+
+def device_target() -> str:
+    """The device target MindSpore runs on ("CPU", "Ascend", ...)."""
+    return ms.get_context("device_target")
+
+
+def reg_info(spec: OpSpec, target: str, attrs: dict[str, object]) -> dict:
+    """reg_info of ``spec`` for ``target``, with ``attrs`` as the attribute values."""
+    reg = CustomRegOp(spec.op_type)
+    for i, name in enumerate(spec.inputs):
+        reg = reg.input(i, name)
+    for i, name in enumerate(spec.outputs):
+        reg = reg.output(i, name)
+    for attr in spec.attrs:
+        reg = reg.attr(attr.name, "required", attr.type, value=attrs[attr.name])
+    for combo in spec.dtypes:
+        reg = reg.dtype_format(*(_DATA_TYPES[t] for t in combo))
+    return reg.target(target).get_op_info()
+
+
+def _attr_values(spec: OpSpec, attrs: dict[str, object]) -> dict[str, object]:
+    unknown = set(attrs) - {a.name for a in spec.attrs}
+    if unknown:
+        raise TypeError(f"{spec.name}: unknown attribute(s) {sorted(unknown)}")
+    return {a.name: attrs.get(a.name, a.default) for a in spec.attrs}
+
+
+@functools.cache
+def _build(name: str, target: str, attr_items: tuple[tuple[str, object], ...]) -> ops.Custom:
+    spec = OP_SPECS[name]
+    attrs = dict(attr_items)
+    if target == "Ascend":
+        func = spec.op_type
+    elif target == "CPU":
+        func = f"{cpu_library()}:{spec.op_type}"
+    else:
+        raise RuntimeError(f"{name}: device target {target!r} is not supported (CPU and Ascend are)")
+    return ops.Custom(func, out_shape=None, out_dtype=None, func_type="aot",
+                      reg_info=reg_info(spec, target, attrs))
+
+
+def primitive(name: str, **attrs: object) -> ops.Custom:
+    """The cached ``ops.Custom`` of op ``name`` for the current device target."""
+    values = _attr_values(OP_SPECS[name], attrs)
+    return _build(name, device_target(), tuple(values.items()))

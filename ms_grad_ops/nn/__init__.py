@@ -1,0 +1,5 @@
+"""nn-level primitives: forward op + our fused backward kernel as bprop."""
+from .cla_gate_merge import ClaGateMerge
+from .rotary_embedding import RotaryEmbedding
+
+__all__ = ["ClaGateMerge", "RotaryEmbedding"]

@@ -1,0 +1,7 @@
+"""Functional API: validate eagerly, then call the op's ``ops.Custom`` primitive."""
+from .cla_gate_backward import cla_gate_backward
+from .cla_gate_merge import cla_gate_merge
+from .rope import rope
+from .rope_grad import rope_grad
+
+__all__ = ["cla_gate_backward", "cla_gate_merge", "rope", "rope_grad"]

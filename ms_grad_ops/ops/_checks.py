@@ -1,0 +1,72 @@
+"""Eager argument checks shared by the functional ops.
+
+Shape/dtype/attribute rules are not written here: they live in ``infer_shape/`` and are called
+through the ``_validate`` pybind11 module, so Python, GRAPH-mode infer and the kernels agree.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor
+
+from .. import _validate
+
+_DTYPE_NAMES = {
+    ms.float16: "float16",
+    ms.bfloat16: "bfloat16",
+    ms.float32: "float32",
+    ms.float64: "float64",
+    ms.int32: "int32",
+    ms.int64: "int64",
+    ms.bool_: "bool",
+}
+
+
+def dtype_name(dtype: object) -> str:
+    """The name ``infer_shape`` uses for a MindSpore dtype ("float16", "bfloat16", ...)."""
+    return _DTYPE_NAMES.get(dtype, str(dtype).lower())
+
+
+def check_tensor(op: str, arg: str, value: object) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{op}: argument '{arg}' must be a mindspore Tensor, got {type(value).__name__}")
+    return value
+
+
+def validate(op: str, args: Sequence[tuple[str, Tensor]], *attrs: object) -> None:
+    """Runs the C++ rules of ``op`` on ``args`` (name, tensor) in input order; raises
+    ``ValueError``/``TypeError`` naming the op, the argument and the shapes."""
+    tensors = [check_tensor(op, name, value) for name, value in args]
+    shapes = [[-1 if d is None else int(d) for d in t.shape] for t in tensors]
+    getattr(_validate, op)(shapes, [dtype_name(t.dtype) for t in tensors], *attrs)
+
+
+def _check_length_values(op: str, arg: str, lens: np.ndarray, n_tokens: int, max_seq_len: int) -> None:
+    if lens.ndim != 1 or lens.size == 0:
+        raise ValueError(f"{op}: argument '{arg}' must be a non-empty 1-D list of lengths, "
+                         f"got shape {list(lens.shape)}")
+    bad = np.flatnonzero((lens <= 0) | (lens > max_seq_len))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"{op}: {arg}[{i}] = {int(lens[i])} must be in [1, max_seq_len = {max_seq_len}]")
+    if int(lens.sum()) != n_tokens:
+        raise ValueError(f"{op}: sum({arg}) = {int(lens.sum())} must equal n_tokens = {n_tokens}")
+
+
+def seq_lengths(op: str, arg: str, value: object, n_tokens: int, max_seq_len: int) -> Tensor:
+    """``value`` (a Python sequence, NumPy array or int tensor of per-sequence lengths) as an
+    int tensor input. Values are checked here when they are known eagerly (Python values, or a
+    tensor in PyNative mode); inside a compiled graph the kernel checks them."""
+    if isinstance(value, Tensor):
+        if ms.get_context("mode") == ms.PYNATIVE_MODE and n_tokens >= 0:
+            _check_length_values(op, arg, value.asnumpy(), n_tokens, max_seq_len)
+        return value
+    if isinstance(value, (Sequence, np.ndarray)):
+        lens = np.asarray(value)
+        if lens.dtype.kind not in "iu":
+            raise TypeError(f"{op}: argument '{arg}' must hold integers, got {lens.dtype}")
+        _check_length_values(op, arg, lens, n_tokens, max_seq_len)
+        return Tensor(lens.astype(np.int32))
+    raise TypeError(f"{op}: argument '{arg}' must be a sequence of ints or an int tensor, got {type(value).__name__}")
