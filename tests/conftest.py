@@ -1,0 +1,26 @@
+"""Test setup: run in a temporary directory (GRAPH failures write rank_0/ into the cwd), on CPU."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import mindspore as ms
+import pytest
+
+ms.set_device("CPU")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _work_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    old = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(old)
+
+
+@pytest.fixture(params=["pynative", "graph"])
+def exec_mode(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs the test once in PyNative and once in GRAPH mode (restoring PyNative after)."""
+    ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
+    yield request.param
+    ms.set_context(mode=ms.PYNATIVE_MODE)
