@@ -57,11 +57,10 @@ def _check_length_values(op: str, arg: str, lens: np.ndarray, n_tokens: int, max
 
 def seq_lengths(op: str, arg: str, value: object, n_tokens: int, max_seq_len: int) -> Tensor:
     """``value`` (a Python sequence, NumPy array or int tensor of per-sequence lengths) as an
-    int tensor input. Values are checked here when they are known eagerly (Python values, or a
-    tensor in PyNative mode); inside a compiled graph the kernel checks them."""
+    int tensor input. Python values are checked here (``ValueError``); tensor values are checked
+    by the kernel when it runs (``RuntimeError`` naming the op), since inside a compiled graph
+    they are not known before."""
     if isinstance(value, Tensor):
-        if ms.get_context("mode") == ms.PYNATIVE_MODE and n_tokens >= 0:
-            _check_length_values(op, arg, value.asnumpy(), n_tokens, max_seq_len)
         return value
     if isinstance(value, (Sequence, np.ndarray)):
         lens = np.asarray(value)
