@@ -38,7 +38,7 @@ class TilingError(ValueError):
     """The pure tiling function rejected the shape."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lib() -> ctypes.CDLL:
     """The compiled harness (built once per process, cached on disk by source hash)."""
     return ctypes.CDLL(str(build()))
