@@ -176,7 +176,7 @@ std::map<std::string, Snippet> Snippets() {
     pipe.InitBuffer(b, 64);
     Duplicate(b.Get<float>(), 1.0f, 24);
   }};
-  s["reduce_sum_small_work"] = {"exceeds", 1, [](SnippetGm&) {
+  s["reduce_sum_small_work"] = {"ReduceSum (workspace)", 1, [](SnippetGm&) {
     TPipe pipe;
     TBuf<TPosition::VECCALC> src;
     TBuf<TPosition::VECCALC> work;

@@ -148,8 +148,8 @@ class Schedule:
 def _schedule(fn_name: str, shape_args: tuple[int, ...], core_num: int, ub_bytes: int,
               lead: tuple[object, ...] = ()) -> Schedule:
     used, tile, ub = _I64(), _I64(), _I64()
-    starts = np.zeros(core_num, np.int64)
-    counts = np.zeros(core_num, np.int64)
+    starts = np.zeros(max(core_num, 1), np.int64)
+    counts = np.zeros(max(core_num, 1), np.int64)
     err = ctypes.create_string_buffer(_ERR_LEN)
     fn = getattr(lib(), fn_name)
     code = fn(*lead, *(_I64(v) for v in shape_args), _I64(core_num), _I64(ub_bytes), ctypes.byref(used),
