@@ -55,9 +55,6 @@ def validate(op: str, names: tuple[str, ...], tensors: tuple[Tensor, ...], attrs
 
 
 def _check_length_values(op: str, arg: str, lens: np.ndarray, n_tokens: int, max_seq_len: int) -> None:
-    if lens.ndim != 1 or lens.size == 0:
-        raise ValueError(f"{op}: argument '{arg}' must be a non-empty 1-D list of lengths, "
-                         f"got shape {list(lens.shape)}")
     bad = np.flatnonzero((lens <= 0) | (lens > max_seq_len))
     if bad.size:
         i = int(bad[0])
@@ -73,8 +70,11 @@ def seq_lengths(op: str, arg: str, value: object, n_tokens: int, max_seq_len: in
     they are not known before."""
     if isinstance(value, Tensor):
         return value
-    if isinstance(value, (Sequence, np.ndarray)):
+    if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)):
         lens = np.asarray(value)
+        if lens.ndim != 1 or lens.size == 0:
+            raise ValueError(f"{op}: argument '{arg}' must be a non-empty 1-D list of lengths, "
+                             f"got shape {list(lens.shape)}")
         if lens.dtype.kind not in "iu":
             raise TypeError(f"{op}: argument '{arg}' must hold integers, got {lens.dtype}")
         _check_length_values(op, arg, lens, n_tokens, max_seq_len)
