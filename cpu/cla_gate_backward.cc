@@ -8,6 +8,7 @@
 #include "aot.h"
 #include "cla_gate_common.h"
 #include "convert.h"
+#include "parallel.h"
 
 using mgo::aot::AotExtra;
 using mgo::aot::TypeId;
@@ -69,7 +70,7 @@ void backward(const aot::KernelArgs& args) {
   const int64_t rows = args.numel(3);
   const int64_t block = cla_rows_per_block(d);
   const int64_t n_blocks = (rows + block - 1) / block;
-#pragma omp parallel
+#pragma omp parallel if (worth_parallel(rows * d))
   {
     std::vector<float> gt(block * d), a(block * d), b(block * d);
     std::vector<float> sg(block), sl(block), dot_g(block), dot_l(block);

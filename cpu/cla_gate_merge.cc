@@ -7,6 +7,7 @@
 #include "aot.h"
 #include "cla_gate_common.h"
 #include "convert.h"
+#include "parallel.h"
 
 using mgo::aot::AotExtra;
 using mgo::aot::TypeId;
@@ -41,7 +42,7 @@ void merge(const aot::KernelArgs& args) {
   const int64_t rows = args.numel(2);
   const int64_t block = cla_rows_per_block(d);
   const int64_t n_blocks = (rows + block - 1) / block;
-#pragma omp parallel
+#pragma omp parallel if (worth_parallel(rows * d))
   {
     std::vector<float> a(block * d), b(block * d), sg(block), sl(block);
 #pragma omp for schedule(static)

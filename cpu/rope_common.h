@@ -10,6 +10,7 @@
 
 #include "aot.h"
 #include "convert.h"
+#include "parallel.h"
 
 namespace mgo::cpu {
 
@@ -45,7 +46,7 @@ void run_rope_family(const char* op, const aot::KernelArgs& args, MakeMix make_m
       X* y[2] = {args.as<X>(5), args.as<X>(6)};
       const C* cos = args.as<const C>(2);
       const C* sin = args.as<const C>(3);
-#pragma omp parallel
+#pragma omp parallel if (worth_parallel(n_tokens * hidden))
       {
         std::vector<float> row(static_cast<size_t>(hidden));
         float c_row[kRopeHead], s_row[kRopeHead];

@@ -9,7 +9,9 @@ Primitives are built lazily (first use) and cached per (op, device target, attri
   ``<OpType>InferType`` (the shared C++ rules of ``infer_shape/``).
 - Ascend: ``func="<OpType>"`` from the custom op package built by ``scripts/build_ascend.sh``
   (found through ``ASCEND_CUSTOM_OPP_PATH``, see ``ms_grad_ops/__init__.py``); MindSpore calls
-  ``aclnn<OpType>``. The reg_info names come from the same table as the OpDef's.
+  ``aclnn<OpType>``. MindSpore requires Python ``out_shape``/``out_dtype`` callables for such
+  ops; they call the same ``infer_shape/`` rules through the ``_validate`` module. The reg_info
+  names come from the same table as the OpDef's, with the dtypes the OpDef declares.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import mindspore as ms
 from mindspore import ops
 from mindspore.ops import CustomRegOp, DataType
 
+from . import _validate
 from ._specs import OP_SPECS, OpSpec
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -60,7 +63,7 @@ def reg_info(spec: OpSpec, target: str, attrs: dict[str, object]) -> dict:
         reg = reg.output(i, name)
     for attr in spec.attrs:
         reg = reg.attr(attr.name, "required", attr.type, value=attrs[attr.name])
-    for combo in spec.dtypes:
+    for combo in spec.ascend_dtypes if target == "Ascend" else spec.dtypes:
         reg = reg.dtype_format(*(_DATA_TYPES[t] for t in combo))
     return reg.target(target).get_op_info()
 
@@ -72,18 +75,44 @@ def _attr_values(spec: OpSpec, attrs: dict[str, object]) -> dict[str, object]:
     return {a.name: attrs.get(a.name, a.default) for a in spec.attrs}
 
 
+def _ms_dtype(name: str) -> ms.dtype:
+    return {"float16": ms.float16, "bfloat16": ms.bfloat16, "float32": ms.float32, "float64": ms.float64,
+            "int32": ms.int32, "int64": ms.int64, "bool": ms.bool_}[name]
+
+
+def ascend_infer(spec: OpSpec, attrs: dict[str, object]) -> tuple:
+    """(out_shape, out_dtype) callables for an Ascend Custom op, running the ``infer_shape/``
+    rules of ``spec`` (shapes with unknown dtypes, then dtypes with unknown shapes)."""
+    from .ops._checks import dtype_name
+
+    rules = getattr(_validate, spec.name)
+    attr_values = tuple(attrs[a.name] for a in spec.attrs)
+    single = len(spec.outputs) == 1
+
+    def out_shape(*shapes: list[int]) -> object:
+        out = rules([list(x) for x in shapes], ["unknown"] * len(shapes), *attr_values)[0]
+        return out[0] if single else tuple(out)
+
+    def out_dtype(*dtypes: ms.dtype) -> object:
+        names = rules([[-2]] * len(dtypes), [dtype_name(t) for t in dtypes], *attr_values)[1]
+        out = tuple(_ms_dtype(n) for n in names)
+        return out[0] if single else out
+
+    return out_shape, out_dtype
+
+
 @functools.cache
 def _build(name: str, target: str, attr_items: tuple[tuple[str, object], ...]) -> ops.Custom:
     spec = OP_SPECS[name]
     attrs = dict(attr_items)
     if target == "Ascend":
-        func = spec.op_type
-    elif target == "CPU":
-        func = f"{cpu_library()}:{spec.op_type}"
-    else:
-        raise RuntimeError(f"{name}: device target {target!r} is not supported (CPU and Ascend are)")
-    return ops.Custom(func, out_shape=None, out_dtype=None, func_type="aot",
-                      reg_info=reg_info(spec, target, attrs))
+        out_shape, out_dtype = ascend_infer(spec, attrs)
+        return ops.Custom(spec.op_type, out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
+                          reg_info=reg_info(spec, target, attrs))
+    if target == "CPU":
+        return ops.Custom(f"{cpu_library()}:{spec.op_type}", out_shape=None, out_dtype=None, func_type="aot",
+                          reg_info=reg_info(spec, target, attrs))
+    raise RuntimeError(f"{name}: device target {target!r} is not supported (CPU and Ascend are)")
 
 
 def _primitive(name: str, attr_items: tuple[tuple[str, object], ...]) -> ops.Custom:

@@ -11,6 +11,15 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 echo "[setup] installing ms_grad_ops into $VENV (builds the C++ kernels)" >&2
-"$PY" -m pip install -q --disable-pip-version-check "$ROOT[test]" 2>&1 | grep -v "^WARNING: Location" >&2 || true
-"$PY" -c "import ms_grad_ops._validate" || { echo "[setup] ms_grad_ops failed to install" >&2; exit 1; }
+LOG="$(mktemp)"
+if ! "$PY" -m pip install --disable-pip-version-check "$ROOT[test]" > "$LOG" 2>&1; then
+  cat "$LOG" >&2
+  echo "[setup] pip install failed (log above)" >&2
+  exit 1
+fi
+rm -f "$LOG"
+# -P: do not put the working directory first on sys.path, where the source tree would shadow the
+# installed package.
+"$PY" -P -c "import ms_grad_ops._validate, ms_grad_ops._custom as c; c.cpu_library()" \
+  || { echo "[setup] ms_grad_ops is not importable after install" >&2; exit 1; }
 export ROOT PY

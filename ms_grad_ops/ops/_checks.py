@@ -69,7 +69,8 @@ def seq_lengths(op: str, arg: str, value: object, n_tokens: int, max_seq_len: in
     by the kernel when it runs (``RuntimeError`` naming the op), since inside a compiled graph
     they are not known before."""
     if isinstance(value, Tensor):
-        return value
+        # int32 on every backend (the Ascend kernels read int32; a cast of B values is free).
+        return value.astype(ms.int32) if value.dtype == ms.int64 else value
     if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)):
         lens = np.asarray(value)
         if lens.ndim != 1 or lens.size == 0:
