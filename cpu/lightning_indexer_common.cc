@@ -128,4 +128,34 @@ float exp_shifted(const float* s, int64_t n, float shift, float* out) {
   return sum;
 }
 
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void indexer_score_grads(const float* sx, int64_t ld, int64_t nidx, int64_t n, const float* di, const float* w,
+                         float* dw, float* ds) {
+  constexpr int64_t kLanes = 16;
+  const int64_t n_main = n / kLanes * kLanes;
+  for (int64_t g = 0; g < nidx; ++g) {
+    const float* row = sx + g * ld;
+    float* out = ds + g * ld;
+    const float wg = w[g];
+    float lanes[kLanes] = {};
+    for (int64_t j0 = 0; j0 < n_main; j0 += kLanes) {
+      for (int64_t l = 0; l < kLanes; ++l) {
+        const float x = row[j0 + l];
+        const float d = di[j0 + l];
+        lanes[l] += d * std::max(x, 0.0f);
+        out[j0 + l] = x > 0.0f ? d * wg : 0.0f;
+      }
+    }
+    float tail = 0.0f;
+    for (int64_t j = n_main; j < n; ++j) {
+      tail += di[j] * std::max(row[j], 0.0f);
+      out[j] = row[j] > 0.0f ? di[j] * wg : 0.0f;
+    }
+    for (int64_t j = n; j < ld; ++j) out[j] = 0.0f;
+    float sum = 0.0f;
+    for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
+    dw[g] = sum + tail;
+  }
+}
+
 }  // namespace mgo::cpu

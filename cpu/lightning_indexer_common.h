@@ -69,6 +69,13 @@ class ParallelError {
   std::string message_;
 };
 
+// The row-local backward of the indexer score: with R = relu(sx) ([nidx, ld], first n columns used)
+//   dw[g]    = sum_{j<n} di[j] * R[g, j]
+//   ds[g, j] = sx[g, j] > 0 ? di[j] * w[g] : 0   for j < n, and 0 for n <= j < ld.
+// Sums use 16 fixed lanes (vectorisable, same order on every call).
+void indexer_score_grads(const float* sx, int64_t ld, int64_t nidx, int64_t n, const float* di, const float* w,
+                         float* dw, float* ds);
+
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 // GEMM operand element type: raw bfloat16 bits for bf16 storage (oneDNN bf16 matmul, float32
