@@ -34,15 +34,14 @@ def _check_cumulative(op: str, arg: str, lens: np.ndarray, total: int) -> None:
 
 
 def cumulative_lengths(op: str, arg: str, value: object, total: int | None) -> Tensor:
-    """``value`` (None, a sequence of ints, a NumPy array or an int tensor of cumulative lengths)
-    as a kernel input; values are checked where they are known eagerly (the kernel checks them
-    again inside compiled graphs)."""
+    """``value`` (None, a sequence of ints, a NumPy array, or an int tensor of cumulative lengths,
+    including the zero-size placeholder) as a kernel input; Python values are checked here."""
     total = -1 if total is None else int(total)
     if value is None:
         return absent()
     if isinstance(value, Tensor):
-        if ms.get_context("mode") == ms.PYNATIVE_MODE:
-            _check_cumulative(op, arg, value.asnumpy(), total)
+        # Tensor values are checked by the kernel (RuntimeError naming the op): reading them here
+        # would not compile in GRAPH mode (mindspore.get_context/asnumpy are not allowed there).
         return value
     if isinstance(value, (Sequence, np.ndarray)):
         lens = np.asarray(value)
