@@ -86,7 +86,17 @@ def _build(name: str, target: str, attr_items: tuple[tuple[str, object], ...]) -
                       reg_info=reg_info(spec, target, attrs))
 
 
+def _primitive(name: str, attr_items: tuple[tuple[str, object], ...]) -> ops.Custom:
+    values = _attr_values(OP_SPECS[name], dict(attr_items))
+    return _build(name, device_target(), tuple(values.items()))
+
+
+# Cached at this level too: inside a GRAPH-mode construct MindSpore runs a cached callable as
+# plain Python at compile time (JIT fallback) instead of parsing it, and ms.get_context cannot
+# be parsed. The device target is read once per (op, attributes); it is fixed in a process.
+_primitive_cached = functools.lru_cache(maxsize=None)(_primitive)
+
+
 def primitive(name: str, **attrs: object) -> ops.Custom:
     """The cached ``ops.Custom`` of op ``name`` for the current device target."""
-    values = _attr_values(OP_SPECS[name], attrs)
-    return _build(name, device_target(), tuple(values.items()))
+    return _primitive_cached(name, tuple(sorted(attrs.items())))

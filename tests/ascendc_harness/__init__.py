@@ -1,0 +1,1 @@
+"""Builds the Ascend C kernels against the CPU twin (ascendc/twin) and drives them via ctypes."""

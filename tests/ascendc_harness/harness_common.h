@@ -1,0 +1,96 @@
+// Shared glue of the ctypes-facing harness libraries: exception -> error code + message, GM
+// buffer registration for one launch, and per-launch statistics for the Python tests.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernel_operator.h"
+#include "../../ascendc/common/tiling_common.h"
+
+namespace harness {
+
+// Filled by every kernel entry point; mirrored by a ctypes.Structure in twin_lib.py.
+struct RunInfo {
+  int64_t ub_peak_bytes;    // largest UB footprint of any block, as the twin measured it
+  int64_t tiling_ub_bytes;  // footprint the tiling function promised
+  int64_t blocks;           // blocks launched
+  int64_t tile_rows;
+  int64_t min_writes;       // over every byte of every output: how often it was written
+  int64_t max_writes;
+};
+
+enum Status : int { kOk = 0, kTwinRule = 1, kOtherError = 2, kTilingError = 3 };
+
+inline void CopyMessage(const std::string& msg, char* err, int64_t err_len) {
+  if (err == nullptr || err_len <= 0) return;
+  const auto n = static_cast<size_t>(std::min<int64_t>(err_len - 1, static_cast<int64_t>(msg.size())));
+  std::memcpy(err, msg.data(), n);
+  err[n] = '\0';
+}
+
+// Runs `body`, turning exceptions into a status code and message: a twin rule must reach the
+// Python test as text, never abort the interpreter.
+template <typename Body>
+int Guarded(char* err, int64_t err_len, Body&& body) {
+  try {
+    return body();
+  } catch (const AscendC::twin::TwinError& e) {
+    CopyMessage(e.what(), err, err_len);
+    return kTwinRule;
+  } catch (const std::exception& e) {
+    CopyMessage(e.what(), err, err_len);
+    return kOtherError;
+  }
+}
+
+// Registers GM buffers for one launch and forgets them afterwards, also on exceptions.
+class GmScope {
+ public:
+  GmScope() { AscendC::twin::GmRegistry::Instance().Clear(); }
+  GmScope(const GmScope&) = delete;
+  GmScope& operator=(const GmScope&) = delete;
+  ~GmScope() { AscendC::twin::GmRegistry::Instance().Clear(); }
+  void Input(const void* p, uint64_t bytes, const char* name) {
+    AscendC::twin::GmRegistry::Instance().Add(p, bytes, name, false);
+  }
+  void Output(void* p, uint64_t bytes, const char* name) {
+    AscendC::twin::GmRegistry::Instance().Add(p, bytes, name, true);
+  }
+};
+
+inline void FillWriteStats(RunInfo* info) {
+  int64_t lo = 255;
+  int64_t hi = 0;
+  for (const auto& b : AscendC::twin::GmRegistry::Instance().Buffers()) {
+    if (!b.track_writes) continue;
+    for (const uint8_t c : b.write_count) {
+      lo = std::min<int64_t>(lo, c);
+      hi = std::max<int64_t>(hi, c);
+    }
+  }
+  info->min_writes = hi == 0 && lo == 255 ? 0 : lo;
+  info->max_writes = hi;
+}
+
+// The tiling struct travels to the kernel through GM, as the framework does it.
+template <typename Tiling>
+std::vector<uint8_t> TilingBytes(const Tiling& t) {
+  std::vector<uint8_t> bytes(sizeof(Tiling));
+  std::memcpy(bytes.data(), &t, sizeof(Tiling));
+  return bytes;
+}
+
+// Per-core row ranges of a split, for the tiling-invariant tests.
+inline void WriteRanges(uint32_t used, uint32_t base, uint32_t remainder, int64_t* starts, int64_t* counts) {
+  for (uint32_t c = 0; c < used; ++c) {
+    const auto r = mgo::tiling::CoreRows(base, remainder, c);
+    starts[c] = static_cast<int64_t>(r.start);
+    counts[c] = static_cast<int64_t>(r.count);
+  }
+}
+
+}  // namespace harness
