@@ -11,7 +11,7 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
-from _indexer_cases import make_case, ms_args
+from _indexer_cases import Case, make_case, ms_args
 from _util import Fn, assert_close, rel_l2, to_np
 
 from ms_grad_ops import ops
@@ -23,12 +23,12 @@ COMBOS = [("float32", "float32"), ("float16", "float16"), ("float16", "float32")
           ("bfloat16", "float32")]
 
 
-def run_kernel(case, dtype: str, wdtype: str, **kw) -> list[np.ndarray]:
+def run_kernel(case: Case, dtype: str, wdtype: str, **kw) -> list[np.ndarray]:
     out = ops.sparse_lightning_indexer_grad_kl_loss(*ms_args(case, dtype, wdtype), **case.ref_kwargs(), **kw)
     return [to_np(t) for t in out]
 
 
-def check(case, dtype: str, wdtype: str) -> None:
+def check(case: Case, dtype: str, wdtype: str) -> None:
     got = run_kernel(case, dtype, wdtype)
     want = ref.sparse_lightning_indexer_grad_kl_loss(*case.ref_args(), **case.ref_kwargs())
     for name, g, w in zip(("d_query_index", "d_key_index", "d_weights"), got[:3], want[:3]):

@@ -7,6 +7,7 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
+from .._custom import primitive
 from ..ops._indexer_inputs import absent
 
 
@@ -24,6 +25,11 @@ class _IndexerKLLossCore(nn.Cell):
         self.scale_value = float(scale_value)
         self.layout = layout
         self.sparse_mode = int(sparse_mode)
+        # The bprop calls the primitive, not the functional op: its inputs were validated by the
+        # forward, and MindSpore cannot parse the forward's Python checks again inside the bprop
+        # graph of the same cell.
+        self.grad_op = primitive("sparse_lightning_indexer_grad_kl_loss", scale_value=self.scale_value,
+                                 layout=layout, sparse_mode=self.sparse_mode, deterministic=False)
 
     def _fused(self, *inputs: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         # Zero-size placeholders are accepted by the functional op as "absent".
@@ -40,7 +46,7 @@ class _IndexerKLLossCore(nn.Cell):
               sparse_indices: Tensor, softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor, key_rope: Tensor,
               actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor, out: Tensor, dout: Tensor
               ) -> tuple[Tensor, ...]:
-        d_qi, d_ki, d_w, _ = self._fused(query, key, query_index, key_index, weights, sparse_indices, softmax_max,
+        d_qi, d_ki, d_w, _ = self.grad_op(query, key, query_index, key_index, weights, sparse_indices, softmax_max,
                                          softmax_sum, query_rope, key_rope, actual_seq_lengths_query,
                                          actual_seq_lengths_key)
         return (msops.zeros_like(query), msops.zeros_like(key), _scaled(d_qi, dout), _scaled(d_ki, dout),

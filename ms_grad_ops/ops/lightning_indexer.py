@@ -43,6 +43,8 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
                                 key_index.shape[0] if layout == "TND" else None)
     args = (("query_index", query_index), ("key_index", key_index), ("weights", weights),
             ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))
-    validate(_OP, args, int(sparse_count), layout, int(sparse_mode))
+    names = tuple(n for n, _ in args)
+    tensors = tuple(t for _, t in args)
+    validate(_OP, names, tensors, (int(sparse_count), layout, int(sparse_mode)))
     prim = primitive(_OP, sparse_count=int(sparse_count), layout=layout, sparse_mode=int(sparse_mode))
-    return prim(*(t for _, t in args))
+    return prim(*tensors)

@@ -58,7 +58,9 @@ def sparse_lightning_indexer_grad_kl_loss(
             ("weights", weights), ("sparse_indices", sparse_indices), ("softmax_max", softmax_max),
             ("softmax_sum", softmax_sum), ("query_rope", query_rope), ("key_rope", key_rope),
             ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))
-    validate(_OP, args, layout, int(sparse_mode))
+    names = tuple(n for n, _ in args)
+    tensors = tuple(t for _, t in args)
+    validate(_OP, names, tensors, (layout, int(sparse_mode)))
     prim = primitive(_OP, scale_value=float(scale_value), layout=layout, sparse_mode=int(sparse_mode),
                      deterministic=bool(deterministic))
-    return prim(*(t for _, t in args))
+    return prim(*tensors)
