@@ -12,8 +12,10 @@
 
 #include "cla_gate_backward.h"
 #include "cla_gate_merge.h"
+#include "lightning_indexer.h"
 #include "rope.h"
 #include "rope_grad.h"
+#include "sparse_lightning_indexer_grad_kl_loss.h"
 
 namespace py = pybind11;
 using mgo::infer::InferResult;
@@ -63,4 +65,12 @@ PYBIND11_MODULE(_validate, m) {
         [](const std::vector<Shape>& s, const std::vector<std::string>& t, const std::string& input_attn_layout) {
           return outputs(mgo::infer::cla_gate_backward(descs(s, t), input_attn_layout));
         });
+  m.def("lightning_indexer", [](const std::vector<Shape>& s, const std::vector<std::string>& t, int64_t sparse_count,
+                                const std::string& layout, int64_t sparse_mode) {
+    return outputs(mgo::infer::lightning_indexer(descs(s, t), sparse_count, layout, sparse_mode));
+  });
+  m.def("sparse_lightning_indexer_grad_kl_loss", [](const std::vector<Shape>& s, const std::vector<std::string>& t,
+                                                    const std::string& layout, int64_t sparse_mode) {
+    return outputs(mgo::infer::sparse_lightning_indexer_grad_kl_loss(descs(s, t), layout, sparse_mode));
+  });
 }

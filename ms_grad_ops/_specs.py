@@ -40,6 +40,14 @@ _ROPE_DTYPES = tuple((x, x, c, c, i, x, x) for x in FLOATS for c in FLOATS for i
 ASCEND_FLOATS = ("float16", "bfloat16")
 _ROPE_ASCEND = tuple((x, x, x, x, "int32", x, x) for x in ASCEND_FLOATS)
 
+# Indexer ops: query/key/query_index/key_index (and ropes) share a float dtype X; weights are X or
+# float32; sparse indices int32; statistics float32; each lengths input int32 or int64.
+_INDEXER_XW = tuple((x, w) for x in FLOATS for w in dict.fromkeys((x, "float32")))
+_LIGHTNING_INDEXER_DTYPES = tuple((x, x, w, lq, lk, "int32", "float32")
+                                  for x, w in _INDEXER_XW for lq in INTS for lk in INTS)
+_INDEXER_GRAD_DTYPES = tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, lq, lk, x, x, w, "float32")
+                             for x, w in _INDEXER_XW for lq in INTS for lk in INTS)
+
 _SPECS = (
     OpSpec("rope", "Rope", ("q", "k", "cos", "sin", "q_seq_len"), ("q_embed", "k_embed"),
            dtypes=_ROPE_DTYPES, ascend_dtypes=_ROPE_ASCEND),
@@ -53,6 +61,17 @@ _SPECS = (
            ("grad_global_attn", "grad_local_attn", "grad_global_gate_logits", "grad_local_gate_logits"),
            (AttrSpec("input_attn_layout", "str", "TND"),), tuple((x,) * 9 for x in FLOATS),
            tuple((x,) * 9 for x in ASCEND_FLOATS)),
+    OpSpec("lightning_indexer", "LightningIndexer",
+           ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"),
+           ("sparse_indices", "sparse_values"),
+           (AttrSpec("sparse_count", "int", 2048), AttrSpec("layout", "str", "BSND"),
+            AttrSpec("sparse_mode", "int", 3)), _LIGHTNING_INDEXER_DTYPES),
+    OpSpec("sparse_lightning_indexer_grad_kl_loss", "SparseLightningIndexerGradKLLoss",
+           ("query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum",
+            "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"),
+           ("d_query_index", "d_key_index", "d_weights", "loss"),
+           (AttrSpec("scale_value", "float", 1.0), AttrSpec("layout", "str", "BSND"), AttrSpec("sparse_mode", "int", 3),
+            AttrSpec("deterministic", "bool", False)), _INDEXER_GRAD_DTYPES),
 )
 
 OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in _SPECS}

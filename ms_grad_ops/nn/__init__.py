@@ -1,5 +1,7 @@
 """nn-level primitives: forward op + our fused backward kernel as bprop."""
 from .cla_gate_merge import ClaGateMerge
+from .indexer_kl_loss import IndexerKLLoss
+from .lightning_indexer import LightningIndexer
 from .rotary_embedding import RotaryEmbedding
 
-__all__ = ["ClaGateMerge", "RotaryEmbedding"]
+__all__ = ["ClaGateMerge", "IndexerKLLoss", "LightningIndexer", "RotaryEmbedding"]

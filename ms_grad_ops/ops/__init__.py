@@ -1,7 +1,10 @@
 """Functional API: validate eagerly, then call the op's ``ops.Custom`` primitive."""
 from .cla_gate_backward import cla_gate_backward
 from .cla_gate_merge import cla_gate_merge
+from .lightning_indexer import lightning_indexer
 from .rope import rope
 from .rope_grad import rope_grad
+from .sparse_lightning_indexer_grad_kl_loss import sparse_lightning_indexer_grad_kl_loss
 
-__all__ = ["cla_gate_backward", "cla_gate_merge", "rope", "rope_grad"]
+__all__ = ["cla_gate_backward", "cla_gate_merge", "lightning_indexer", "rope", "rope_grad",
+           "sparse_lightning_indexer_grad_kl_loss"]

@@ -3,6 +3,13 @@
 Pure NumPy (no MindSpore import), so kernel harnesses can use it directly.
 """
 from .cla_gate import cla_gate_backward, cla_gate_merge
+from .lightning_indexer import (
+    attention_softmax_stats,
+    indexer_kl_loss,
+    lightning_indexer,
+    sparse_lightning_indexer_grad_kl_loss,
+)
 from .rope import rope, rope_grad
 
-__all__ = ["cla_gate_backward", "cla_gate_merge", "rope", "rope_grad"]
+__all__ = ["attention_softmax_stats", "cla_gate_backward", "cla_gate_merge", "indexer_kl_loss", "lightning_indexer",
+           "rope", "rope_grad", "sparse_lightning_indexer_grad_kl_loss"]

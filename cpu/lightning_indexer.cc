@@ -1,0 +1,166 @@
+// CPU AOT kernel of `lightning_indexer` (SPEC section 4): index scores over the visible keys of
+// every query row and the top-`sparse_count` selection.
+//
+// Inputs: query_index, key_index, weights, actual_seq_lengths_query, actual_seq_lengths_key
+// (zero-size placeholders when None). Outputs: sparse_indices int32 and sparse_values float32
+// [T1, 1, K] / [B, S1, 1, K]; values are the float32 scores I (-inf in unused slots).
+//
+// Per row: I over the visible keys in blocks of kBlock keys, each block one GEMM
+// [Nidx, Didx] x [Didx, kBlock] (fixed shape, so oneDNN's bf16 primitive is reused), then the
+// ReLU-weighted head sum; selection keeps a bounded heap of K candidates: O(S2 log K) per row.
+#include "../infer_shape/lightning_indexer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include "lightning_indexer_common.h"
+
+using mgo::aot::AotExtra;
+using mgo::aot::TypeId;
+
+namespace {
+
+constexpr const char* kOp = "lightning_indexer";
+constexpr int64_t kBlock = 512;
+
+enum Arg { kQueryIndex, kKeyIndex, kWeights, kLensQ, kLensK, kIndices, kValues };
+
+mgo::infer::InferResult rules(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
+  return mgo::infer::lightning_indexer(in, extra->GetAttrInt("sparse_count"), extra->GetAttrStr("layout"),
+                                       extra->GetAttrInt("sparse_mode"));
+}
+
+struct Candidate {
+  float score;
+  int32_t index;
+};
+
+// Descending score (NaN ranks below every number), ties to the lower index.
+inline bool better(const Candidate& a, const Candidate& b) {
+  const float sa = std::isnan(a.score) ? -std::numeric_limits<float>::infinity() : a.score;
+  const float sb = std::isnan(b.score) ? -std::numeric_limits<float>::infinity() : b.score;
+  return sa > sb || (sa == sb && a.index < b.index);
+}
+
+// Top-k of scores[0, n) in rank order into `out` (size <= k); heap holds the k best so far with
+// the worst on top, so each key costs O(1) when rejected and O(log k) when kept.
+void select_top_k(const float* scores, int64_t n, int64_t k, std::vector<Candidate>& heap) {
+  heap.clear();
+  for (int64_t j = 0; j < n; ++j) {
+    const Candidate c{scores[j], static_cast<int32_t>(j)};
+    if (static_cast<int64_t>(heap.size()) < k) {
+      heap.push_back(c);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (better(c, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = c;
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), better);
+}
+
+template <typename X, typename W>
+void run(const mgo::aot::KernelArgs& args, const mgo::cpu::RowPlan& plan, bool bsnd, int64_t k) {
+  using Op = mgo::cpu::operand_t<X>;
+  using mgo::gemm::Trans;
+  const int r = bsnd ? 4 : 3;
+  const int64_t t1 = mgo::cpu::token_count(args, kQueryIndex, bsnd);
+  const int64_t t2 = mgo::cpu::token_count(args, kKeyIndex, bsnd);
+  const int64_t nidx = args.dim(kQueryIndex, r - 2);
+  const int64_t didx = args.dim(kQueryIndex, r - 1);
+  const X* qi = args.as<const X>(kQueryIndex);
+  const X* ki_raw = args.as<const X>(kKeyIndex);
+  const W* weights = args.as<const W>(kWeights);
+  int32_t* out_idx = args.as<int32_t>(kIndices);
+  float* out_val = args.as<float>(kValues);
+
+  // float16 keys are converted once (the GEMM runs in float32); bf16/f32 keys are used in place.
+  std::vector<float> ki_f32;
+  const Op* ki = nullptr;
+  if constexpr (std::is_same_v<X, mgo::cpu::Half>) {
+    ki_f32.resize(static_cast<size_t>(t2 * didx));
+    mgo::cpu::load(ki_raw, ki_f32.data(), t2 * didx);
+    ki = ki_f32.data();
+  } else {
+    ki = reinterpret_cast<const Op*>(ki_raw);
+  }
+
+  mgo::cpu::ParallelError error;
+#pragma omp parallel
+  {
+    std::vector<Op> q_tile(static_cast<size_t>(nidx * didx));
+    std::vector<Op> k_pad(static_cast<size_t>(kBlock * didx));
+    std::vector<float> sx(static_cast<size_t>(nidx * kBlock));
+    std::vector<float> w(static_cast<size_t>(nidx));
+    std::vector<float> scores;
+    std::vector<Candidate> heap;
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t t = 0; t < t1; ++t) {
+      error.guard([&] {
+      const int64_t n = plan.limit[t];
+      const Op* keys = ki + plan.key_base[t] * didx;
+      mgo::cpu::to_operand(qi + t * nidx * didx, q_tile.data(), nidx * didx);
+      mgo::cpu::load(weights + t * nidx, w.data(), nidx);
+      scores.resize(static_cast<size_t>(n));
+      for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
+        const int64_t cols = std::min(kBlock, n - c0);
+        const Op* b = keys + c0 * didx;
+        if (cols < kBlock) {  // partial block: zero-padded copy keeps the GEMM shape fixed
+          std::copy(b, b + cols * didx, k_pad.begin());
+          std::fill(k_pad.begin() + cols * didx, k_pad.end(), Op{});
+          b = k_pad.data();
+        }
+        mgo::cpu::gemm(Trans::kNo, Trans::kYes, nidx, kBlock, didx, 1.0f, q_tile.data(), didx, b, didx, sx.data(),
+                       kBlock);
+        mgo::cpu::relu_weighted_sum(sx.data(), kBlock, nidx, cols, w.data(), scores.data() + c0);
+      }
+      select_top_k(scores.data(), n, k, heap);
+      int32_t* oi = out_idx + t * k;
+      float* ov = out_val + t * k;
+      for (int64_t s = 0; s < k; ++s) {
+        const bool used = s < static_cast<int64_t>(heap.size());
+        oi[s] = used ? heap[s].index : -1;
+        ov[s] = used ? heap[s].score : -std::numeric_limits<float>::infinity();
+      }
+      });
+    }
+  }
+  error.rethrow(kOp);
+}
+
+}  // namespace
+
+extern "C" std::vector<std::vector<int64_t>> LightningIndexerInferShape(int* ndims, int64_t** shapes,
+                                                                         AotExtra* extra) {
+  return rules(mgo::aot::shape_descs(5, ndims, shapes), extra).shapes;
+}
+
+extern "C" std::vector<TypeId> LightningIndexerInferType(std::vector<TypeId> types, AotExtra* extra) {
+  return mgo::aot::type_ids(rules(mgo::aot::type_descs(types), extra));
+}
+
+extern "C" int LightningIndexer(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
+                                void* extra_ptr) {
+  auto* extra = static_cast<AotExtra*>(extra_ptr);
+  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
+  std::vector<mgo::infer::TensorDesc> in;
+  for (int i = 0; i < 5; ++i) in.push_back(args.desc(i));
+  rules(in, extra);
+  const bool bsnd = extra->GetAttrStr("layout") == "BSND";
+  const int64_t k = extra->GetAttrInt("sparse_count");
+  const mgo::cpu::RowPlan plan =
+      mgo::cpu::plan_rows(kOp, args, bsnd, kQueryIndex, kKeyIndex, kLensQ, kLensK, extra->GetAttrInt("sparse_mode"));
+  mgo::cpu::dispatch_float(args.dtype(kQueryIndex), [&](auto x_tag) {
+    using X = decltype(x_tag);
+    mgo::cpu::dispatch_float(args.dtype(kWeights), [&](auto w_tag) {
+      run<X, decltype(w_tag)>(args, plan, bsnd, k);
+      return 0;
+    });
+    return 0;
+  });
+  return 0;
+}

@@ -1,0 +1,161 @@
+#include "lightning_indexer_common.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace mgo::cpu {
+namespace {
+
+template <typename I>
+std::vector<int64_t> read_lengths(const I* p, int64_t n) {
+  return std::vector<int64_t>(p, p + n);
+}
+
+std::vector<int64_t> cumulative(const char* op, const char* arg, const aot::KernelArgs& args, int i, int64_t total) {
+  const int64_t n = args.numel(i);
+  std::vector<int64_t> c = args.dtype(i) == infer::DType::kInt64 ? read_lengths(args.as<const int64_t>(i), n)
+                                                                 : read_lengths(args.as<const int32_t>(i), n);
+  int64_t prev = 0;
+  for (int64_t b = 0; b < n; ++b) {
+    if (c[b] < prev) {
+      throw std::runtime_error(std::string(op) + ": " + arg + " must be non-decreasing cumulative lengths, but entry " +
+                               std::to_string(b) + " = " + std::to_string(c[b]) + " < " + std::to_string(prev));
+    }
+    prev = c[b];
+  }
+  if (prev != total) {
+    throw std::runtime_error(std::string(op) + ": the last entry of " + arg + " (" + std::to_string(prev) +
+                             ") must equal the token count " + std::to_string(total));
+  }
+  return c;
+}
+
+// Bit-exact exp for the vectorised loops: Cody-Waite reduction and a degree-6 polynomial.
+inline float fast_exp(float x) {
+  const float xc = std::min(std::max(x, -87.5f), 88.5f);
+  const float kn = xc * 1.44269504088896341f + 12582912.0f;
+  const float n = kn - 12582912.0f;
+  const float r = (xc - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  float y = p * scale;
+  y = x < -87.3f ? 0.0f : y;
+  y = x > 88.7f ? INFINITY : y;
+  return x != x ? x : y;
+}
+
+}  // namespace
+
+RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi_arg, int ki_arg, int lens_q_arg,
+                  int lens_k_arg, int64_t sparse_mode) {
+  const int64_t t1 = token_count(args, qi_arg, bsnd);
+  const int64_t t2 = token_count(args, ki_arg, bsnd);
+  std::vector<int64_t> cq, ck;
+  if (bsnd) {
+    for (int64_t b = 1; b <= args.dim(qi_arg, 0); ++b) {
+      cq.push_back(b * args.dim(qi_arg, 1));
+      ck.push_back(b * args.dim(ki_arg, 1));
+    }
+  } else if (args.numel(lens_q_arg) == 0 && args.numel(lens_k_arg) == 0) {
+    cq = {t1};
+    ck = {t2};
+  } else {
+    if (args.numel(lens_q_arg) != args.numel(lens_k_arg)) {
+      throw std::runtime_error(std::string(op) + ": actual_seq_lengths_query and actual_seq_lengths_key must have "
+                               "the same number of batches");
+    }
+    cq = cumulative(op, "actual_seq_lengths_query", args, lens_q_arg, t1);
+    ck = cumulative(op, "actual_seq_lengths_key", args, lens_k_arg, t2);
+  }
+  RowPlan plan{std::vector<int64_t>(t1), std::vector<int64_t>(t1), std::vector<int64_t>(t1)};
+  int64_t q0 = 0, k0 = 0;
+  for (size_t b = 0; b < cq.size(); ++b) {
+    const int64_t s1 = cq[b] - q0, s2 = ck[b] - k0;
+    for (int64_t i = 0; i < s1; ++i) {
+      plan.key_base[q0 + i] = k0;
+      plan.key_count[q0 + i] = s2;
+      plan.limit[q0 + i] = sparse_mode == 3 ? std::clamp<int64_t>(i + s2 - s1 + 1, 0, s2) : s2;
+    }
+    q0 = cq[b];
+    k0 = ck[b];
+  }
+  return plan;
+}
+
+void check_sparse_indices(const char* op, const int32_t* idx, int64_t t1, int64_t k, const RowPlan& plan) {
+  for (int64_t t = 0; t < t1; ++t) {
+    for (int64_t s = 0; s < k; ++s) {
+      const int32_t v = idx[t * k + s];
+      if (v < -1 || v >= plan.key_count[t]) {
+        throw std::runtime_error(std::string(op) + ": sparse_indices value " + std::to_string(v) + " at query row " +
+                                 std::to_string(t) + ", slot " + std::to_string(s) + " is out of range [-1, " +
+                                 std::to_string(plan.key_count[t]) + ") (S2 of its batch)");
+      }
+    }
+  }
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void relu_weighted_sum(const float* sx, int64_t ld, int64_t nidx, int64_t n, const float* w, float* out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = 0.0f;
+  for (int64_t g = 0; g < nidx; ++g) {
+    const float wg = w[g];
+    const float* row = sx + g * ld;
+    for (int64_t j = 0; j < n; ++j) out[j] += wg * std::max(row[j], 0.0f);
+  }
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void exp_accumulate(const float* s, int64_t n, float shift, float mul, float* acc) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += fast_exp(s[j] - shift) * mul;
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+float exp_shifted(const float* s, int64_t n, float shift, float* out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = fast_exp(s[j] - shift);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) sum += out[j];
+  return sum;
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void indexer_score_grads(const float* sx, int64_t ld, int64_t nidx, int64_t n, const float* di, const float* w,
+                         float* dw, float* ds) {
+  constexpr int64_t kLanes = 16;
+  const int64_t n_main = n / kLanes * kLanes;
+  for (int64_t g = 0; g < nidx; ++g) {
+    const float* row = sx + g * ld;
+    float* out = ds + g * ld;
+    const float wg = w[g];
+    float lanes[kLanes] = {};
+    for (int64_t j0 = 0; j0 < n_main; j0 += kLanes) {
+      for (int64_t l = 0; l < kLanes; ++l) {
+        const float x = row[j0 + l];
+        const float d = di[j0 + l];
+        lanes[l] += d * std::max(x, 0.0f);
+        out[j0 + l] = x > 0.0f ? d * wg : 0.0f;
+      }
+    }
+    float tail = 0.0f;
+    for (int64_t j = n_main; j < n; ++j) {
+      tail += di[j] * std::max(row[j], 0.0f);
+      out[j] = row[j] > 0.0f ? di[j] * wg : 0.0f;
+    }
+    for (int64_t j = n; j < ld; ++j) out[j] = 0.0f;
+    float sum = 0.0f;
+    for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
+    dw[g] = sum + tail;
+  }
+}
+
+}  // namespace mgo::cpu

@@ -1,0 +1,118 @@
+// Shared by the `lightning_indexer` and `sparse_lightning_indexer_grad_kl_loss` CPU kernels:
+// which keys each query row may see, GEMM operand tiles per storage dtype, and the vectorised
+// element-wise loops (ReLU-weighted head sum, exp-accumulate).
+//
+// BSND is handled as TND with equal-length sequences: [B, S, N, D] and [B*S, N, D] have the same
+// memory layout, and so do the statistics [B, 1, S1, N1] and [1, B*S1, N1] (N2 = 1).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "aot.h"
+#include "convert.h"
+#include "gemm.h"
+
+namespace mgo::cpu {
+
+// Keys visible to every query row: global offset of its batch's keys, S2_b, and the causal limit
+// (local keys [0, limit) are visible; limit <= S2_b).
+struct RowPlan {
+  std::vector<int64_t> key_base;
+  std::vector<int64_t> key_count;
+  std::vector<int64_t> limit;
+};
+
+// Builds the plan from the layout and the cumulative lengths inputs (zero-size = one sequence in
+// TND). Throws std::runtime_error naming `op` for lengths that are not non-decreasing cumulative
+// lengths ending at T1 / T2. Call outside any parallel region.
+RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi_arg, int ki_arg, int lens_q_arg,
+                  int lens_k_arg, int64_t sparse_mode);
+
+// Throws std::runtime_error naming `op` if any index is < -1 or >= S2 of its row's batch.
+void check_sparse_indices(const char* op, const int32_t* idx, int64_t t1, int64_t k, const RowPlan& plan);
+
+// out[j] = sum_g w[g] * max(sx[g*ld + j], 0) for j < n, summed in g order.
+void relu_weighted_sum(const float* sx, int64_t ld, int64_t nidx, int64_t n, const float* w, float* out);
+
+// acc[j] += exp(s[j] - shift) * mul for j < n (vectorised exp, ~1 ulp; exp(-inf) = 0, NaN stays NaN).
+void exp_accumulate(const float* s, int64_t n, float shift, float mul, float* acc);
+
+// out[j] = exp(s[j] - shift) for j < n; returns the sum of out in a fixed order.
+float exp_shifted(const float* s, int64_t n, float shift, float* out);
+
+// Exceptions must not leave an OpenMP region: run each unit of work through guard() and rethrow
+// the first failure after the region.
+class ParallelError {
+ public:
+  template <typename Fn>
+  void guard(Fn&& fn) noexcept {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (message_.empty()) message_ = e.what();
+    }
+  }
+  void rethrow(const char* op) const {
+    if (!message_.empty()) throw std::runtime_error(std::string(op) + ": " + message_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::string message_;
+};
+
+// The row-local backward of the indexer score: with R = relu(sx) ([nidx, ld], first n columns used)
+//   dw[g]    = sum_{j<n} di[j] * R[g, j]
+//   ds[g, j] = sx[g, j] > 0 ? di[j] * w[g] : 0   for j < n, and 0 for n <= j < ld.
+// Sums use 16 fixed lanes (vectorisable, same order on every call).
+void indexer_score_grads(const float* sx, int64_t ld, int64_t nidx, int64_t n, const float* di, const float* w,
+                         float* dw, float* ds);
+
+inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// GEMM operand element type: raw bfloat16 bits for bf16 storage (oneDNN bf16 matmul, float32
+// accumulation, as Ascend's cube unit does), float32 otherwise.
+template <typename X>
+struct Operand {
+  using type = float;
+};
+template <>
+struct Operand<BFloat16> {
+  using type = uint16_t;
+};
+template <typename X>
+using operand_t = typename Operand<X>::type;
+
+// n storage elements -> operand elements.
+inline void to_operand(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, sizeof(float) * n); }
+inline void to_operand(const Half* src, float* dst, int64_t n) { load(src, dst, n); }
+inline void to_operand(const BFloat16* src, uint16_t* dst, int64_t n) { std::memcpy(dst, src, sizeof(uint16_t) * n); }
+// float32 -> operand elements (RNE for bf16).
+inline void from_float(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, sizeof(float) * n); }
+inline void from_float(const float* src, uint16_t* dst, int64_t n) {
+  store(src, reinterpret_cast<BFloat16*>(dst), n);
+}
+
+inline void gemm(gemm::Trans ta, gemm::Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  gemm::gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+}
+inline void gemm(gemm::Trans ta, gemm::Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                 int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  gemm::gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+}
+
+// Token-dims product of a [tokens..., N, D] tensor (T, or B*S).
+inline int64_t token_count(const aot::KernelArgs& args, int i, bool bsnd) {
+  return bsnd ? args.dim(i, 0) * args.dim(i, 1) : args.dim(i, 0);
+}
+
+}  // namespace mgo::cpu

@@ -1,0 +1,102 @@
+// Shape rules shared by `lightning_indexer` and `sparse_lightning_indexer_grad_kl_loss` (SPEC
+// section 4): layout/sparse_mode attributes, the indexer tensors and the optional inputs.
+//
+// Optional inputs (query_rope/key_rope, actual_seq_lengths_*) reach the kernels as zero-size 1-D
+// placeholders ("absent"), because ops.Custom AOT inputs cannot be None. A real rope tensor has
+// rank 3/4 and a real lengths tensor has at least one entry, so a placeholder is unambiguous.
+// TND without lengths means one sequence of all tokens; BSND takes no lengths (every batch has
+// the full S1 queries and S2 keys).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace mgo::infer {
+
+enum class IndexerLayout { kTND, kBSND };
+
+inline IndexerLayout parse_indexer_layout(const Checker& c, const std::string& layout) {
+  if (layout == "TND") return IndexerLayout::kTND;
+  if (layout == "BSND") return IndexerLayout::kBSND;
+  c.value_error("attribute 'layout' must be \"TND\" or \"BSND\", got \"" + layout + "\"");
+}
+
+inline void check_indexer_sparse_mode(const Checker& c, int64_t sparse_mode) {
+  if (sparse_mode != 0 && sparse_mode != 3) {
+    c.value_error("attribute 'sparse_mode' must be 0 (no mask) or 3 (rightDownCausal), got " +
+                  std::to_string(sparse_mode));
+  }
+}
+
+// A zero-size 1-D placeholder standing for None.
+inline bool is_absent(const TensorDesc& t) { return rank_known(t.shape) && t.shape.size() == 1 && t.shape[0] == 0; }
+
+// Rank of a [tokens..., N, D] tensor in this layout (TND 3, BSND 4).
+inline size_t token_rank(IndexerLayout l) { return l == IndexerLayout::kTND ? 3 : 4; }
+// Number of leading token dims (TND: T; BSND: B, S).
+inline size_t token_dims(IndexerLayout l) { return l == IndexerLayout::kTND ? 1 : 2; }
+
+inline int64_t dim_or_unknown(const TensorDesc& t, size_t i) {
+  return rank_known(t.shape) && i < t.shape.size() ? t.shape[i] : kUnknownDim;
+}
+
+// `t` must share the leading token dims of `ref` (T1, or B and S1); only B when `batch_only`.
+inline void same_tokens(const Checker& c, IndexerLayout l, const char* arg, const TensorDesc& t, const char* ref_arg,
+                        const TensorDesc& ref, bool batch_only = false) {
+  const size_t n = batch_only ? (l == IndexerLayout::kBSND ? 1 : 0) : token_dims(l);
+  for (size_t i = 0; i < n; ++i) {
+    c.dim(arg, t, i, dim_or_unknown(ref, i), std::string(i == 0 && l == IndexerLayout::kBSND ? "B" : "tokens") +
+                                                 " of '" + ref_arg + "'");
+  }
+}
+
+// The two lengths inputs: both absent, or both 1-D int with one entry per batch (TND only).
+inline void check_seq_lengths(const Checker& c, IndexerLayout l, const TensorDesc& q, const TensorDesc& k) {
+  if (is_absent(q) != is_absent(k) && rank_known(q.shape) && rank_known(k.shape)) {
+    c.value_error("arguments 'actual_seq_lengths_query' and 'actual_seq_lengths_key' must both be given or both "
+                  "be None");
+  }
+  if (!is_absent(q) && l == IndexerLayout::kBSND && rank_known(q.shape)) {
+    c.value_error("arguments 'actual_seq_lengths_query'/'actual_seq_lengths_key' must be None in BSND layout "
+                  "(every batch has the full S1 and S2), got shape " + shape_str(q.shape));
+  }
+  if (is_absent(q)) return;
+  c.rank("actual_seq_lengths_query", q, 1);
+  c.rank("actual_seq_lengths_key", k, 1);
+  c.dim("actual_seq_lengths_key", k, 0, dim_or_unknown(q, 0), "the batch count of 'actual_seq_lengths_query'");
+  c.integer("actual_seq_lengths_query", q);
+  c.integer("actual_seq_lengths_key", k);
+}
+
+// query_index [T1, Nidx, Didx] / [B, S1, Nidx, Didx], key_index [T2, 1, Didx] / [B, S2, 1, Didx],
+// weights [T1, Nidx] / [B, S1, Nidx]: one float dtype, weights may be float32 instead.
+inline void check_indexer_tensors(const Checker& c, IndexerLayout l, const TensorDesc& qi, const TensorDesc& ki,
+                                  const TensorDesc& w) {
+  const size_t r = token_rank(l);
+  c.rank("query_index", qi, r);
+  c.rank("key_index", ki, r);
+  c.rank("weights", w, r - 1);
+  c.positive("query_index", qi);
+  c.dim("key_index", ki, r - 2, 1, "the key head count N2");
+  c.dim("key_index", ki, r - 1, dim_or_unknown(qi, r - 1), "Didx of 'query_index'");
+  same_tokens(c, l, "key_index", ki, "query_index", qi, true);
+  same_tokens(c, l, "weights", w, "query_index", qi);
+  c.dim("weights", w, r - 2, dim_or_unknown(qi, r - 2), "Nidx of 'query_index'");
+  c.floating("query_index", qi);
+  c.same_dtype("key_index", ki, "query_index", qi);
+  c.floating("weights", w);
+  if (w.dtype != DType::kFloat32) c.same_dtype("weights", w, "query_index", qi);
+}
+
+// Output shape [tokens..., 1, K] of the sparse indices for query rows shaped like `qi`.
+inline Shape sparse_shape(IndexerLayout l, const TensorDesc& qi, int64_t k) {
+  Shape s;
+  for (size_t i = 0; i < token_dims(l); ++i) s.push_back(dim_or_unknown(qi, i));
+  s.push_back(1);
+  s.push_back(k);
+  return s;
+}
+
+}  // namespace mgo::infer

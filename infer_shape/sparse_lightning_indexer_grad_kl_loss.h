@@ -1,0 +1,83 @@
+// Shape rules of `sparse_lightning_indexer_grad_kl_loss` (SPEC section 4).
+//
+// Inputs (TND; BSND adds B, S): query [T1, N1, D], key [T2, 1, D], query_index [T1, Nidx, Didx],
+// key_index [T2, 1, Didx], weights [T1, Nidx], sparse_indices int32 [T1, 1, K], softmax_max and
+// softmax_sum float32 [1, T1, N1] (BSND [B, 1, S1, N1]), query_rope [T1, N1, Dr] and key_rope
+// [T2, 1, Dr] (both or neither; placeholders when None), actual_seq_lengths_query/key.
+// query/key/query_index/key_index/ropes share one float dtype; weights that dtype or float32.
+// Outputs: d_query_index, d_key_index, d_weights (shapes/dtypes of their inputs), loss float32 [1].
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lightning_indexer_common.h"
+
+namespace mgo::infer {
+
+inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<TensorDesc>& in, const std::string& layout,
+                                                         int64_t sparse_mode) {
+  const Checker c("sparse_lightning_indexer_grad_kl_loss");
+  c.arity(in, 12);
+  const IndexerLayout l = parse_indexer_layout(c, layout);
+  check_indexer_sparse_mode(c, sparse_mode);
+  const TensorDesc &q = in[0], &k = in[1], &qi = in[2], &ki = in[3], &w = in[4], &si = in[5];
+  const TensorDesc &mx = in[6], &sm = in[7], &qr = in[8], &kr = in[9];
+  const size_t r = token_rank(l);
+  c.rank("query", q, r);
+  c.rank("key", k, r);
+  c.positive("query", q);
+  c.dim("key", k, r - 2, 1, "the key head count N2");
+  c.dim("key", k, r - 1, dim_or_unknown(q, r - 1), "D of 'query'");
+  same_tokens(c, l, "key", k, "query", q, true);
+  check_indexer_tensors(c, l, qi, ki, w);
+  same_tokens(c, l, "query_index", qi, "query", q);
+  same_tokens(c, l, "key_index", ki, "key", k);
+  c.rank("sparse_indices", si, r);
+  same_tokens(c, l, "sparse_indices", si, "query", q);
+  c.dim("sparse_indices", si, r - 2, 1, "N2");
+  c.positive("sparse_indices", si);
+  // Statistics: [1, T1, N1] or [B, 1, S1, N1].
+  c.rank("softmax_max", mx, r);
+  if (l == IndexerLayout::kTND) {
+    c.dim("softmax_max", mx, 0, 1, "N2");
+    c.dim("softmax_max", mx, 1, dim_or_unknown(q, 0), "T1 of 'query'");
+  } else {
+    c.dim("softmax_max", mx, 0, dim_or_unknown(q, 0), "B of 'query'");
+    c.dim("softmax_max", mx, 1, 1, "N2");
+    c.dim("softmax_max", mx, 2, dim_or_unknown(q, 1), "S1 of 'query'");
+  }
+  c.dim("softmax_max", mx, r - 1, dim_or_unknown(q, r - 2), "N1 of 'query'");
+  c.same_shape("softmax_sum", sm, "softmax_max", mx);
+  // Rope: both or neither.
+  if (rank_known(qr.shape) && rank_known(kr.shape) && is_absent(qr) != is_absent(kr)) {
+    c.value_error("arguments 'query_rope' and 'key_rope' must both be given or both be None");
+  }
+  if (!is_absent(qr)) {
+    c.rank("query_rope", qr, r);
+    c.rank("key_rope", kr, r);
+    for (size_t i = 0; i + 1 < r; ++i) c.dim("query_rope", qr, i, dim_or_unknown(q, i), "the matching dim of 'query'");
+    for (size_t i = 0; i + 1 < r; ++i) c.dim("key_rope", kr, i, dim_or_unknown(k, i), "the matching dim of 'key'");
+    c.dim("key_rope", kr, r - 1, dim_or_unknown(qr, r - 1), "Dr of 'query_rope'");
+  }
+  check_seq_lengths(c, l, in[10], in[11]);
+  // Dtypes.
+  c.floating("query", q);
+  c.same_dtype("key", k, "query", q);
+  c.same_dtype("query_index", qi, "query", q);
+  if (!is_absent(qr)) {
+    c.same_dtype("query_rope", qr, "query", q);
+    c.same_dtype("key_rope", kr, "query", q);
+  }
+  if (si.dtype != DType::kUnknown && si.dtype != DType::kInt32) {
+    c.type_error(std::string("argument 'sparse_indices' must be int32, got ") + dtype_name(si.dtype));
+  }
+  for (const auto& [name, t] : {std::pair<const char*, const TensorDesc*>{"softmax_max", &mx}, {"softmax_sum", &sm}}) {
+    if (t->dtype != DType::kUnknown && t->dtype != DType::kFloat32) {
+      c.type_error(std::string("argument '") + name + "' must be float32, got " + dtype_name(t->dtype));
+    }
+  }
+  return {{qi.shape, ki.shape, w.shape, Shape{1}}, {qi.dtype, ki.dtype, w.dtype, DType::kFloat32}};
+}
+
+}  // namespace mgo::infer

@@ -1,0 +1,33 @@
+"""``nn.LightningIndexer``: top-k key selection by the lightning indexer (forward only)."""
+from __future__ import annotations
+
+from mindspore import Tensor, nn
+from mindspore import ops as msops
+
+from .. import ops
+
+
+class LightningIndexer(nn.Cell):
+    """``construct(query_index, key_index, weights, actual_seq_lengths_query=None,
+    actual_seq_lengths_key=None) -> (sparse_indices, sparse_values)``.
+
+    query_index ``[B, S1, Nidx, Didx]`` (BSND) or ``[T1, Nidx, Didx]`` (TND), key_index
+    ``[B, S2, 1, Didx]`` / ``[T2, 1, Didx]``, weights ``[B, S1, Nidx]`` / ``[T1, Nidx]``; returns int32
+    indices and float32 scores ``[B, S1, 1, K]`` / ``[T1, 1, K]`` (see ``ops.lightning_indexer``).
+    Selection is not differentiable: both outputs are wrapped in ``stop_gradient``, so the indexer
+    is trained through ``IndexerKLLoss`` instead.
+    """
+
+    def __init__(self, sparse_count: int, layout: str = "BSND", sparse_mode: int = 3) -> None:
+        super().__init__()
+        self.sparse_count = int(sparse_count)
+        self.layout = layout
+        self.sparse_mode = int(sparse_mode)
+
+    def construct(self, query_index: Tensor, key_index: Tensor, weights: Tensor,
+                  actual_seq_lengths_query: Tensor | None = None,
+                  actual_seq_lengths_key: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        idx, val = ops.lightning_indexer(query_index, key_index, weights, actual_seq_lengths_query,
+                                         actual_seq_lengths_key, sparse_count=self.sparse_count, layout=self.layout,
+                                         sparse_mode=self.sparse_mode)
+        return msops.stop_gradient(idx), msops.stop_gradient(val)

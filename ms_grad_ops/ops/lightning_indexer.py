@@ -1,0 +1,50 @@
+"""Functional ``lightning_indexer``: top-k key selection by the lightning indexer score (SPEC section 4)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mindspore import Tensor
+
+from .._custom import primitive
+from ._checks import check_tensor, validate
+from ._indexer_inputs import cumulative_lengths
+
+_OP = "lightning_indexer"
+
+
+def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
+                      actual_seq_lengths_query: Sequence[int] | Tensor | None = None,
+                      actual_seq_lengths_key: Sequence[int] | Tensor | None = None, *,
+                      sparse_count: int, layout: str = "BSND", sparse_mode: int = 3) -> tuple[Tensor, Tensor]:
+    """Selects, for every query row, the ``sparse_count`` visible keys with the highest
+    ``I_j = sum_g weights[g] * relu(query_index[g] . key_index[j])`` (no scale).
+
+    Args:
+        query_index: ``[T1, Nidx, Didx]`` (TND) or ``[B, S1, Nidx, Didx]`` (BSND); float16/bfloat16/float32.
+        key_index: ``[T2, 1, Didx]`` or ``[B, S2, 1, Didx]``; the dtype of query_index.
+        weights: ``[T1, Nidx]`` or ``[B, S1, Nidx]``; the dtype of query_index, or float32.
+        actual_seq_lengths_query, actual_seq_lengths_key: TND only, cumulative lengths (``[3, 5]``
+            is written ``[3, 8]``), int32/int64 tensors or sequences; None = one sequence.
+            Must be None in BSND.
+        sparse_count: K >= 1. layout: "TND" or "BSND". sparse_mode: 3 (rightDownCausal: local query
+            s1 sees keys ``s2 <= s1 + S2_b - S1_b``) or 0 (every key of its batch).
+
+    Returns:
+        ``(sparse_indices, sparse_values)``, ``[T1, 1, K]`` / ``[B, S1, 1, K]``: int32 key indices local
+        to the batch in descending score order (ties to the lower index), and their float32 scores
+        (the float32 arithmetic of the kernel). Slots beyond the visible key count hold ``-1`` and
+        ``-inf``. NaN scores rank below every number. Not differentiable.
+    """
+    query_index = check_tensor(_OP, "query_index", query_index)
+    key_index = check_tensor(_OP, "key_index", key_index)
+    lens_q = cumulative_lengths(_OP, "actual_seq_lengths_query", actual_seq_lengths_query,
+                                query_index.shape[0] if layout == "TND" else None)
+    lens_k = cumulative_lengths(_OP, "actual_seq_lengths_key", actual_seq_lengths_key,
+                                key_index.shape[0] if layout == "TND" else None)
+    args = (("query_index", query_index), ("key_index", key_index), ("weights", weights),
+            ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))
+    names = tuple(n for n, _ in args)
+    tensors = tuple(t for _, t in args)
+    validate(_OP, names, tensors, (int(sparse_count), layout, int(sparse_mode)))
+    prim = primitive(_OP, sparse_count=int(sparse_count), layout=layout, sparse_mode=int(sparse_mode))
+    return prim(*tensors)

@@ -1,0 +1,66 @@
+"""Functional ``sparse_lightning_indexer_grad_kl_loss``: the lightning indexer's KL loss against the
+main attention and its gradients, in one fused pass (SPEC section 4)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mindspore import Tensor
+
+from .._custom import primitive
+from ._checks import check_tensor, validate
+from ._indexer_inputs import absent, cumulative_lengths
+
+_OP = "sparse_lightning_indexer_grad_kl_loss"
+
+
+def sparse_lightning_indexer_grad_kl_loss(
+        query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor, sparse_indices: Tensor,
+        softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor | None = None, key_rope: Tensor | None = None,
+        actual_seq_lengths_query: Sequence[int] | Tensor | None = None,
+        actual_seq_lengths_key: Sequence[int] | Tensor | None = None, *,
+        scale_value: float, layout: str = "BSND", sparse_mode: int = 3, deterministic: bool = False
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per query row and its visible selected keys j (``-1`` slots and causally hidden keys skipped):
+    teacher ``p_j = (1/N1) sum_h exp(scale*qf_h . kf_j - softmax_max_h) / softmax_sum_h`` (qf, kf =
+    the rope-concatenated query/key; not renormalised), ``I_j = sum_g w_g relu(qi_g . ki_j)``,
+    ``y = softmax(I)``, ``loss = sum_t sum_j p_j (ln max(p_j,1e-8) - ln max(y_j,1e-8))``, and the
+    gradients of ``dI = y - p`` for d(loss) = 1.
+
+    Args:
+        query: ``[T1, N1, D]`` (TND) / ``[B, S1, N1, D]`` (BSND); float16/bfloat16/float32 (dtype X).
+        key: ``[T2, 1, D]`` / ``[B, S2, 1, D]``; X.
+        query_index: ``[T1, Nidx, Didx]`` / ``[B, S1, Nidx, Didx]``; X.
+        key_index: ``[T2, 1, Didx]`` / ``[B, S2, 1, Didx]``; X.
+        weights: ``[T1, Nidx]`` / ``[B, S1, Nidx]``; X or float32.
+        sparse_indices: int32 ``[T1, 1, K]`` / ``[B, S1, 1, K]``, token indices local to the batch, -1 = unused.
+        softmax_max, softmax_sum: float32 ``[1, T1, N1]`` / ``[B, 1, S1, N1]`` of the main attention.
+        query_rope, key_rope: ``[T1, N1, Dr]`` and ``[T2, 1, Dr]`` (X), both or neither.
+        actual_seq_lengths_query/key: TND cumulative lengths (None = one sequence); None in BSND.
+        scale_value: the main attention's logit scale. layout: "TND"/"BSND". sparse_mode: 0 or 3.
+        deterministic: accepted for API parity; the CPU kernel is always deterministic.
+
+    Returns:
+        ``(d_query_index, d_key_index, d_weights, loss)``: gradients shaped and typed like their
+        inputs, loss float32 ``[1]`` (summed over tokens). Out-of-range sparse indices raise
+        RuntimeError naming the op.
+    """
+    query = check_tensor(_OP, "query", query)
+    key = check_tensor(_OP, "key", key)
+    if (query_rope is None) != (key_rope is None):
+        raise ValueError(f"{_OP}: arguments 'query_rope' and 'key_rope' must both be given or both be None")
+    query_rope = absent(query.dtype) if query_rope is None else query_rope
+    key_rope = absent(query.dtype) if key_rope is None else key_rope
+    lens_q = cumulative_lengths(_OP, "actual_seq_lengths_query", actual_seq_lengths_query,
+                                query.shape[0] if layout == "TND" else None)
+    lens_k = cumulative_lengths(_OP, "actual_seq_lengths_key", actual_seq_lengths_key,
+                                key.shape[0] if layout == "TND" else None)
+    args = (("query", query), ("key", key), ("query_index", query_index), ("key_index", key_index),
+            ("weights", weights), ("sparse_indices", sparse_indices), ("softmax_max", softmax_max),
+            ("softmax_sum", softmax_sum), ("query_rope", query_rope), ("key_rope", key_rope),
+            ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))
+    names = tuple(n for n, _ in args)
+    tensors = tuple(t for _, t in args)
+    validate(_OP, names, tensors, (layout, int(sparse_mode)))
+    prim = primitive(_OP, scale_value=float(scale_value), layout=layout, sparse_mode=int(sparse_mode),
+                     deterministic=bool(deterministic))
+    return prim(*tensors)

@@ -1,0 +1,208 @@
+"""Float64 references of ``lightning_indexer`` and ``sparse_lightning_indexer_grad_kl_loss``
+(SPEC section 4), plus the main-attention softmax statistics (SPEC section 3) that feed the
+indexer's teacher distribution.
+
+Shapes (TND; BSND adds B, S and drops the cumulative lengths):
+    query ``[T1, N1, D]``, key ``[T2, 1, D]``, query_rope ``[T1, N1, Dr]``, key_rope ``[T2, 1, Dr]``,
+    query_index ``[T1, Nidx, Didx]``, key_index ``[T2, 1, Didx]``, weights ``[T1, Nidx]``,
+    sparse_indices ``[T1, 1, K]`` (token indices local to the batch, ``-1`` = unused),
+    softmax_max/softmax_sum ``[1, T1, N1]`` (BSND ``[B, 1, S1, N1]``).
+Lengths are cumulative (CANN): ``[3, 5]`` is written ``[3, 8]``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._common import f64
+
+LOWEST = float(np.finfo(np.float32).min)
+LOG_FLOOR = 1e-8
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Per query row: its batch's key offset, key count S2_b and causal limit (exclusive)."""
+
+    key_base: np.ndarray
+    key_count: np.ndarray
+    limit: np.ndarray
+
+
+def _bounds(cum: Sequence[int] | np.ndarray | None, total: int) -> np.ndarray:
+    if cum is None:
+        return np.array([0, total], np.int64)
+    c = np.asarray(cum, np.int64).reshape(-1)
+    return np.concatenate([[0], c])
+
+
+def _rows(t1: int, t2: int, cum_q: object, cum_k: object, sparse_mode: int) -> _Rows:
+    bq, bk = _bounds(cum_q, t1), _bounds(cum_k, t2)
+    base = np.zeros(t1, np.int64)
+    count = np.zeros(t1, np.int64)
+    limit = np.zeros(t1, np.int64)
+    for b in range(len(bq) - 1):
+        s1, s2 = bq[b + 1] - bq[b], bk[b + 1] - bk[b]
+        rows = np.arange(bq[b], bq[b + 1])
+        base[rows], count[rows] = bk[b], s2
+        local = rows - bq[b]
+        limit[rows] = np.clip(local + s2 - s1 + 1, 0, s2) if sparse_mode == 3 else s2
+    return _Rows(base, count, limit)
+
+
+def _to_tnd(layout: str, *arrays: np.ndarray | None) -> list[np.ndarray | None]:
+    """BSND tensors flattened to TND (``[B, S, ...] -> [B*S, ...]``), TND passed through."""
+    if layout == "TND":
+        return list(arrays)
+    return [None if a is None else a.reshape((-1,) + a.shape[2:]) for a in arrays]
+
+
+def _bsnd_lengths(b: int, s1: int, s2: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.arange(1, b + 1) * s1, np.arange(1, b + 1) * s2
+
+
+def _visible(rows: _Rows, sparse_indices: np.ndarray, t: int) -> np.ndarray:
+    """Global key rows of the visible selected keys of query row t, in slot order."""
+    idx = np.asarray(sparse_indices[t]).reshape(-1).astype(np.int64)
+    if np.any(idx < -1):
+        raise IndexError(f"sparse index below -1 in row {t}")
+    idx = idx[idx >= 0]
+    if np.any(idx >= rows.key_count[t]):
+        raise IndexError(f"sparse index out of range for row {t}")
+    return rows.key_base[t] + idx[idx < rows.limit[t]]
+
+
+def _prepare(layout: str, query_index: np.ndarray, key_index: np.ndarray, cum_q: object, cum_k: object
+             ) -> tuple[int, int, object, object]:
+    if layout == "BSND":
+        b, s1, s2 = query_index.shape[0], query_index.shape[1], key_index.shape[1]
+        cum_q, cum_k = _bsnd_lengths(b, s1, s2)
+        return b * s1, b * s2, cum_q, cum_k
+    return query_index.shape[0], key_index.shape[0], cum_q, cum_k
+
+
+def index_scores(query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``I_j = sum_g w_g relu(q_g . k_j)`` for one row: q ``[Nidx, Didx]``, k ``[n, Didx]``, w ``[Nidx]``."""
+    return f64(weights) @ np.maximum(f64(query_index) @ f64(key_index).T, 0.0)
+
+
+def lightning_indexer(query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray,
+                      actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
+                      sparse_count: int, layout: str = "BSND", sparse_mode: int = 3
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``sparse_count`` visible keys of every query row by descending ``I`` (ties to the lower
+    index); unused slots hold ``-1`` and ``-inf``. Returns (int32 indices, float64 scores) shaped
+    ``[T1, 1, K]`` (BSND ``[B, S1, 1, K]``)."""
+    t1, t2, cq, ck = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key)
+    qi, ki, w = _to_tnd(layout, query_index, key_index, weights)
+    rows = _rows(t1, t2, cq, ck, sparse_mode)
+    idx = np.full((t1, 1, sparse_count), -1, np.int32)
+    val = np.full((t1, 1, sparse_count), -np.inf)
+    for t in range(t1):
+        n = int(rows.limit[t])
+        if n == 0:
+            continue
+        base = int(rows.key_base[t])
+        score = index_scores(qi[t], ki[base:base + n, 0], w[t])
+        order = np.lexsort((np.arange(n), -score))[:sparse_count]
+        idx[t, 0, :order.size] = order
+        val[t, 0, :order.size] = score[order]
+    if layout == "BSND":
+        shape = query_index.shape[:2] + (1, sparse_count)
+        return idx.reshape(shape), val.reshape(shape)
+    return idx, val
+
+
+def attention_softmax_stats(query: np.ndarray, key: np.ndarray, sparse_indices: np.ndarray,
+                            query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
+                            actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
+                            scale_value: float, layout: str = "BSND", sparse_mode: int = 3
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    """``softmax_max``/``softmax_sum`` of the main sparse attention (SPEC section 3, block size 1)
+    over the same selected keys: ``[1, T1, N1]`` (BSND ``[B, 1, S1, N1]``). Rows without a visible
+    key get (lowest float32, 0)."""
+    t1, t2, cq, ck = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key)
+    q, k, qr, kr, si = _to_tnd(layout, query, key, query_rope, key_rope, sparse_indices)
+    rows = _rows(t1, t2, cq, ck, sparse_mode)
+    n1 = q.shape[1]
+    mx = np.full((t1, n1), LOWEST)
+    sm = np.zeros((t1, n1))
+    for t in range(t1):
+        j = _visible(rows, si, t)
+        if j.size == 0:
+            continue
+        s = _logits(q, k, qr, kr, t, j, scale_value)
+        mx[t] = s.max(axis=1)
+        sm[t] = np.exp(s - mx[t][:, None]).sum(axis=1)
+    if layout == "BSND":
+        b, s1 = query.shape[:2]
+        return mx.reshape(b, s1, 1, n1).transpose(0, 2, 1, 3), sm.reshape(b, s1, 1, n1).transpose(0, 2, 1, 3)
+    return mx[None], sm[None]
+
+
+def _logits(q: np.ndarray, k: np.ndarray, qr: np.ndarray | None, kr: np.ndarray | None, t: int,
+            j: np.ndarray, scale_value: float) -> np.ndarray:
+    s = f64(q[t]) @ f64(k[j, 0]).T
+    if qr is not None:
+        s = s + f64(qr[t]) @ f64(kr[j, 0]).T
+    return scale_value * s
+
+
+def _stats_tnd(layout: str, stat: np.ndarray) -> np.ndarray:
+    """Statistics as ``[T1, N1]``."""
+    if layout == "BSND":
+        return f64(stat).transpose(0, 2, 1, 3).reshape(-1, stat.shape[-1])
+    return f64(stat).reshape(-1, stat.shape[-1])
+
+
+def sparse_lightning_indexer_grad_kl_loss(
+        query: np.ndarray, key: np.ndarray, query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray,
+        sparse_indices: np.ndarray, softmax_max: np.ndarray, softmax_sum: np.ndarray,
+        query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
+        actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
+        scale_value: float, layout: str = "BSND", sparse_mode: int = 3, return_kl_grad: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """SPEC section 4: returns (d_query_index, d_key_index, d_weights, loss) for d(loss) = 1 with
+    CANN's ``dI = y - p``. ``return_kl_grad=True`` uses the exact gradient of the loss instead
+    (``dI = y * sum(p) - p``; identical when ``sum(p) = 1``), for finite-difference checks."""
+    t1, t2, cq, ck = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key)
+    q, k, qr, kr, qi, ki, w, si = _to_tnd(layout, query, key, query_rope, key_rope, query_index, key_index,
+                                          weights, sparse_indices)
+    mx, sm = _stats_tnd(layout, softmax_max), _stats_tnd(layout, softmax_sum)
+    rows = _rows(t1, t2, cq, ck, sparse_mode)
+    n1 = q.shape[1]
+    dqi = np.zeros(qi.shape)
+    dki = np.zeros(ki.shape)
+    dw = np.zeros(w.shape)
+    loss = 0.0
+    for t in range(t1):
+        j = _visible(rows, si, t)
+        if j.size == 0:
+            continue
+        p_heads = np.exp(_logits(q, k, qr, kr, t, j, scale_value) - mx[t][:, None]) / sm[t][:, None]
+        p = p_heads.sum(axis=0) / n1
+        qt, kt, wt = f64(qi[t]), f64(ki[j, 0]), f64(w[t])
+        sx = qt @ kt.T
+        r = np.maximum(sx, 0.0)
+        i_score = wt @ r
+        log_y = i_score - i_score.max()
+        log_y = log_y - np.log(np.exp(log_y).sum())
+        y = np.exp(log_y)
+        loss += float(np.sum(p * (np.log(np.maximum(p, LOG_FLOOR)) - np.log(np.maximum(y, LOG_FLOOR)))))
+        d_i = y * p.sum() - p if return_kl_grad else y - p
+        dw[t] = r @ d_i
+        ds = d_i[None, :] * wt[:, None] * (sx > 0)
+        dqi[t] = ds @ kt
+        np.add.at(dki[:, 0], j, ds.T @ qt)
+    if layout == "BSND":
+        dqi = dqi.reshape(query_index.shape)
+        dki = dki.reshape(key_index.shape)
+        dw = dw.reshape(weights.shape)
+    return dqi, dki, dw, loss
+
+
+def indexer_kl_loss(*args: np.ndarray | None, **kwargs: object) -> float:
+    """The loss alone (same arguments as :func:`sparse_lightning_indexer_grad_kl_loss`)."""
+    return sparse_lightning_indexer_grad_kl_loss(*args, **kwargs)[3]

@@ -1,0 +1,163 @@
+"""CPU kernel of ``lightning_indexer`` (top-k selection) vs the float64 reference and NumPy argsort."""
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+import pytest
+from _util import DTYPES, Fn, quantize, to_ms
+
+from ms_grad_ops import ops
+from ms_grad_ops import reference as ref
+
+OP = "lightning_indexer"
+
+
+def _inputs(rng: np.random.Generator, dtype: str, wdtype: str, layout: str, lens_q: list[int], lens_k: list[int],
+            nidx: int = 4, didx: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if layout == "TND":
+        tq, tk = [sum(lens_q)], [sum(lens_k)]
+    else:
+        tq, tk = [len(lens_q), lens_q[0]], [len(lens_k), lens_k[0]]
+    qi = quantize(rng.standard_normal((*tq, nidx, didx)), dtype)
+    ki = quantize(rng.standard_normal((*tk, 1, didx)), dtype)
+    w = quantize(rng.standard_normal((*tq, nidx)), wdtype)
+    return qi, ki, w
+
+
+def _run(qi: np.ndarray, ki: np.ndarray, w: np.ndarray, dtype: str, wdtype: str, lens: tuple, **kw: object
+         ) -> tuple[np.ndarray, np.ndarray]:
+    idx, val = ops.lightning_indexer(to_ms(qi, dtype), to_ms(ki, dtype), to_ms(w, wdtype), *lens, **kw)
+    assert idx.dtype == ms.int32 and val.dtype == ms.float32
+    return idx.asnumpy(), val.asnumpy()
+
+
+def _assert_same_selection(idx: np.ndarray, val: np.ndarray, ridx: np.ndarray, rval: np.ndarray) -> None:
+    """Identical ordered top-k where scores are not (nearly) tied; near ties may swap only among
+    themselves (the kernel scores in float32, the reference in float64)."""
+    k = idx.shape[-1]
+    idx, val, ridx, rval = (a.reshape(-1, k) for a in (idx, val, ridx, rval))
+    np.testing.assert_array_equal(idx == -1, ridx == -1)
+    for r in range(idx.shape[0]):
+        used = ridx[r] >= 0
+        if not used.any():
+            assert np.isneginf(val[r]).all()
+            continue
+        tol = 1e-5 * max(1.0, np.abs(rval[r][used]).max())
+        np.testing.assert_allclose(val[r][used], rval[r][used], rtol=0, atol=tol)
+        diff = idx[r][used] != ridx[r][used]
+        # a mismatch is only allowed where the reference scores are within rounding of each other
+        assert np.all(np.abs(rval[r][used][diff] - val[r][used][diff]) <= 2 * tol), r
+        if set(idx[r][used]) != set(ridx[r][used]):
+            kth = rval[r][used].min()
+            extra = set(idx[r][used]) ^ set(ridx[r][used])
+            assert all(abs(val[r][used][list(idx[r][used]).index(e)] - kth) <= 2 * tol
+                       for e in extra if e in idx[r][used])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout,sparse_mode", [("TND", 3), ("TND", 0), ("BSND", 3), ("BSND", 0)])
+def test_matches_reference(dtype: str, layout: str, sparse_mode: int) -> None:
+    rng = np.random.default_rng(21)
+    lens_q, lens_k = ([5, 0, 30, 3], [9, 4, 700, 1]) if layout == "TND" else ([17] * 2, [600] * 2)
+    for wdtype in dict.fromkeys((dtype, "float32")):
+        qi, ki, w = _inputs(rng, dtype, wdtype, layout, lens_q, lens_k)
+        lens = (list(np.cumsum(lens_q)), list(np.cumsum(lens_k))) if layout == "TND" else ()
+        for k in (1, 13, 600):
+            got = _run(qi, ki, w, dtype, wdtype, lens, sparse_count=k, layout=layout, sparse_mode=sparse_mode)
+            want = ref.lightning_indexer(qi, ki, w, *lens, sparse_count=k, layout=layout, sparse_mode=sparse_mode)
+            _assert_same_selection(*got, *want)
+
+
+def test_selection_vs_numpy_argsort() -> None:
+    """Random float32 scores: the kernel's set equals NumPy's argsort top-k of its own float32 values."""
+    rng = np.random.default_rng(22)
+    qi, ki, w = _inputs(rng, "float32", "float32", "TND", [1], [2000], nidx=8, didx=32)
+    idx, val = _run(qi, ki, w, "float32", "float32", ([1], [2000]), sparse_count=256, layout="TND", sparse_mode=0)
+    scores = ref.lightning_indexer.__globals__["index_scores"](qi[0], ki[:, 0], w[0])
+    top = np.argsort(-scores, kind="stable")[:256]
+    assert set(idx.reshape(-1)) == set(top)
+    np.testing.assert_array_equal(idx.reshape(-1), top)
+
+
+def test_ties_go_to_the_lower_index() -> None:
+    """Integer-valued inputs give exact ties (duplicated key rows, all-negative rows -> 0)."""
+    rng = np.random.default_rng(23)
+    ki_rows = rng.integers(-2, 3, (6, 8)).astype(np.float64)
+    ki = ki_rows[rng.integers(0, 6, 40)][:, None, :]
+    qi = rng.integers(-2, 3, (5, 3, 8)).astype(np.float64)
+    w = rng.integers(0, 3, (5, 3)).astype(np.float64)
+    for k in (4, 11, 40):
+        idx, val = _run(qi, ki, w, "bfloat16", "float32", ([5], [40]), sparse_count=k, layout="TND", sparse_mode=0)
+        ridx, rval = ref.lightning_indexer(qi, ki, w, [5], [40], sparse_count=k, layout="TND", sparse_mode=0)
+        np.testing.assert_array_equal(idx, ridx)
+        np.testing.assert_array_equal(val, rval.astype(np.float32))
+        for r in range(5):  # ties really occur, each tie ordered by index
+            v, i = val[r, 0], idx[r, 0]
+            tied = v[1:] == v[:-1]
+            assert np.all(i[1:][tied] > i[:-1][tied])
+    assert (val[:, 0, 1:] == val[:, 0, :-1]).any()
+
+
+def test_rows_with_one_or_no_visible_key() -> None:
+    rng = np.random.default_rng(24)
+    qi, ki, w = _inputs(rng, "float32", "float32", "TND", [4], [2])
+    idx, val = _run(qi, ki, w, "float32", "float32", ([4], [2]), sparse_count=3, layout="TND", sparse_mode=3)
+    # causal with S1 = 4 > S2 = 2: rows 0, 1 see nothing, row 2 sees key 0, row 3 keys 0 and 1
+    np.testing.assert_array_equal(idx[:3, 0], [[-1, -1, -1], [-1, -1, -1], [0, -1, -1]])
+    assert sorted(idx[3, 0][:2]) == [0, 1] and idx[3, 0, 2] == -1
+    assert np.isneginf(val[:2]).all() and np.isneginf(val[2, 0, 1:]).all()
+
+
+def test_graph_mode_and_dynamic_shapes() -> None:
+    rng = np.random.default_rng(25)
+    fn = Fn(_graph_call)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        fn.set_inputs(ms.Tensor(shape=[None, None, 4, 16], dtype=ms.bfloat16),
+                      ms.Tensor(shape=[None, None, 1, 16], dtype=ms.bfloat16),
+                      ms.Tensor(shape=[None, None, 4], dtype=ms.bfloat16))
+        for b, s1, s2 in ((2, 5, 9), (1, 12, 30)):
+            qi, ki, w = _inputs(rng, "bfloat16", "bfloat16", "BSND", [s1] * b, [s2] * b)
+            idx, val = fn(to_ms(qi, "bfloat16"), to_ms(ki, "bfloat16"), to_ms(w, "bfloat16"))
+            want = ref.lightning_indexer(qi, ki, w, sparse_count=7, layout="BSND", sparse_mode=3)
+            _assert_same_selection(idx.asnumpy(), val.asnumpy(), *want)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def _graph_call(qi: ms.Tensor, ki: ms.Tensor, w: ms.Tensor) -> tuple:
+    return ops.lightning_indexer(qi, ki, w, sparse_count=7, layout="BSND", sparse_mode=3)
+
+
+@pytest.mark.parametrize("kw,lens,exc,match", [
+    ({"sparse_count": 0}, (), ValueError, "attribute 'sparse_count' must be >= 1, got 0"),
+    ({"sparse_count": 4, "layout": "SBH"}, (), ValueError, "attribute 'layout' must be \"TND\" or \"BSND\""),
+    ({"sparse_count": 4, "sparse_mode": 2}, (), ValueError, "attribute 'sparse_mode' must be 0"),
+    ({"sparse_count": 4}, ([2, 1], [3, 5]), ValueError, "must be non-decreasing cumulative lengths"),
+    ({"sparse_count": 4}, ([3], [3, 5]), ValueError, "'actual_seq_lengths_key' dim 0 must be"),
+    ({"sparse_count": 4}, ([3], None), ValueError, "must both be given or both be None"),
+])
+def test_bad_inputs(kw: dict, lens: tuple, exc: type, match: str) -> None:
+    rng = np.random.default_rng(26)
+    qi, ki, w = _inputs(rng, "float32", "float32", "TND", [3], [5])
+    import re
+    with pytest.raises(exc, match=f"^{OP}: .*{re.escape(match)}"):
+        _run(qi, ki, w, "float32", "float32", lens, **{"layout": "TND", **kw})
+
+
+def test_bad_dtypes_and_shapes() -> None:
+    rng = np.random.default_rng(27)
+    qi, ki, w = _inputs(rng, "float16", "float16", "TND", [3], [5])
+    with pytest.raises(TypeError, match="argument 'weights' must have the dtype of 'query_index' \\(float16\\)"):
+        _run(qi, ki, w, "float16", "bfloat16", (), sparse_count=2, layout="TND")
+    with pytest.raises(ValueError, match=r"argument 'key_index' dim 2 must be Didx of 'query_index' = 16"):
+        ops.lightning_indexer(to_ms(qi, "float16"), to_ms(ki[..., :8], "float16"), to_ms(w, "float16"),
+                              sparse_count=2, layout="TND")
+
+
+def test_lengths_tensor_errors_are_runtime_errors() -> None:
+    rng = np.random.default_rng(28)
+    qi, ki, w = _inputs(rng, "float32", "float32", "TND", [3], [5])
+    lq, lk = ms.Tensor(np.array([3], np.int64)), ms.Tensor(np.array([4], np.int64))
+    with pytest.raises(RuntimeError, match=f"{OP}: the last entry of actual_seq_lengths_key \\(4\\) must equal"):
+        _run(qi, ki, w, "float32", "float32", (lq, lk), sparse_count=2, layout="TND")
