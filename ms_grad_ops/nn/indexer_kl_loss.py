@@ -7,7 +7,6 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
-from .._custom import primitive
 from ..ops._indexer_inputs import absent
 
 
@@ -17,40 +16,38 @@ def _scaled(grad: Tensor, dout: Tensor) -> Tensor:
 
 
 class _IndexerKLLossCore(nn.Cell):
-    """All twelve inputs as tensors (absent optional inputs are zero-size placeholders), so the
-    bprop's arity always matches in GRAPH mode."""
+    """One fused kernel call per step: the forward returns the loss *and* the three gradients
+    (for d(loss) = 1); the bprop only scales the saved gradients by the incoming ``dout``.
+
+    All twelve inputs are tensors (absent optional inputs are zero-size placeholders), so the
+    bprop's arity always matches in GRAPH mode.
+    """
 
     def __init__(self, scale_value: float, layout: str, sparse_mode: int) -> None:
         super().__init__()
         self.scale_value = float(scale_value)
         self.layout = layout
         self.sparse_mode = int(sparse_mode)
-        # The bprop calls the primitive, not the functional op: its inputs were validated by the
-        # forward, and MindSpore cannot parse the forward's Python checks again inside the bprop
-        # graph of the same cell.
-        self.grad_op = primitive("sparse_lightning_indexer_grad_kl_loss", scale_value=self.scale_value,
-                                 layout=layout, sparse_mode=self.sparse_mode, deterministic=False)
-
-    def _fused(self, *inputs: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        # Zero-size placeholders are accepted by the functional op as "absent".
-        return ops.sparse_lightning_indexer_grad_kl_loss(*inputs, scale_value=self.scale_value, layout=self.layout,
-                                                         sparse_mode=self.sparse_mode)
 
     def construct(self, query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor,
                   sparse_indices: Tensor, softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor,
-                  key_rope: Tensor, actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor) -> Tensor:
-        return self._fused(query, key, query_index, key_index, weights, sparse_indices, softmax_max, softmax_sum,
-                           query_rope, key_rope, actual_seq_lengths_query, actual_seq_lengths_key)[3]
+                  key_rope: Tensor, actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor
+                  ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        # Zero-size placeholders are accepted by the functional op as "absent".
+        return ops.sparse_lightning_indexer_grad_kl_loss(
+            query, key, query_index, key_index, weights, sparse_indices, softmax_max, softmax_sum, query_rope,
+            key_rope, actual_seq_lengths_query, actual_seq_lengths_key, scale_value=self.scale_value,
+            layout=self.layout, sparse_mode=self.sparse_mode)
 
     def bprop(self, query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor,
               sparse_indices: Tensor, softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor, key_rope: Tensor,
-              actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor, out: Tensor, dout: Tensor
+              actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor, out: tuple, dout: tuple
               ) -> tuple[Tensor, ...]:
-        d_qi, d_ki, d_w, _ = self.grad_op(query, key, query_index, key_index, weights, sparse_indices, softmax_max,
-                                         softmax_sum, query_rope, key_rope, actual_seq_lengths_query,
-                                         actual_seq_lengths_key)
-        return (msops.zeros_like(query), msops.zeros_like(key), _scaled(d_qi, dout), _scaled(d_ki, dout),
-                _scaled(d_w, dout), msops.zeros_like(sparse_indices), msops.zeros_like(softmax_max),
+        # Only the loss output is used downstream (IndexerKLLoss returns out[3]), so dout[3] is
+        # the incoming gradient and the gradient outputs carry none of their own.
+        d_loss = dout[3]
+        return (msops.zeros_like(query), msops.zeros_like(key), _scaled(out[0], d_loss), _scaled(out[1], d_loss),
+                _scaled(out[2], d_loss), msops.zeros_like(sparse_indices), msops.zeros_like(softmax_max),
                 msops.zeros_like(softmax_sum), msops.zeros_like(query_rope), msops.zeros_like(key_rope),
                 msops.zeros_like(actual_seq_lengths_query), msops.zeros_like(actual_seq_lengths_key))
 
@@ -63,9 +60,9 @@ class IndexerKLLoss(nn.Cell):
     summed over tokens. The main-attention tensors (query, key, ropes, statistics) are constants
     for the indexer loss (DeepSeek-V3.2 trains the indexer detached): their gradients are zero.
     Gradients of query_index, key_index and weights come from one fused kernel call scaled by the
-    incoming gradient. The forward runs the same fused kernel and keeps only the loss (the main
-    cost, recomputing the attention probabilities, is shared by loss and gradients), so a
-    forward+backward step costs two kernel calls.
+    incoming gradient. The forward runs the fused kernel once, keeping its gradients for the
+    backward (the main cost, recomputing the attention probabilities, is shared by loss and
+    gradients), so a forward+backward step costs one kernel call.
     """
 
     def __init__(self, scale_value: float, layout: str = "BSND", sparse_mode: int = 3) -> None:
@@ -85,4 +82,4 @@ class IndexerKLLoss(nn.Cell):
         if actual_seq_lengths_key is None:
             actual_seq_lengths_key = absent()
         return self.core(query, key, query_index, key_index, weights, sparse_indices, softmax_max, softmax_sum,
-                         query_rope, key_rope, actual_seq_lengths_query, actual_seq_lengths_key)
+                         query_rope, key_rope, actual_seq_lengths_query, actual_seq_lengths_key)[3]
