@@ -3,5 +3,8 @@ from .cla_gate_backward import cla_gate_backward
 from .cla_gate_merge import cla_gate_merge
 from .rope import rope
 from .rope_grad import rope_grad
+from .sparse_flash_attention import sparse_flash_attention
+from .sparse_flash_attention_grad import sparse_flash_attention_grad
 
-__all__ = ["cla_gate_backward", "cla_gate_merge", "rope", "rope_grad"]
+__all__ = ["cla_gate_backward", "cla_gate_merge", "rope", "rope_grad", "sparse_flash_attention",
+           "sparse_flash_attention_grad"]
