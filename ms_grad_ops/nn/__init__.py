@@ -1,5 +1,6 @@
 """nn-level primitives: forward op + our fused backward kernel as bprop."""
 from .cla_gate_merge import ClaGateMerge
 from .rotary_embedding import RotaryEmbedding
+from .sparse_flash_attention import SparseFlashAttention
 
-__all__ = ["ClaGateMerge", "RotaryEmbedding"]
+__all__ = ["ClaGateMerge", "RotaryEmbedding", "SparseFlashAttention"]

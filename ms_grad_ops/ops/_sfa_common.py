@@ -4,7 +4,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-import mindspore as ms
 import numpy as np
 from mindspore import Tensor
 
@@ -36,8 +35,8 @@ def _check_cumulative(op: str, arg: str, lens: np.ndarray, total: int) -> None:
 def seq_lengths(op: str, arg: str, value: Lengths, layout: str, total: int | None) -> Tensor:
     """The int tensor passed to the kernel for ``actual_seq_lengths_*``.
 
-    TND: required; a Python sequence / NumPy array becomes an int32 tensor; values are checked
-    here when known eagerly (Python values, or a tensor in PyNative mode), else by the kernel.
+    TND: required; a Python sequence / NumPy array is checked here (ValueError) and becomes an
+    int32 tensor; tensor values are checked by the kernel (RuntimeError).
     BSND: ignored (a placeholder is passed)."""
     if layout != "TND":
         return _placeholder()
@@ -46,8 +45,8 @@ def seq_lengths(op: str, arg: str, value: Lengths, layout: str, total: int | Non
         raise ValueError(f"{op}: argument '{arg}' is required with layout \"TND\" (cumulative lengths, "
                          "last entry = number of tokens)")
     if isinstance(value, Tensor):
-        if ms.get_context("mode") == ms.PYNATIVE_MODE and value.dtype in (ms.int32, ms.int64):
-            _check_cumulative(op, arg, value.asnumpy().reshape(-1) if value.ndim == 1 else value.asnumpy(), total)
+        # Tensor values are checked by the kernel (RuntimeError naming the op): reading them here
+        # would need a device sync and is not possible while a graph compiles.
         return value
     if isinstance(value, (Sequence, np.ndarray)):
         lens = np.asarray(value)

@@ -41,12 +41,14 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor, sparse_ind
     key = check_tensor(_OP, "key", key)
     lq = seq_lengths(_OP, "actual_seq_lengths_query", actual_seq_lengths_query, layout, query.shape[0])
     lkv = seq_lengths(_OP, "actual_seq_lengths_kv", actual_seq_lengths_kv, layout, key.shape[0])
-    attrs = {"scale_value": float(scale_value), "sparse_block_size": int(sparse_block_size), "layout": layout,
-             "sparse_mode": int(sparse_mode)}
-    tensors = [("query", query), ("key", key), ("value", value), ("sparse_indices", sparse_indices)]
+    scale, bs, mode = float(scale_value), int(sparse_block_size), int(sparse_mode)
     if rope:
-        tensors += [("query_rope", query_rope), ("key_rope", key_rope)]
-    tensors += [("actual_seq_lengths_query", lq), ("actual_seq_lengths_kv", lkv)]
-    validate(_OP, tensors, *attrs.values())
-    name = _OP if rope else _OP + "_no_rope"
-    return primitive(name, **attrs)(*(t for _, t in tensors))
+        validate(_OP, (("query", query), ("key", key), ("value", value), ("sparse_indices", sparse_indices),
+                       ("query_rope", query_rope), ("key_rope", key_rope), ("actual_seq_lengths_query", lq),
+                       ("actual_seq_lengths_kv", lkv)), scale, bs, layout, mode)
+        prim = primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode)
+        return prim(query, key, value, sparse_indices, query_rope, key_rope, lq, lkv)
+    validate(_OP, (("query", query), ("key", key), ("value", value), ("sparse_indices", sparse_indices),
+                   ("actual_seq_lengths_query", lq), ("actual_seq_lengths_kv", lkv)), scale, bs, layout, mode)
+    prim = primitive(_OP + "_no_rope", scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode)
+    return prim(query, key, value, sparse_indices, lq, lkv)

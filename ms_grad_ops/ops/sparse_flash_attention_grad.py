@@ -38,18 +38,20 @@ def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor, spars
     key = check_tensor(_OP, "key", key)
     lq = seq_lengths(_OP, "actual_seq_lengths_query", actual_seq_lengths_query, layout, query.shape[0])
     lkv = seq_lengths(_OP, "actual_seq_lengths_kv", actual_seq_lengths_kv, layout, key.shape[0])
-    attrs = {"scale_value": float(scale_value), "sparse_block_size": int(sparse_block_size), "layout": layout,
-             "sparse_mode": int(sparse_mode)}
-    tensors = [("query", query), ("key", key), ("value", value), ("sparse_indices", sparse_indices),
-               ("d_out", d_out), ("out", out), ("softmax_max", softmax_max), ("softmax_sum", softmax_sum),
-               ("actual_seq_lengths_query", lq), ("actual_seq_lengths_kv", lkv)]
+    scale, bs, mode = float(scale_value), int(sparse_block_size), int(sparse_mode)
+    pre, nxt = int(pre_tokens), int(next_tokens)
+    common = (("query", query), ("key", key), ("value", value), ("sparse_indices", sparse_indices), ("d_out", d_out),
+              ("out", out), ("softmax_max", softmax_max), ("softmax_sum", softmax_sum),
+              ("actual_seq_lengths_query", lq), ("actual_seq_lengths_kv", lkv))
     if rope:
-        tensors += [("query_rope", query_rope), ("key_rope", key_rope)]
-    validate(_OP, tensors, *attrs.values(), int(pre_tokens), int(next_tokens))
-    name = _OP if rope else _OP + "_no_rope"
-    prim = primitive(name, **attrs, pre_tokens=int(pre_tokens), next_tokens=int(next_tokens),
-                     deterministic=bool(deterministic))
-    grads = prim(*(t for _, t in tensors))
-    if rope:
-        return grads
-    return grads[0], grads[1], grads[2], None, None
+        validate(_OP, common + (("query_rope", query_rope), ("key_rope", key_rope)), scale, bs, layout, mode, pre,
+                 nxt)
+        prim = primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode,
+                         pre_tokens=pre, next_tokens=nxt, deterministic=bool(deterministic))
+        return prim(query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum, lq, lkv, query_rope,
+                    key_rope)
+    validate(_OP, common, scale, bs, layout, mode, pre, nxt)
+    prim = primitive(_OP + "_no_rope", scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode,
+                     pre_tokens=pre, next_tokens=nxt, deterministic=bool(deterministic))
+    d_query, d_key, d_value = prim(query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum, lq, lkv)
+    return d_query, d_key, d_value, None, None
