@@ -25,11 +25,9 @@ extern "C" std::vector<TypeId> ClaGateBackwardInferType(std::vector<TypeId> type
 namespace mgo::cpu {
 namespace {
 
-// In place: og <- G*s_g, ol <- G*s_l; dot_g/dot_l <- per-row sum_d G*O. The sums keep 16
-// explicit lanes (added in a fixed order at the end) so they vectorise without -ffast-math and
-// stay bitwise reproducible.
-constexpr int64_t kLanes = 16;
-
+// In place: og <- G*s_g, ol <- G*s_l; dot_g/dot_l <- per-row sum_d G*O. The `omp simd`
+// reduction lets the compiler vectorise the sums; their order depends only on the clone picked
+// for this CPU, never on the thread count, so results stay bitwise reproducible.
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 void backward_rows(const float* g, float* og, float* ol, const float* sg, const float* sl, float* dot_g, float* dot_l,
                    int64_t rows, int64_t d) {
@@ -37,31 +35,22 @@ void backward_rows(const float* g, float* og, float* ol, const float* sg, const 
     const float* gr = g + r * d;
     float* a = og + r * d;
     float* b = ol + r * d;
-    float acc_g[kLanes] = {};
-    float acc_l[kLanes] = {};
-    int64_t i = 0;
-    for (; i + kLanes <= d; i += kLanes) {
-      for (int64_t l = 0; l < kLanes; ++l) {
-        acc_g[l] += gr[i + l] * a[i + l];
-        acc_l[l] += gr[i + l] * b[i + l];
-      }
+    float acc_g = 0.0f;
+    float acc_l = 0.0f;
+#pragma omp simd reduction(+ : acc_g, acc_l)
+    for (int64_t i = 0; i < d; ++i) {
+      acc_g += gr[i] * a[i];
+      acc_l += gr[i] * b[i];
     }
-    for (int64_t l = 0; i + l < d; ++l) {
-      acc_g[l] += gr[i + l] * a[i + l];
-      acc_l[l] += gr[i + l] * b[i + l];
+    const float s_g = sg[r];
+    const float s_l = sl[r];
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) {
+      a[i] = gr[i] * s_g;
+      b[i] = gr[i] * s_l;
     }
-    float sum_g = 0.0f;
-    float sum_l = 0.0f;
-    for (int64_t l = 0; l < kLanes; ++l) {
-      sum_g += acc_g[l];
-      sum_l += acc_l[l];
-    }
-    for (int64_t j = 0; j < d; ++j) {
-      a[j] = gr[j] * sg[r];
-      b[j] = gr[j] * sl[r];
-    }
-    dot_g[r] = sum_g;
-    dot_l[r] = sum_l;
+    dot_g[r] = acc_g;
+    dot_l[r] = acc_l;
   }
 }
 

@@ -9,8 +9,8 @@ namespace mgo::cpu {
 
 inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
-// Rows of D elements are processed in blocks of about 4096 elements, so each load/store call
-// moves a few KiB (amortising the call) while the float32 tiles stay in L1/L2.
-inline int64_t cla_rows_per_block(int64_t d) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(d, 1)); }
+// Rows of D elements are processed in blocks of about 2048 elements, so each load/store call
+// moves a few KiB (amortising the call) while the three float32 tiles stay in L1.
+inline int64_t cla_rows_per_block(int64_t d) { return std::max<int64_t>(1, 2048 / std::max<int64_t>(d, 1)); }
 
 }  // namespace mgo::cpu

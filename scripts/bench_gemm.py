@@ -20,14 +20,14 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def dist_dir(dist, filename):
+def dist_dir(dist: str, filename: str) -> pathlib.Path:
     for f in md.distribution(dist).files:
         if f.name == filename and (filename != "dnnl.h" or f.parent.name == "include"):
             return pathlib.Path(f.locate()).resolve().parent
     raise RuntimeError(f"{filename} not found in {dist}")
 
 
-def numpy_gflops(m, n, k):
+def numpy_gflops(m: int, n: int, k: int) -> float:
     a = np.random.rand(m, k).astype(np.float32)
     b = np.random.rand(k, n).astype(np.float32)
     a @ b
@@ -38,7 +38,7 @@ def numpy_gflops(m, n, k):
     return 2 * m * n * k * reps / (time.perf_counter() - t) / 1e9
 
 
-def main():
+def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dnnl-lib-dir")
     ap.add_argument("--mkl-dir")

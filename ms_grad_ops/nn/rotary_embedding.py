@@ -5,6 +5,7 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
+from .._custom import primitive
 
 
 class RotaryEmbedding(nn.Cell):
@@ -17,10 +18,17 @@ class RotaryEmbedding(nn.Cell):
     trained).
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        # The bprop calls the primitive, not the functional op: its inputs were validated by the
+        # forward, and MindSpore cannot parse the forward's Python checks again inside the bprop
+        # graph of the same cell.
+        self.rope_grad = primitive("rope_grad", mode="vjp")
+
     def construct(self, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, q_seq_len: Tensor) -> tuple[Tensor, Tensor]:
         return ops.rope(q, k, cos, sin, q_seq_len)
 
     def bprop(self, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, q_seq_len: Tensor, out: tuple, dout: tuple
               ) -> tuple[Tensor, ...]:
-        dq, dk = ops.rope_grad(dout[0], dout[1], cos, sin, q_seq_len, mode="vjp")
+        dq, dk = self.rope_grad(dout[0], dout[1], cos, sin, q_seq_len)
         return dq, dk, msops.zeros_like(cos), msops.zeros_like(sin), msops.zeros_like(q_seq_len)

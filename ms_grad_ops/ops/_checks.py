@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor
+from mindspore.ops import constexpr
 
 from .. import _validate
 
@@ -35,18 +36,25 @@ def check_tensor(op: str, arg: str, value: object) -> Tensor:
     return value
 
 
-def validate(op: str, args: Sequence[tuple[str, Tensor]], *attrs: object) -> None:
-    """Runs the C++ rules of ``op`` on ``args`` (name, tensor) in input order; raises
-    ``ValueError``/``TypeError`` naming the op, the argument and the shapes."""
-    tensors = [check_tensor(op, name, value) for name, value in args]
-    shapes = [[-1 if d is None else int(d) for d in t.shape] for t in tensors]
-    getattr(_validate, op)(shapes, [dtype_name(t.dtype) for t in tensors], *attrs)
+@constexpr
+def _run_rules(op: str, shapes: tuple, dtypes: tuple, attrs: tuple) -> bool:
+    # constexpr: in GRAPH mode this runs in Python at compile time on the (possibly dynamic,
+    # None/-1) shapes, so errors are ValueError/TypeError before the graph runs.
+    dims = [[-1 if d is None else int(d) for d in s] for s in shapes]
+    getattr(_validate, op)(dims, [dtype_name(t) for t in dtypes], *attrs)
+    return True
+
+
+def validate(op: str, names: tuple[str, ...], tensors: tuple[Tensor, ...], attrs: tuple = ()) -> bool:
+    """Runs the C++ rules of ``op`` on ``tensors`` (input order, argument ``names``) with the
+    attribute values ``attrs``; raises ``ValueError``/``TypeError`` naming the op, the argument
+    and the shapes. Works eagerly and inside a GRAPH-mode construct or bprop."""
+    for name, value in zip(names, tensors):
+        check_tensor(op, name, value)
+    return _run_rules(op, tuple(t.shape for t in tensors), tuple(t.dtype for t in tensors), attrs)
 
 
 def _check_length_values(op: str, arg: str, lens: np.ndarray, n_tokens: int, max_seq_len: int) -> None:
-    if lens.ndim != 1 or lens.size == 0:
-        raise ValueError(f"{op}: argument '{arg}' must be a non-empty 1-D list of lengths, "
-                         f"got shape {list(lens.shape)}")
     bad = np.flatnonzero((lens <= 0) | (lens > max_seq_len))
     if bad.size:
         i = int(bad[0])
@@ -62,8 +70,11 @@ def seq_lengths(op: str, arg: str, value: object, n_tokens: int, max_seq_len: in
     they are not known before."""
     if isinstance(value, Tensor):
         return value
-    if isinstance(value, (Sequence, np.ndarray)):
+    if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)):
         lens = np.asarray(value)
+        if lens.ndim != 1 or lens.size == 0:
+            raise ValueError(f"{op}: argument '{arg}' must be a non-empty 1-D list of lengths, "
+                             f"got shape {list(lens.shape)}")
         if lens.dtype.kind not in "iu":
             raise TypeError(f"{op}: argument '{arg}' must hold integers, got {lens.dtype}")
         _check_length_values(op, arg, lens, n_tokens, max_seq_len)

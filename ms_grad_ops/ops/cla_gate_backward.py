@@ -25,8 +25,8 @@ def cla_gate_backward(grad_merged: Tensor, global_attn: Tensor, local_attn: Tens
         ``(grad_global_attn, grad_local_attn, grad_global_gate_logits, grad_local_gate_logits)``:
         two ``[T, N, D]`` and two ``[T, N]`` tensors in the input dtype.
     """
-    validate("cla_gate_backward", (("grad_merged", grad_merged), ("global_attn", global_attn),
-                                   ("local_attn", local_attn), ("global_gate_logits", global_gate_logits),
-                                   ("local_gate_logits", local_gate_logits)), input_attn_layout)
+    validate("cla_gate_backward",
+             ("grad_merged", "global_attn", "local_attn", "global_gate_logits", "local_gate_logits"),
+             (grad_merged, global_attn, local_attn, global_gate_logits, local_gate_logits), (input_attn_layout,))
     return primitive("cla_gate_backward", input_attn_layout=input_attn_layout)(
         grad_merged, global_attn, local_attn, global_gate_logits, local_gate_logits)

@@ -19,6 +19,6 @@ def cla_gate_merge(global_attn: Tensor, local_attn: Tensor, global_gate_logits: 
     Returns:
         merged ``[T, N, D]`` in the input dtype (float32 arithmetic).
     """
-    validate("cla_gate_merge", (("global_attn", global_attn), ("local_attn", local_attn),
-                                ("global_gate_logits", global_gate_logits), ("local_gate_logits", local_gate_logits)))
+    validate("cla_gate_merge", ("global_attn", "local_attn", "global_gate_logits", "local_gate_logits"),
+             (global_attn, local_attn, global_gate_logits, local_gate_logits))
     return primitive("cla_gate_merge")(global_attn, local_attn, global_gate_logits, local_gate_logits)

@@ -23,5 +23,5 @@ def rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, q_seq_len: Sequence[int
     """
     q, cos = check_tensor("rope", "q", q), check_tensor("rope", "cos", cos)
     lens = seq_lengths("rope", "q_seq_len", q_seq_len, q.shape[0], cos.shape[0])
-    validate("rope", (("q", q), ("k", k), ("cos", cos), ("sin", sin), ("q_seq_len", lens)))
+    validate("rope", ("q", "k", "cos", "sin", "q_seq_len"), (q, k, cos, sin, lens))
     return primitive("rope")(q, k, cos, sin, lens)

@@ -30,6 +30,5 @@ def rope_grad(q_grad: Tensor, k_grad: Tensor, cos: Tensor, sin: Tensor, q_seq_le
     """
     q_grad, cos = check_tensor("rope_grad", "q_grad", q_grad), check_tensor("rope_grad", "cos", cos)
     lens = seq_lengths("rope_grad", "q_seq_len", q_seq_len, q_grad.shape[0], cos.shape[0])
-    validate("rope_grad", (("q_grad", q_grad), ("k_grad", k_grad), ("cos", cos), ("sin", sin), ("q_seq_len", lens)),
-             mode)
+    validate("rope_grad", ("q_grad", "k_grad", "cos", "sin", "q_seq_len"), (q_grad, k_grad, cos, sin, lens), (mode,))
     return primitive("rope_grad", mode=mode)(q_grad, k_grad, cos, sin, lens)

@@ -1,0 +1,27 @@
+// Pure tiling of RopeGrad: (shapes, dtype, mode, core count, UB size) -> tiling data + key.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/rope_tiling_common.h"
+
+namespace mgo::tiling {
+
+enum class RopeGradMode : uint32_t { kAtb = 0, kVjp = 1 };
+
+// Tiling key = 10 * mode + dtype; the kernel entry dispatches on it with TILING_KEY_IS.
+inline constexpr uint64_t RopeGradTilingKey(DType dtype, RopeGradMode mode) {
+  return 10u * static_cast<uint64_t>(mode) + static_cast<uint64_t>(dtype);
+}
+
+struct RopeGradTiling {
+  RopeTilingResult result;
+  uint64_t tilingKey;
+};
+
+inline RopeGradTiling ComputeRopeGradTiling(const RopeShape& shape, DType dtype, RopeGradMode mode,
+                                            uint32_t core_num, uint64_t ub_bytes) {
+  return RopeGradTiling{ComputeRopeFamilyTiling(shape, core_num, ub_bytes), RopeGradTilingKey(dtype, mode)};
+}
+
+}  // namespace mgo::tiling

@@ -1,0 +1,125 @@
+// Twin of the DMA copies between GM and UB.
+// DataCopy moves whole 32-byte blocks: the UB address and the byte length must be multiples of
+// 32. DataCopyPad moves `blockCount` rows of `blockLen` bytes (any length) and pads each row to
+// 32 bytes in UB; strides follow the device units (bytes on the GM side, 32-byte blocks on UB).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "twin_tensor.h"
+
+namespace AscendC {
+
+struct DataCopyExtParams {
+  uint16_t blockCount = 1;
+  uint32_t blockLen = 0;   // bytes per row
+  uint32_t srcStride = 0;  // gap after each row: bytes in GM, 32-byte blocks in UB
+  uint32_t dstStride = 0;  // gap after each row: bytes in GM, 32-byte blocks in UB
+  uint32_t rsv = 0;
+};
+
+template <typename T>
+struct DataCopyPadExtParams {
+  bool isPad = false;
+  uint8_t leftPadding = 0;
+  uint8_t rightPadding = 0;
+  T paddingValue{};
+};
+
+namespace twin {
+
+template <typename T>
+void CheckUbOperand(const LocalTensor<T>& t, uint64_t bytes, const char* op) {
+  Require(t.TwinUbOffset() % kUbAlign == 0, [&] {
+    return Cat(op, ": UB address offset ", t.TwinUbOffset(), " is not 32-byte aligned");
+  });
+  Require(bytes <= uint64_t{t.GetSize()} * sizeof(T), [&] {
+    return Cat(op, ": ", bytes, " bytes exceed the LocalTensor's ", uint64_t{t.GetSize()} * sizeof(T));
+  });
+}
+
+template <typename T>
+void CheckWholeBlocks(uint64_t count, const char* op) {
+  Require(count > 0 && (count * sizeof(T)) % kUbAlign == 0, [&] {
+    return Cat(op, ": length ", count * sizeof(T), " bytes is not a positive multiple of 32 (use DataCopyPad)");
+  });
+}
+
+}  // namespace twin
+
+// GM -> UB, `count` elements.
+template <typename T>
+void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t count) {
+  twin::CheckWholeBlocks<T>(count, "DataCopy(GM->UB)");
+  twin::CheckUbOperand(dst, uint64_t{count} * sizeof(T), "DataCopy(GM->UB)");
+  auto& ctx = twin::Current();
+  const uint64_t bytes = uint64_t{count} * sizeof(T);
+  ctx.CheckClear(twin::Hazard::kVToMte3, dst.TwinUbOffset(), bytes, "DataCopy(GM->UB) overwriting");
+  std::memcpy(dst.TwinData("DataCopy(GM->UB)"), src.TwinSpan(count, "DataCopy(GM->UB)"), bytes);
+  ctx.Mark(twin::Hazard::kMte2ToV, dst.TwinUbOffset(), bytes);
+}
+
+// UB -> GM, `count` elements.
+template <typename T>
+void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count) {
+  twin::CheckWholeBlocks<T>(count, "DataCopy(UB->GM)");
+  twin::CheckUbOperand(src, uint64_t{count} * sizeof(T), "DataCopy(UB->GM)");
+  auto& ctx = twin::Current();
+  const uint64_t bytes = uint64_t{count} * sizeof(T);
+  ctx.CheckClear(twin::Hazard::kVToMte3, src.TwinUbOffset(), bytes, "DataCopy(UB->GM)");
+  T* out = dst.TwinSpan(count, "DataCopy(UB->GM)");
+  std::memcpy(out, src.TwinData("DataCopy(UB->GM)"), bytes);
+  twin::GmRegistry::Instance().NoteWrite(out, bytes);
+}
+
+// GM -> UB, rows of any byte length; each row lands 32-byte aligned in UB.
+template <typename T>
+void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
+                 const DataCopyPadExtParams<T>& pad) {
+  const char* op = "DataCopyPad(GM->UB)";
+  twin::Require(p.blockCount > 0 && p.blockLen > 0 && p.blockLen % sizeof(T) == 0,
+                [&] { return twin::Cat(op, ": blockCount ", p.blockCount, ", blockLen ", p.blockLen,
+                                       " bytes must be positive whole elements"); });
+  const uint64_t row_ub = (uint64_t{p.blockLen} + twin::kUbAlign - 1) / twin::kUbAlign * twin::kUbAlign;
+  const uint64_t ub_pitch = row_ub + uint64_t{p.dstStride} * twin::kUbAlign;
+  const uint64_t gm_pitch = uint64_t{p.blockLen} + p.srcStride;
+  twin::CheckUbOperand(dst, ub_pitch * (p.blockCount - 1) + row_ub, op);
+  const uint64_t gm_elems = (gm_pitch * (p.blockCount - 1) + p.blockLen) / sizeof(T);
+  const auto* in = reinterpret_cast<const uint8_t*>(src.TwinSpan(gm_elems, op));
+  auto* out = reinterpret_cast<uint8_t*>(dst.TwinData(op));
+  auto& ctx = twin::Current();
+  ctx.CheckClear(twin::Hazard::kVToMte3, dst.TwinUbOffset(), ub_pitch * (p.blockCount - 1) + row_ub, op);
+  for (uint32_t r = 0; r < p.blockCount; ++r) {
+    std::memcpy(out + r * ub_pitch, in + r * gm_pitch, p.blockLen);
+    if (pad.isPad) {
+      auto* row = reinterpret_cast<T*>(out + r * ub_pitch);
+      for (uint64_t i = p.blockLen / sizeof(T); i < row_ub / sizeof(T); ++i) row[i] = pad.paddingValue;
+    }
+  }
+  ctx.Mark(twin::Hazard::kMte2ToV, dst.TwinUbOffset(), ub_pitch * (p.blockCount - 1) + row_ub);
+}
+
+// UB -> GM, rows of any byte length; only blockLen bytes per row reach GM.
+template <typename T>
+void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p) {
+  const char* op = "DataCopyPad(UB->GM)";
+  twin::Require(p.blockCount > 0 && p.blockLen > 0 && p.blockLen % sizeof(T) == 0,
+                [&] { return twin::Cat(op, ": blockCount ", p.blockCount, ", blockLen ", p.blockLen,
+                                       " bytes must be positive whole elements"); });
+  const uint64_t row_ub = (uint64_t{p.blockLen} + twin::kUbAlign - 1) / twin::kUbAlign * twin::kUbAlign;
+  const uint64_t ub_pitch = row_ub + uint64_t{p.srcStride} * twin::kUbAlign;
+  const uint64_t gm_pitch = uint64_t{p.blockLen} + p.dstStride;
+  twin::CheckUbOperand(src, ub_pitch * (p.blockCount - 1) + p.blockLen, op);
+  auto& ctx = twin::Current();
+  ctx.CheckClear(twin::Hazard::kVToMte3, src.TwinUbOffset(), ub_pitch * (p.blockCount - 1) + p.blockLen, op);
+  const uint64_t gm_elems = (gm_pitch * (p.blockCount - 1) + p.blockLen) / sizeof(T);
+  auto* out = reinterpret_cast<uint8_t*>(dst.TwinSpan(gm_elems, op));
+  const auto* in = reinterpret_cast<const uint8_t*>(src.TwinData(op));
+  for (uint32_t r = 0; r < p.blockCount; ++r) {
+    std::memcpy(out + r * gm_pitch, in + r * ub_pitch, p.blockLen);
+    twin::GmRegistry::Instance().NoteWrite(out + r * gm_pitch, p.blockLen);
+  }
+}
+
+}  // namespace AscendC

@@ -1,0 +1,231 @@
+// Twin of TPipe, TQue and TBuf: UB allocation and the tensor life cycle
+//   AllocTensor -> (write) -> EnQue -> DeQue -> (read) -> FreeTensor
+// with the device's failure modes turned into exceptions: UB overflow, allocating from a queue
+// whose buffers are all in use or dequeuing an empty queue (both hang a core), enqueuing past
+// the queue depth, freeing twice, and tensors still allocated when the block ends.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "twin_sync.h"
+#include "twin_tensor.h"
+
+namespace AscendC {
+
+enum class TPosition { GM, VECIN, VECOUT, VECCALC };
+using QuePosition = TPosition;
+
+namespace twin {
+
+// The position-independent part of a queue: its buffers and their states.
+class QueueCore {
+ public:
+  QueueCore(TPosition pos, int32_t depth) : pos_(pos), depth_(depth) {}
+  QueueCore(const QueueCore&) = delete;
+  QueueCore& operator=(const QueueCore&) = delete;
+  ~QueueCore() {
+    // Runs when the kernel object dies, still inside the block: report, never throw here.
+    if (t_current_block == nullptr) return;
+    for (const auto& s : slots_) {
+      if (s.state->allocated) {
+        t_current_block->ReportLeak(Cat("a ", PositionName(), " queue tensor (UB offset ", s.offset,
+                                        ") was allocated and never freed with FreeTensor"));
+      }
+    }
+  }
+
+  void Init(uint64_t first_offset, int num, uint64_t len) {
+    Require(slots_.empty(), [] { return std::string("InitBuffer called twice on one queue"); });
+    Require(num >= 1 && depth_ >= 1,
+            [&] { return Cat("queue needs >= 1 buffer and depth >= 1 (got ", num, ", ", depth_, ")"); });
+    for (int i = 0; i < num; ++i) {
+      slots_.push_back(Slot{first_offset + static_cast<uint64_t>(i) * len, len,
+                            std::make_shared<SlotState>(), false});
+    }
+  }
+
+  template <typename T>
+  LocalTensor<T> Alloc() {
+    Require(!slots_.empty(), [] { return std::string("AllocTensor before pipe.InitBuffer"); });
+    for (auto& s : slots_) {
+      if (!s.state->allocated) {
+        s.state->allocated = true;
+        return LocalTensor<T>(s.offset, static_cast<uint32_t>(s.len / sizeof(T)), s.state);
+      }
+    }
+    throw TwinError(Cat("Ascend C rule violated: AllocTensor on a ", PositionName(), " queue whose ",
+                        slots_.size(), " buffers are all in use (the core would wait forever)"));
+  }
+
+  template <typename T>
+  void EnQue(const LocalTensor<T>& t) {
+    Slot& s = SlotOf(t, "EnQue");
+    Require(!s.queued, [] { return std::string("EnQue of a tensor already in the queue"); });
+    Require(static_cast<int32_t>(fifo_.size()) < depth_, [&] {
+      return Cat("EnQue beyond the queue depth ", depth_, " of a ", PositionName(), " queue");
+    });
+    s.queued = true;
+    fifo_.push_back(&s);
+  }
+
+  template <typename T>
+  LocalTensor<T> DeQue() {
+    Require(!fifo_.empty(), [&] {
+      return Cat("DeQue on an empty ", PositionName(), " queue (the core would wait forever)");
+    });
+    Slot* s = fifo_.front();
+    fifo_.pop_front();
+    s->queued = false;
+    // The queue is the sync between producer and consumer pipe of this buffer.
+    auto& ctx = Current();
+    ctx.ClearRange(pos_ == TPosition::VECIN ? Hazard::kMte2ToV : Hazard::kVToMte3, s->offset, s->len);
+    return LocalTensor<T>(s->offset, static_cast<uint32_t>(s->len / sizeof(T)), s->state);
+  }
+
+  template <typename T>
+  void Free(const LocalTensor<T>& t) {
+    Slot& s = SlotOf(t, "FreeTensor");
+    Require(!s.queued, [] { return std::string("FreeTensor of a tensor still in the queue (DeQue it first)"); });
+    s.state->allocated = false;
+    ++s.state->generation;
+  }
+
+ private:
+  struct Slot {
+    uint64_t offset;
+    uint64_t len;
+    std::shared_ptr<SlotState> state;
+    bool queued;
+  };
+
+  const char* PositionName() const {
+    switch (pos_) {
+      case TPosition::VECIN: return "VECIN";
+      case TPosition::VECOUT: return "VECOUT";
+      case TPosition::VECCALC: return "VECCALC";
+      default: return "GM";
+    }
+  }
+
+  template <typename T>
+  Slot& SlotOf(const LocalTensor<T>& t, const char* op) {
+    for (auto& s : slots_) {
+      if (t.TwinSameSlot(s.state) && t.TwinUbOffset() == s.offset) {
+        Require(s.state->allocated, [&] {
+          return Cat(op, " of a tensor that is not allocated (already freed?)");
+        });
+        t.TwinData(op);  // stale handle after a free + re-alloc
+        return s;
+      }
+    }
+    throw TwinError(Cat("Ascend C rule violated: ", op, " of a tensor that is not a whole buffer of this ",
+                        PositionName(), " queue"));
+  }
+
+  TPosition pos_;
+  int32_t depth_;
+  std::vector<Slot> slots_;
+  std::deque<Slot*> fifo_;
+};
+
+}  // namespace twin
+
+template <TPosition Pos, int32_t Depth>
+class TQue {
+ public:
+  TQue() : core_(Pos, Depth) {}
+  template <typename T>
+  LocalTensor<T> AllocTensor() { return core_.template Alloc<T>(); }
+  template <typename T>
+  void EnQue(const LocalTensor<T>& t) { core_.EnQue(t); }
+  template <typename T>
+  LocalTensor<T> DeQue() { return core_.template DeQue<T>(); }
+  template <typename T>
+  void FreeTensor(const LocalTensor<T>& t) { core_.Free(t); }
+
+  twin::QueueCore& TwinCore() { return core_; }
+
+ private:
+  twin::QueueCore core_;
+};
+
+template <TPosition Pos>
+class TBuf {
+ public:
+  template <typename T>
+  LocalTensor<T> Get() const {
+    twin::Require(len_ > 0, [] { return std::string("TBuf::Get before pipe.InitBuffer"); });
+    return LocalTensor<T>(offset_, static_cast<uint32_t>(len_ / sizeof(T)), nullptr);
+  }
+  template <typename T>
+  LocalTensor<T> Get(uint32_t count) const {
+    twin::Require(uint64_t{count} * sizeof(T) <= len_, [&] {
+      return twin::Cat("TBuf::Get(", count, ") beyond its ", len_, " bytes");
+    });
+    return LocalTensor<T>(offset_, count, nullptr);
+  }
+  void TwinInit(uint64_t offset, uint64_t len) {
+    twin::Require(len_ == 0, [] { return std::string("InitBuffer called twice on one TBuf"); });
+    offset_ = offset;
+    len_ = len;
+  }
+
+ private:
+  uint64_t offset_ = 0;
+  uint64_t len_ = 0;
+};
+
+class TPipe {
+ public:
+  TPipe() {
+    auto& ctx = twin::Current();
+    twin::Require(ctx.live_pipes == 0, [] { return std::string("a second TPipe on one core"); });
+    ++ctx.live_pipes;
+    ctx.pipe = this;
+  }
+  TPipe(const TPipe&) = delete;
+  TPipe& operator=(const TPipe&) = delete;
+  ~TPipe() {
+    if (twin::t_current_block != nullptr) {
+      --twin::t_current_block->live_pipes;
+      twin::t_current_block->pipe = nullptr;
+    }
+  }
+
+  // `num` buffers of `len` bytes each (len rounded up to 32 bytes as on the device).
+  template <TPosition Pos, int32_t Depth>
+  void InitBuffer(TQue<Pos, Depth>& que, uint8_t num, uint32_t len) {
+    auto& ctx = twin::Current();
+    const uint64_t rounded = (uint64_t{len} + twin::kUbAlign - 1) / twin::kUbAlign * twin::kUbAlign;
+    const uint64_t offset = ctx.AllocUb(rounded * num, "TPipe::InitBuffer(TQue)");
+    que.TwinCore().Init(offset, num, rounded);
+  }
+  template <TPosition Pos>
+  void InitBuffer(TBuf<Pos>& buf, uint32_t len) {
+    auto& ctx = twin::Current();
+    const uint64_t offset = ctx.AllocUb(len, "TPipe::InitBuffer(TBuf)");
+    buf.TwinInit(offset, len);
+  }
+
+  // The lowest event id of this type with no SetFlag pending.
+  int32_t FetchEventID(HardEvent e) const {
+    auto& ctx = twin::Current();
+    for (int id = 0; id < twin::kEventIdsPerType; ++id) {
+      if (!ctx.FlagPending(static_cast<int>(e), id)) return id;
+    }
+    throw twin::TwinError(twin::Cat("Ascend C rule violated: FetchEventID<", twin::EventName(e),
+                                    ">: all event ids are pending"));
+  }
+};
+
+inline TPipe* GetTPipePtr() {
+  auto& ctx = twin::Current();
+  twin::Require(ctx.pipe != nullptr, [] { return std::string("GetTPipePtr with no live TPipe"); });
+  return static_cast<TPipe*>(ctx.pipe);
+}
+
+}  // namespace AscendC

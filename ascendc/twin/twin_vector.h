@@ -1,0 +1,178 @@
+// Twin of the vector (V pipe) ops the kernels use, in their "first `count` elements" form.
+// Rules checked on every operand: 32-byte aligned UB start, `count` within the tensor, tensor
+// still allocated, and no unsynchronised producer (MTE2 copy-in or scalar SetValue) pending.
+// Math ops are float-only here because the kernels compute in float32 (Cast first); supporting
+// half arithmetic would let a kernel silently compute in 16 bits.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "twin_tensor.h"
+#include "twin_types.h"
+
+namespace AscendC {
+namespace twin {
+
+template <typename T>
+T* VecSrc(const LocalTensor<T>& t, uint32_t count, const char* op) {
+  Require(t.TwinUbOffset() % kUbAlign == 0, [&] {
+    return Cat(op, ": source at UB offset ", t.TwinUbOffset(), " is not 32-byte aligned");
+  });
+  Require(count <= t.GetSize(), [&] {
+    return Cat(op, ": count ", count, " exceeds the source tensor's ", t.GetSize(), " elements");
+  });
+  auto& ctx = Current();
+  const uint64_t bytes = uint64_t{count} * sizeof(T);
+  ctx.CheckClear(Hazard::kMte2ToV, t.TwinUbOffset(), bytes, op);
+  ctx.CheckClear(Hazard::kSToV, t.TwinUbOffset(), bytes, op);
+  return t.TwinData(op);
+}
+
+template <typename T>
+T* VecDst(const LocalTensor<T>& t, uint32_t count, const char* op) {
+  Require(t.TwinUbOffset() % kUbAlign == 0, [&] {
+    return Cat(op, ": destination at UB offset ", t.TwinUbOffset(), " is not 32-byte aligned");
+  });
+  Require(count <= t.GetSize(), [&] {
+    return Cat(op, ": count ", count, " exceeds the destination tensor's ", t.GetSize(), " elements");
+  });
+  auto& ctx = Current();
+  const uint64_t bytes = uint64_t{count} * sizeof(T);
+  ctx.CheckClear(Hazard::kMte2ToV, t.TwinUbOffset(), bytes, op);  // copy-in still landing
+  ctx.Mark(Hazard::kVToS, t.TwinUbOffset(), bytes);
+  ctx.Mark(Hazard::kVToMte3, t.TwinUbOffset(), bytes);
+  return t.TwinData(op);
+}
+
+template <typename T>
+constexpr void RequireFloat() {
+  static_assert(std::is_same_v<T, float>, "the twin implements vector math in float32 only: Cast first");
+}
+
+template <typename T, typename F>
+void Binary(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, uint32_t count,
+            const char* op, F f) {
+  RequireFloat<T>();
+  const T* pa = VecSrc(a, count, op);
+  const T* pb = VecSrc(b, count, op);
+  T* pd = VecDst(dst, count, op);
+  for (uint32_t i = 0; i < count; ++i) pd[i] = f(pa[i], pb[i]);
+}
+
+template <typename T, typename F>
+void Unary(const LocalTensor<T>& dst, const LocalTensor<T>& a, uint32_t count, const char* op, F f) {
+  RequireFloat<T>();
+  const T* pa = VecSrc(a, count, op);
+  T* pd = VecDst(dst, count, op);
+  for (uint32_t i = 0; i < count; ++i) pd[i] = f(pa[i]);
+}
+
+}  // namespace twin
+
+template <typename T>
+void Add(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, uint32_t count) {
+  twin::Binary(dst, a, b, count, "Add", [](T x, T y) { return x + y; });
+}
+template <typename T>
+void Sub(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, uint32_t count) {
+  twin::Binary(dst, a, b, count, "Sub", [](T x, T y) { return x - y; });
+}
+template <typename T>
+void Mul(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, uint32_t count) {
+  twin::Binary(dst, a, b, count, "Mul", [](T x, T y) { return x * y; });
+}
+template <typename T>
+void Div(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, uint32_t count) {
+  twin::Binary(dst, a, b, count, "Div", [](T x, T y) { return x / y; });
+}
+template <typename T>
+void Muls(const LocalTensor<T>& dst, const LocalTensor<T>& a, T scalar, uint32_t count) {
+  twin::Unary(dst, a, count, "Muls", [scalar](T x) { return x * scalar; });
+}
+template <typename T>
+void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& a, T scalar, uint32_t count) {
+  twin::Unary(dst, a, count, "Adds", [scalar](T x) { return x + scalar; });
+}
+template <typename T>
+void Exp(const LocalTensor<T>& dst, const LocalTensor<T>& a, uint32_t count) {
+  twin::Unary(dst, a, count, "Exp", [](T x) { return std::exp(x); });
+}
+template <typename T>
+void Duplicate(const LocalTensor<T>& dst, T scalar, uint32_t count) {
+  twin::RequireFloat<T>();
+  T* pd = twin::VecDst(dst, count, "Duplicate");
+  for (uint32_t i = 0; i < count; ++i) pd[i] = scalar;
+}
+
+// Workspace elements ReduceSum needs: one partial per 256-byte repeat, rounded to 32 bytes.
+template <typename T>
+constexpr uint32_t ReduceSumWorkElems(uint32_t count) {
+  const uint32_t per_repeat = 256 / sizeof(T);
+  const uint32_t per_block = 32 / sizeof(T);
+  const uint32_t partials = (count + per_repeat - 1) / per_repeat;
+  return (partials + per_block - 1) / per_block * per_block;
+}
+
+// dst[0] = sum of the first `count` elements; per-repeat partials first, as the device does.
+template <typename T>
+void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work, uint32_t count) {
+  twin::RequireFloat<T>();
+  const char* op = "ReduceSum";
+  const T* ps = twin::VecSrc(src, count, op);
+  T* pw = twin::VecDst(work, ReduceSumWorkElems<T>(count), "ReduceSum (workspace)");
+  T* pd = twin::VecDst(dst, 1, op);
+  constexpr uint32_t kPerRepeat = 256 / sizeof(T);
+  const uint32_t partials = (count + kPerRepeat - 1) / kPerRepeat;
+  for (uint32_t r = 0; r < partials; ++r) {
+    T acc = 0;
+    for (uint32_t i = r * kPerRepeat; i < count && i < (r + 1) * kPerRepeat; ++i) acc += ps[i];
+    pw[r] = acc;
+  }
+  T total = 0;
+  for (uint32_t r = 0; r < partials; ++r) total += pw[r];
+  pd[0] = total;
+}
+
+namespace twin {
+// Which (destination, source, round mode) conversions the device's Cast accepts, for the types
+// the twin has. 16-bit -> float is exact and takes CAST_NONE only; float -> bfloat16_t has no
+// CAST_NONE or CAST_ODD; float -> half treats CAST_NONE as round-to-nearest-even.
+template <typename D, typename S>
+bool CastSupported(RoundMode mode) {
+  if constexpr (std::is_same_v<D, float> && (std::is_same_v<S, half> || std::is_same_v<S, bfloat16_t>)) {
+    return mode == RoundMode::CAST_NONE;
+  } else if constexpr (std::is_same_v<D, half> && std::is_same_v<S, float>) {
+    return true;
+  } else if constexpr (std::is_same_v<D, bfloat16_t> && std::is_same_v<S, float>) {
+    return mode != RoundMode::CAST_NONE && mode != RoundMode::CAST_ODD;
+  } else {
+    return false;
+  }
+}
+
+template <typename D, typename S>
+D ConvertOne(S v, RoundMode mode) {
+  if constexpr (std::is_same_v<D, float>) {
+    return static_cast<float>(v);
+  } else {
+    D out;
+    out.bits = RoundToBits(v, std::is_same_v<D, half> ? kHalfFormat : kBf16Format, mode);
+    return out;
+  }
+}
+}  // namespace twin
+
+template <typename D, typename S>
+void Cast(const LocalTensor<D>& dst, const LocalTensor<S>& src, RoundMode mode, uint32_t count) {
+  const char* op = "Cast";
+  twin::Require(twin::CastSupported<D, S>(mode), [&] {
+    return twin::Cat("Cast: round mode ", twin::RoundModeName(mode), " is not supported for this type pair");
+  });
+  const S* ps = twin::VecSrc(src, count, op);
+  D* pd = twin::VecDst(dst, count, op);
+  for (uint32_t i = 0; i < count; ++i) pd[i] = twin::ConvertOne<D, S>(ps[i], mode);
+}
+
+}  // namespace AscendC

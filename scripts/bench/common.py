@@ -1,0 +1,125 @@
+"""Timing, ceilings and reporting shared by the benchmark modules.
+
+Every number a module reports is measured in the same process and run: the op, the machine's
+ceiling (NumPy copy bandwidth or NumPy float32 GEMM rate) and the baseline a user would
+otherwise run (MindSpore autodiff of the composite forward).
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import psutil
+
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def sync() -> None:
+    """Waits for MindSpore's asynchronous work to finish."""
+    ms.runtime.synchronize()
+
+
+def timeit(fn: Callable[[], object], *, warmup: int = 1, repeat: int = 5) -> float:
+    """Median wall time of ``fn()`` in seconds (MindSpore work synchronised)."""
+    for _ in range(warmup):
+        fn()
+        sync()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def numpy_copy_gbps(n_bytes: int = 256 << 20, repeat: int = 7) -> float:
+    """NumPy copy bandwidth in GB/s, counting bytes read + written (best of ``repeat``)."""
+    src = np.random.default_rng(0).integers(0, 255, n_bytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n_bytes / best / 1e9
+
+
+def numpy_gemm_gflops(m: int, n: int, k: int, repeat: int = 5) -> float:
+    """NumPy float32 GEMM rate in GFLOP/s (best of ``repeat``) for ``[m, k] x [k, n]``."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    a @ b
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * m * n * k / best / 1e9
+
+
+class PeakMemory:
+    """Peak resident-set growth (bytes) of this process inside a ``with`` block (1 ms sampling)."""
+
+    def __init__(self) -> None:
+        self._proc = psutil.Process()
+        self._stop = threading.Event()
+        self.base = 0
+        self.peak = 0
+
+    def __enter__(self) -> PeakMemory:
+        self.base = self.peak = self._proc.memory_info().rss
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+            time.sleep(0.001)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.base
+
+
+def machine_line() -> str:
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, MindSpore {ms.__version__}, "
+            f"NumPy {np.__version__}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+
+
+def markdown_table(rows: list[dict[str, object]]) -> str:
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_report(name: str, title: str, sections: list[tuple[str, list[dict[str, object]]]],
+                 notes: list[str]) -> Path:
+    """Prints the tables and writes them to ``benchmarks/<name>.md``."""
+    text = [f"# {title}", "", f"Measured: {machine_line()}", ""]
+    for heading, rows in sections:
+        text += [f"## {heading}", "", markdown_table(rows), ""]
+    text += [f"- {n}" for n in notes]
+    out = "\n".join(text) + "\n"
+    print(out)
+    RESULTS_DIR.mkdir(exist_ok=True)
+    path = RESULTS_DIR / f"{name}.md"
+    path.write_text(out)
+    return path

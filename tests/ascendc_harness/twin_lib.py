@@ -1,0 +1,201 @@
+"""ctypes bindings of the twin harness library, plus 16-bit <-> float helpers.
+
+Every kernel call registers its GM buffers with exact sizes, poisons outputs with NaN first, and
+returns the twin's measurements (UB footprint, write counts), so tests can check what the
+kernel did, not only what it computed.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from .build import build
+
+DTYPE_CODES = {"float16": 0, "bfloat16": 1}
+ROUND_MODES = ("CAST_NONE", "CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND", "CAST_TRUNC", "CAST_ODD")
+DEFAULT_UB = 192 * 1024
+NAN16 = 0xFFFF  # a NaN in both float16 and bfloat16: unwritten outputs show up
+_I64 = ctypes.c_int64
+_P = ctypes.c_void_p
+_ERR_LEN = 4096
+
+
+class RunInfo(ctypes.Structure):
+    """Mirror of harness::RunInfo."""
+
+    _fields_ = [("ub_peak_bytes", _I64), ("tiling_ub_bytes", _I64), ("blocks", _I64), ("tile_rows", _I64),
+                ("min_writes", _I64), ("max_writes", _I64)]
+
+
+class TwinRuleError(RuntimeError):
+    """An Ascend C rule the twin enforces was violated."""
+
+
+class TilingError(ValueError):
+    """The pure tiling function rejected the shape."""
+
+
+@functools.cache
+def lib() -> ctypes.CDLL:
+    """The compiled harness (built once per process, cached on disk by source hash)."""
+    return ctypes.CDLL(str(build()))
+
+
+def _raise_for(code: int, err: ctypes.Array) -> None:
+    msg = err.value.decode(errors="replace")
+    if code == 1:
+        raise TwinRuleError(msg)
+    if code == 3:
+        raise TilingError(msg)
+    if code != 0:
+        raise RuntimeError(f"twin harness error {code}: {msg}")
+
+
+def _ptr(a: np.ndarray) -> int:
+    assert a.flags.c_contiguous
+    return a.ctypes.data
+
+
+# ---------------------------------------------------------------- 16-bit storage
+def to_bits(x: np.ndarray, dtype: str) -> np.ndarray:
+    """``x`` rounded to nearest even in ``dtype``, as raw uint16 bits."""
+    x32 = np.ascontiguousarray(x, np.float32)
+    if dtype == "float16":
+        return x32.astype(np.float16).view(np.uint16)
+    u = x32.view(np.uint32).astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x32), np.uint16(0x7FC0), bits)
+
+
+def from_bits(bits: np.ndarray, dtype: str) -> np.ndarray:
+    """Raw 16-bit values of ``dtype`` as float64."""
+    if dtype == "float16":
+        return bits.view(np.float16).astype(np.float64)
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def poisoned(shape: tuple[int, ...]) -> np.ndarray:
+    return np.full(shape, NAN16, np.uint16)
+
+
+# ---------------------------------------------------------------- kernels
+@dataclass
+class KernelRun:
+    outputs: tuple[np.ndarray, ...]  # float64 values of every output
+    info: RunInfo
+
+
+def _call(fn_name: str, *args: object) -> RunInfo:
+    info = RunInfo()
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    fn = getattr(lib(), fn_name)
+    fn.restype = ctypes.c_int
+    code = fn(*args, ctypes.byref(info), err, _I64(_ERR_LEN))
+    _raise_for(code, err)
+    return info
+
+
+def cla_gate_backward(dtype: str, grad: np.ndarray, og: np.ndarray, ol: np.ndarray, zg: np.ndarray,
+                      zl: np.ndarray, core_num: int, ub_bytes: int = DEFAULT_UB) -> KernelRun:
+    t, n, d = grad.shape
+    ins = [to_bits(a, dtype) for a in (grad, og, ol, zg, zl)]
+    outs = [poisoned((t, n, d)), poisoned((t, n, d)), poisoned((t, n)), poisoned((t, n))]
+    info = _call("twin_cla_gate_backward", ctypes.c_int(DTYPE_CODES[dtype]), _I64(t), _I64(n), _I64(d),
+                 *(_P(_ptr(a)) for a in ins), *(_P(_ptr(a)) for a in outs), _I64(core_num), _I64(ub_bytes))
+    return KernelRun(tuple(from_bits(o, dtype) for o in outs), info)
+
+
+def cla_gate_merge(dtype: str, og: np.ndarray, ol: np.ndarray, zg: np.ndarray, zl: np.ndarray, core_num: int,
+                   ub_bytes: int = DEFAULT_UB) -> KernelRun:
+    t, n, d = og.shape
+    ins = [to_bits(a, dtype) for a in (og, ol, zg, zl)]
+    out = poisoned((t, n, d))
+    info = _call("twin_cla_gate_merge", ctypes.c_int(DTYPE_CODES[dtype]), _I64(t), _I64(n), _I64(d),
+                 *(_P(_ptr(a)) for a in ins), _P(_ptr(out)), _I64(core_num), _I64(ub_bytes))
+    return KernelRun((from_bits(out, dtype),), info)
+
+
+ROPE_VARIANTS = {"rope": 0, "atb": 1, "vjp": 2}
+
+
+def rope_family(variant: str, dtype: str, x1: np.ndarray, x2: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+                q_seq_len: np.ndarray, core_num: int, ub_bytes: int = DEFAULT_UB) -> KernelRun:
+    """``variant``: "rope" (forward), "atb" or "vjp" (rope_grad modes)."""
+    n_tokens, hidden = x1.shape
+    max_seq = cos.shape[0]
+    lens = np.ascontiguousarray(q_seq_len, np.int32)
+    ins = [to_bits(a, dtype) for a in (x1, x2, cos, sin)]
+    outs = [poisoned((n_tokens, hidden)), poisoned((n_tokens, hidden))]
+    info = _call("twin_rope_family", ctypes.c_int(ROPE_VARIANTS[variant]), ctypes.c_int(DTYPE_CODES[dtype]),
+                 _I64(n_tokens), _I64(hidden), _I64(max_seq), _I64(lens.size), *(_P(_ptr(a)) for a in ins),
+                 _P(_ptr(lens)), *(_P(_ptr(a)) for a in outs), _I64(core_num), _I64(ub_bytes))
+    return KernelRun(tuple(from_bits(o, dtype) for o in outs), info)
+
+
+# ---------------------------------------------------------------- tiling schedules
+@dataclass
+class Schedule:
+    used_cores: int
+    tile_rows: int
+    ub_bytes: int
+    starts: np.ndarray
+    counts: np.ndarray
+
+
+def _schedule(fn_name: str, shape_args: tuple[int, ...], core_num: int, ub_bytes: int,
+              lead: tuple[object, ...] = ()) -> Schedule:
+    used, tile, ub = _I64(), _I64(), _I64()
+    starts = np.zeros(max(core_num, 1), np.int64)
+    counts = np.zeros(max(core_num, 1), np.int64)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    fn = getattr(lib(), fn_name)
+    code = fn(*lead, *(_I64(v) for v in shape_args), _I64(core_num), _I64(ub_bytes), ctypes.byref(used),
+              ctypes.byref(tile), ctypes.byref(ub), _P(_ptr(starts)), _P(_ptr(counts)), err, _I64(_ERR_LEN))
+    _raise_for(code, err)
+    return Schedule(used.value, tile.value, ub.value, starts[: used.value], counts[: used.value])
+
+
+def cla_gate_schedule(kernel: str, t: int, n: int, d: int, core_num: int, ub_bytes: int = DEFAULT_UB) -> Schedule:
+    code = ctypes.c_int({"merge": 0, "backward": 1}[kernel])
+    return _schedule("twin_cla_gate_schedule", (t, n, d), core_num, ub_bytes, (code,))
+
+
+def rope_schedule(n_tokens: int, hidden: int, max_seq: int, batch: int, core_num: int,
+                  ub_bytes: int = DEFAULT_UB) -> Schedule:
+    return _schedule("twin_rope_schedule", (n_tokens, hidden, max_seq, batch), core_num, ub_bytes)
+
+
+# ---------------------------------------------------------------- twin self-tests
+def snippet_names() -> list[str]:
+    buf = ctypes.create_string_buffer(_ERR_LEN)
+    lib().twin_snippet_names(buf, _I64(_ERR_LEN))
+    return buf.value.decode().split(",")
+
+
+def run_snippet(name: str, ub_bytes: int = DEFAULT_UB) -> tuple[int, str, str]:
+    """(status, expected message part, message): status 0 clean, 1 rule fired."""
+    expect = ctypes.create_string_buffer(256)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().twin_snippet(name.encode(), _I64(ub_bytes), expect, _I64(256), err, _I64(_ERR_LEN))
+    return code, expect.value.decode(), err.value.decode(errors="replace")
+
+
+def block_ids(blocks: int) -> np.ndarray:
+    out = np.full(2 * blocks, -1, np.int64)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    _raise_for(lib().twin_block_ids(_I64(blocks), _P(_ptr(out)), err, _I64(_ERR_LEN)), err)
+    return out.reshape(blocks, 2)
+
+
+def cast_from_float(x: np.ndarray, dtype: str, mode: str) -> np.ndarray:
+    """The twin's Cast float32 -> ``dtype`` with ``mode``, as raw bits."""
+    x32 = np.ascontiguousarray(x, np.float32)
+    out = np.zeros(x32.size, np.uint16)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().twin_cast_from_float(ctypes.c_int(DTYPE_CODES[dtype]), ctypes.c_int(ROUND_MODES.index(mode)),
+                                      _P(_ptr(x32)), _P(_ptr(out)), _I64(x32.size), err, _I64(_ERR_LEN))
+    _raise_for(code, err)
+    return out
