@@ -25,6 +25,8 @@ namespace {
 
 constexpr const char* kOp = "sparse_flash_attention_grad";
 constexpr int64_t kMaxPartitions = 8;
+// Keys per dK/dV GEMM slice (a multiple of kKeyPad): the slice's rows stay in L2 for the scatter.
+constexpr int64_t kScatter = 256;
 
 struct Slots {
   int q, k, v, idx, dout, out, smax, ssum, lq, lkv, qr, kr, dq, dk, dv, dqr, dkr;
@@ -116,7 +118,7 @@ void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, con
     std::vector<int32_t> keys;
     std::vector<CT> qt(g * p.dq), ot(g * p.dv), kt(kChunk * p.dq), vt(v_in_k ? 0 : kChunk * p.dv);
     std::vector<CT> pt(kF32 ? 0 : g * kChunk), dst(kF32 ? 0 : g * kChunk);
-    std::vector<float> sc(g * kChunk), dp(g * kChunk), dq_acc(g * p.dq), dkc(kChunk * p.dq), dvc(kChunk * p.dv);
+    std::vector<float> sc(g * kChunk), dp(g * kChunk), dq_acc(g * p.dq), dkc(kScatter * p.dq), dvc(kScatter * p.dv);
     std::vector<float> fo(g * p.dv), fdo(g * p.dv), delta(g);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t pi = 0; pi < n_parts; ++pi) {
@@ -170,15 +172,20 @@ void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, con
                 // dQf [G, dq] += scale dS [G, ncp] . Kf [ncp, dq]
                 mm(gemm::Trans::kNo, gemm::Trans::kNo, g, p.dq, ncp, p.scale, dstile, ncp, kt.data(), p.dq, 1.0f,
                    dq_acc.data(), p.dq);
-                // dKf chunk [ncp, dq] = scale dS^T . Q;  dV chunk [ncp, dv] = P^T . dO
-                mm(gemm::Trans::kYes, gemm::Trans::kNo, ncp, p.dq, g, p.scale, dstile, ncp, qt.data(), p.dq, 0.0f,
-                   dkc.data(), p.dq);
-                mm(gemm::Trans::kYes, gemm::Trans::kNo, ncp, p.dv, g, 1.0f, ptile, ncp, ot.data(), p.dv, 0.0f,
-                   dvc.data(), p.dv);
-                for (int64_t r = 0; r < nc; ++r) {
-                  const int64_t local = (keys[c0 + r] - part.k0) * p.n2 + grp;
-                  add_to(dkb.data() + local * p.dq, dkc.data() + r * p.dq, p.dq);
-                  add_to(dvb.data() + local * p.dv, dvc.data() + r * p.dv, p.dv);
+                // dKf [ncp, dq] = scale dS^T . Q and dV [ncp, dv] = P^T . dO, in slices of kScatter keys so
+                // the per-key rows are scatter-added while still in cache.
+                for (int64_t s0 = 0; s0 < nc; s0 += kScatter) {
+                  const int64_t ms = std::min(kScatter, ncp - s0);
+                  mm(gemm::Trans::kYes, gemm::Trans::kNo, ms, p.dq, g, p.scale, dstile + s0, ncp, qt.data(), p.dq,
+                     0.0f, dkc.data(), p.dq);
+                  mm(gemm::Trans::kYes, gemm::Trans::kNo, ms, p.dv, g, 1.0f, ptile + s0, ncp, ot.data(), p.dv, 0.0f,
+                     dvc.data(), p.dv);
+                  const int64_t ns = std::min(kScatter, nc - s0);
+                  for (int64_t r = 0; r < ns; ++r) {
+                    const int64_t local = (keys[c0 + s0 + r] - part.k0) * p.n2 + grp;
+                    add_to(dkb.data() + local * p.dq, dkc.data() + r * p.dq, p.dq);
+                    add_to(dvb.data() + local * p.dv, dvc.data() + r * p.dv, p.dv);
+                  }
                 }
               }
             }

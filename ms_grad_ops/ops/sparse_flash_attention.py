@@ -43,12 +43,12 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor, sparse_ind
     lkv = seq_lengths(_OP, "actual_seq_lengths_kv", actual_seq_lengths_kv, layout, key.shape[0])
     scale, bs, mode = float(scale_value), int(sparse_block_size), int(sparse_mode)
     if rope:
-        validate(_OP, (("query", query), ("key", key), ("value", value), ("sparse_indices", sparse_indices),
-                       ("query_rope", query_rope), ("key_rope", key_rope), ("actual_seq_lengths_query", lq),
-                       ("actual_seq_lengths_kv", lkv)), scale, bs, layout, mode)
+        validate(_OP, ("query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query",
+                       "actual_seq_lengths_kv"),
+                 (query, key, value, sparse_indices, query_rope, key_rope, lq, lkv), (scale, bs, layout, mode))
         prim = primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode)
         return prim(query, key, value, sparse_indices, query_rope, key_rope, lq, lkv)
-    validate(_OP, (("query", query), ("key", key), ("value", value), ("sparse_indices", sparse_indices),
-                   ("actual_seq_lengths_query", lq), ("actual_seq_lengths_kv", lkv)), scale, bs, layout, mode)
+    validate(_OP, ("query", "key", "value", "sparse_indices", "actual_seq_lengths_query", "actual_seq_lengths_kv"),
+             (query, key, value, sparse_indices, lq, lkv), (scale, bs, layout, mode))
     prim = primitive(_OP + "_no_rope", scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode)
     return prim(query, key, value, sparse_indices, lq, lkv)

@@ -40,17 +40,17 @@ def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor, spars
     lkv = seq_lengths(_OP, "actual_seq_lengths_kv", actual_seq_lengths_kv, layout, key.shape[0])
     scale, bs, mode = float(scale_value), int(sparse_block_size), int(sparse_mode)
     pre, nxt = int(pre_tokens), int(next_tokens)
-    common = (("query", query), ("key", key), ("value", value), ("sparse_indices", sparse_indices), ("d_out", d_out),
-              ("out", out), ("softmax_max", softmax_max), ("softmax_sum", softmax_sum),
-              ("actual_seq_lengths_query", lq), ("actual_seq_lengths_kv", lkv))
+    names = ("query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum",
+             "actual_seq_lengths_query", "actual_seq_lengths_kv")
+    attrs = (scale, bs, layout, mode, pre, nxt)
     if rope:
-        validate(_OP, common + (("query_rope", query_rope), ("key_rope", key_rope)), scale, bs, layout, mode, pre,
-                 nxt)
+        validate(_OP, names + ("query_rope", "key_rope"), (query, key, value, sparse_indices, d_out, out, softmax_max,
+                                                           softmax_sum, lq, lkv, query_rope, key_rope), attrs)
         prim = primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode,
                          pre_tokens=pre, next_tokens=nxt, deterministic=bool(deterministic))
         return prim(query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum, lq, lkv, query_rope,
                     key_rope)
-    validate(_OP, common, scale, bs, layout, mode, pre, nxt)
+    validate(_OP, names, (query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum, lq, lkv), attrs)
     prim = primitive(_OP + "_no_rope", scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode,
                      pre_tokens=pre, next_tokens=nxt, deterministic=bool(deterministic))
     d_query, d_key, d_value = prim(query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum, lq, lkv)
