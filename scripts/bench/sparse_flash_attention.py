@@ -151,7 +151,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, nargs="+", default=[1024, 2048])
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--composite", type=int, nargs=3, default=[1024, 16, 1024], metavar=("SEQ", "N1", "K"))
+    ap.add_argument("--composite", type=int, nargs=3, default=[1024, 64, 1024], metavar=("SEQ", "N1", "K"))
     ap.add_argument("--no-composite", action="store_true")
     ap.add_argument("--worker", choices=["op", "composite"])
     ap.add_argument("--dtype", default="bfloat16")
