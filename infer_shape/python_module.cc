@@ -16,10 +16,13 @@
 #include "rope.h"
 #include "rope_grad.h"
 #include "sparse_lightning_indexer_grad_kl_loss.h"
+#include "sparse_flash_attention.h"
+#include "sparse_flash_attention_grad.h"
 
 namespace py = pybind11;
 using mgo::infer::InferResult;
 using mgo::infer::Shape;
+using mgo::infer::SfaAttrs;
 using mgo::infer::TensorDesc;
 
 namespace {
@@ -73,4 +76,15 @@ PYBIND11_MODULE(_validate, m) {
                                                     const std::string& layout, int64_t sparse_mode) {
     return outputs(mgo::infer::sparse_lightning_indexer_grad_kl_loss(descs(s, t), layout, sparse_mode));
   });
+  // Attributes: scale_value, sparse_block_size, layout, sparse_mode (+ pre_tokens, next_tokens).
+  m.def("sparse_flash_attention", [](const std::vector<Shape>& s, const std::vector<std::string>& t, double scale,
+                                     int64_t bs, const std::string& layout, int64_t mode) {
+    return outputs(mgo::infer::sparse_flash_attention(descs(s, t), SfaAttrs{scale, bs, layout, mode}));
+  });
+  m.def("sparse_flash_attention_grad",
+        [](const std::vector<Shape>& s, const std::vector<std::string>& t, double scale, int64_t bs,
+           const std::string& layout, int64_t mode, int64_t pre_tokens, int64_t next_tokens) {
+          return outputs(mgo::infer::sparse_flash_attention_grad(
+              descs(s, t), SfaAttrs{scale, bs, layout, mode, pre_tokens, next_tokens}));
+        });
 }

@@ -3,5 +3,6 @@ from .cla_gate_merge import ClaGateMerge
 from .indexer_kl_loss import IndexerKLLoss
 from .lightning_indexer import LightningIndexer
 from .rotary_embedding import RotaryEmbedding
+from .sparse_flash_attention import SparseFlashAttention
 
-__all__ = ["ClaGateMerge", "IndexerKLLoss", "LightningIndexer", "RotaryEmbedding"]
+__all__ = ["ClaGateMerge", "IndexerKLLoss", "LightningIndexer", "RotaryEmbedding", "SparseFlashAttention"]

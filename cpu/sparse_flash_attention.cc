@@ -1,0 +1,182 @@
+// CPU AOT kernel of `sparse_flash_attention` (SPEC section 3, forward): out, softmax_max, softmax_sum.
+//
+// Per query row and key group: gather the visible selected keys into a tile (chunks of kChunk),
+// S = scale * Q Kf^T and O += P V on the GEMM wrapper, online softmax across chunks. Never forms a
+// [T, K, D] gather or a [T, S2] score matrix. Rows are independent, so any schedule is
+// deterministic. Two exported variants: with rope (SparseFlashAttention) and without
+// (SparseFlashAttentionNoRope), because an AOT op cannot take None inputs.
+#include "../infer_shape/sparse_flash_attention.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "sparse_flash_attention_common.h"
+
+using mgo::aot::AotExtra;
+using mgo::aot::TypeId;
+
+namespace mgo::cpu::sfa {
+namespace {
+
+constexpr const char* kOp = "sparse_flash_attention";
+
+struct Slots {
+  int q, k, v, idx, qr, kr, lq, lkv, out, smax, ssum;
+};
+constexpr Slots kWithRope{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+constexpr Slots kNoRope{0, 1, 2, 3, -1, -1, 4, 5, 6, 7, 8};
+
+template <typename T>
+void forward(const aot::KernelArgs& args, const Problem& p, const Slots& s, const std::vector<int64_t>& counts) {
+  using CT = compute_t<T>;
+  const T* query = args.as<const T>(s.q);
+  const T* key = args.as<const T>(s.k);
+  const T* value = args.as<const T>(s.v);
+  const T* query_rope = s.qr >= 0 ? args.as<const T>(s.qr) : nullptr;
+  const T* key_rope = s.kr >= 0 ? args.as<const T>(s.kr) : nullptr;
+  const int32_t* indices = args.as<const int32_t>(s.idx);
+  T* out = args.as<T>(s.out);
+  float* smax = args.as<float>(s.smax);
+  float* ssum = args.as<float>(s.ssum);
+  // MLA passes one tensor as key and value: then V is the first dv columns of the key tile.
+  const bool v_in_k = static_cast<const void*>(value) == static_cast<const void*>(key) && p.dv <= p.d;
+  const int64_t ldv = v_in_k ? p.dq : p.dv;
+  const int64_t g = p.g;
+  const int64_t rows = p.t1 * p.n2;
+  constexpr float kLowest = std::numeric_limits<float>::lowest();
+  bool failed = false;
+  std::string error;
+#pragma omp parallel
+  {
+    std::vector<int32_t> keys;
+    std::vector<CT> qt(g * p.dq), kt(kChunk * p.dq), vt(v_in_k ? 0 : kChunk * p.dv),
+        pt(std::is_same_v<CT, float> ? 0 : g * kChunk);
+    std::vector<float> sc(g * kChunk), acc(g * p.dv), m(g), l(g);
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t t = row / p.n2;
+      const int64_t grp = row % p.n2;
+      const int64_t so = p.stats_offset(t, grp);
+      T* out_row = out + (t * p.n1 + grp * g) * p.dv;
+      if (counts[row] == 0) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        store(acc.data(), out_row, g * p.dv);
+        for (int64_t h = 0; h < g; ++h) {
+          smax[so + h] = kLowest;
+          ssum[so + h] = 0.0f;
+        }
+        continue;
+      }
+      try {
+        visible_keys(p, indices, t, grp, keys);
+        const int64_t n = static_cast<int64_t>(keys.size());
+        gather_heads(p, query, query_rope, t, grp, qt.data());
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+        std::fill(l.begin(), l.end(), 0.0f);
+        for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+          const int64_t nc = std::min(kChunk, n - c0);
+          const int64_t ncp = round_up(nc, kKeyPad);
+          CT* vtile = v_in_k ? kt.data() : vt.data();
+          gather_keys(p, key, key_rope, value, keys.data() + c0, nc, ncp, grp, kt.data(),
+                      v_in_k ? nullptr : vt.data());
+          // S [G, ncp] = scale * Q [G, dq] . Kf^T
+          mm(gemm::Trans::kNo, gemm::Trans::kYes, g, ncp, p.dq, p.scale, qt.data(), p.dq, kt.data(), p.dq, 0.0f,
+             sc.data(), ncp);
+          for (int64_t h = 0; h < g; ++h) {
+            float* srow = sc.data() + h * ncp;
+            const float cm = row_max(srow, nc);
+            const float m_new = cm > m[h] ? cm : m[h];
+            if (c0 > 0) {
+              const float alpha = std::exp(m[h] - m_new);
+              l[h] *= alpha;
+              scale_row(acc.data() + h * p.dv, p.dv, alpha);
+            }
+            l[h] += exp_shift_sum(srow, nc, ncp, m_new);
+            m[h] = m_new;
+          }
+          // acc [G, dv] += P [G, ncp] . V [ncp, dv]   (bf16: P rounded to bf16, as the cube does)
+          const CT* ptile = nullptr;
+          if constexpr (std::is_same_v<CT, float>) {
+            ptile = sc.data();
+          } else {
+            f32_to_tile(sc.data(), pt.data(), g * ncp);
+            ptile = pt.data();
+          }
+          mm(gemm::Trans::kNo, gemm::Trans::kNo, g, p.dv, ncp, 1.0f, ptile, ncp, vtile, ldv, 1.0f, acc.data(),
+             p.dv);
+        }
+        for (int64_t h = 0; h < g; ++h) {
+          scale_row(acc.data() + h * p.dv, p.dv, 1.0f / l[h]);
+          smax[so + h] = m[h];
+          ssum[so + h] = l[h];
+        }
+        store(acc.data(), out_row, g * p.dv);
+      } catch (const std::exception& e) {
+#pragma omp critical(sfa_forward_error)
+        {
+          failed = true;
+          error = e.what();
+        }
+      }
+    }
+  }
+  if (failed) throw std::runtime_error(std::string(kOp) + ": " + error);
+}
+
+void run(const aot::KernelArgs& args, AotExtra* extra, const Slots& s) {
+  const infer::SfaAttrs attrs = read_attrs(extra, false);
+  const int n_in = s.qr >= 0 ? 8 : 6;
+  std::vector<infer::TensorDesc> in;
+  for (int i = 0; i < n_in; ++i) in.push_back(args.desc(i));
+  infer::sparse_flash_attention(in, attrs);
+  const Problem p = make_problem(kOp, args, attrs, s.q, s.k, s.v, s.idx, s.lq, s.lkv, s.qr);
+  const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(s.idx));
+  dispatch_float(args.dtype(s.q), [&](auto tag) {
+    forward<decltype(tag)>(args, p, s, counts);
+    return 0;
+  });
+}
+
+}  // namespace
+}  // namespace mgo::cpu::sfa
+
+extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionInferShape(int* ndims, int64_t** shapes,
+                                                                            AotExtra* extra) {
+  return mgo::infer::sparse_flash_attention(mgo::aot::shape_descs(8, ndims, shapes),
+                                            mgo::cpu::sfa::read_attrs(extra, false))
+      .shapes;
+}
+
+extern "C" std::vector<TypeId> SparseFlashAttentionInferType(std::vector<TypeId> types, AotExtra* extra) {
+  return mgo::aot::type_ids(
+      mgo::infer::sparse_flash_attention(mgo::aot::type_descs(types), mgo::cpu::sfa::read_attrs(extra, false)));
+}
+
+extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionNoRopeInferShape(int* ndims, int64_t** shapes,
+                                                                                  AotExtra* extra) {
+  return mgo::infer::sparse_flash_attention(mgo::aot::shape_descs(6, ndims, shapes),
+                                            mgo::cpu::sfa::read_attrs(extra, false))
+      .shapes;
+}
+
+extern "C" std::vector<TypeId> SparseFlashAttentionNoRopeInferType(std::vector<TypeId> types, AotExtra* extra) {
+  return mgo::aot::type_ids(
+      mgo::infer::sparse_flash_attention(mgo::aot::type_descs(types), mgo::cpu::sfa::read_attrs(extra, false)));
+}
+
+extern "C" int SparseFlashAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                                    void*, void* extra) {
+  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
+  mgo::cpu::sfa::run(args, static_cast<AotExtra*>(extra), mgo::cpu::sfa::kWithRope);
+  return 0;
+}
+
+extern "C" int SparseFlashAttentionNoRope(int nparam, void** params, int* ndims, int64_t** shapes,
+                                          const char** dtypes, void*, void* extra) {
+  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
+  mgo::cpu::sfa::run(args, static_cast<AotExtra*>(extra), mgo::cpu::sfa::kNoRope);
+  return 0;
+}

@@ -1,0 +1,248 @@
+// See sparse_flash_attention_common.h.
+#include "sparse_flash_attention_common.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace mgo::cpu::sfa {
+
+infer::SfaAttrs read_attrs(aot::AotExtra* extra, bool grad) {
+  infer::SfaAttrs a;
+  a.scale_value = extra->GetAttrFloat("scale_value");
+  a.sparse_block_size = extra->GetAttrInt("sparse_block_size");
+  a.layout = extra->GetAttrStr("layout");
+  a.sparse_mode = extra->GetAttrInt("sparse_mode");
+  if (grad) {
+    a.pre_tokens = extra->GetAttrInt("pre_tokens");
+    a.next_tokens = extra->GetAttrInt("next_tokens");
+  }
+  return a;
+}
+
+namespace {
+
+std::vector<int64_t> read_lengths(const aot::KernelArgs& args, int i) {
+  const int64_t n = args.numel(i);
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  if (args.dtype(i) == infer::DType::kInt64) {
+    const int64_t* src = args.as<const int64_t>(i);
+    for (int64_t j = 0; j < n; ++j) out[j] = src[j];
+  } else {
+    const int32_t* src = args.as<const int32_t>(i);
+    for (int64_t j = 0; j < n; ++j) out[j] = src[j];
+  }
+  return out;
+}
+
+// Cumulative lengths (no leading 0) -> with leading 0; checks non-decreasing and last == total.
+std::vector<int64_t> cumulative(const char* op, const char* arg, const std::vector<int64_t>& lens, int64_t total) {
+  std::vector<int64_t> c{0};
+  for (size_t i = 0; i < lens.size(); ++i) {
+    if (lens[i] < c.back()) {
+      throw std::runtime_error(std::string(op) + ": " + arg + " must be cumulative (non-decreasing, >= 0), got " +
+                               arg + "[" + std::to_string(i) + "] = " + std::to_string(lens[i]) + " after " +
+                               std::to_string(c.back()));
+    }
+    c.push_back(lens[i]);
+  }
+  if (c.back() != total) {
+    throw std::runtime_error(std::string(op) + ": the last entry of " + arg + " (" + std::to_string(c.back()) +
+                             ") must equal the number of tokens " + std::to_string(total));
+  }
+  return c;
+}
+
+}  // namespace
+
+Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::SfaAttrs& attrs, int q, int k,
+                     int v, int idx, int lq, int lkv, int qr) {
+  Problem p;
+  p.bsnd = attrs.layout == "BSND";
+  p.bs = attrs.sparse_block_size;
+  p.mode = attrs.sparse_mode;
+  p.scale = static_cast<float>(attrs.scale_value);
+  const int r = p.bsnd ? 4 : 3;
+  p.n1 = args.dim(q, r - 2);
+  p.n2 = args.dim(k, r - 2);
+  p.g = p.n1 / p.n2;
+  p.d = args.dim(q, r - 1);
+  p.dv = args.dim(v, r - 1);
+  p.dr = qr >= 0 ? args.dim(qr, r - 1) : 0;
+  p.dq = p.d + p.dr;
+  p.k = args.dim(idx, r - 1);
+  p.t1 = args.numel(q) / (p.n1 * p.d);
+  p.t2 = args.numel(k) / (p.n2 * p.d);
+  if (p.bsnd) {
+    p.batch = args.dim(q, 0);
+    const int64_t s1 = args.dim(q, 1);
+    const int64_t s2 = args.dim(k, 1);
+    for (int64_t b = 0; b <= p.batch; ++b) {
+      p.cq.push_back(b * s1);
+      p.ckv.push_back(b * s2);
+    }
+  } else {
+    p.cq = cumulative(op, "actual_seq_lengths_query", read_lengths(args, lq), p.t1);
+    p.ckv = cumulative(op, "actual_seq_lengths_kv", read_lengths(args, lkv), p.t2);
+    if (p.cq.size() != p.ckv.size()) {
+      throw std::runtime_error(std::string(op) + ": actual_seq_lengths_query and actual_seq_lengths_kv must have " +
+                               "the same number of batches, got " + std::to_string(p.cq.size() - 1) + " and " +
+                               std::to_string(p.ckv.size() - 1));
+    }
+    p.batch = static_cast<int64_t>(p.cq.size()) - 1;
+  }
+  p.row_batch.resize(static_cast<size_t>(p.t1));
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t t = p.cq[b]; t < p.cq[b + 1]; ++t) p.row_batch[t] = static_cast<int32_t>(b);
+  }
+  return p;
+}
+
+std::vector<int64_t> validate_indices(const char* op, const Problem& p, const int32_t* indices) {
+  std::vector<int64_t> counts(static_cast<size_t>(p.t1 * p.n2), 0);
+  for (int64_t t = 0; t < p.t1; ++t) {
+    const int64_t b = p.row_batch[t];
+    const int64_t s2_len = p.ckv[b + 1] - p.ckv[b];
+    const int64_t nblocks = (s2_len + p.bs - 1) / p.bs;
+    const int64_t end = p.limit(t) + 1;
+    for (int64_t grp = 0; grp < p.n2; ++grp) {
+      const int32_t* row = indices + (t * p.n2 + grp) * p.k;
+      int64_t count = 0;
+      for (int64_t s = 0; s < p.k; ++s) {
+        const int64_t i = row[s];
+        if (i == -1) continue;
+        if (i < -1 || i >= nblocks) {
+          throw std::runtime_error(std::string(op) + ": sparse_indices value " + std::to_string(i) + " at row " +
+                                   std::to_string(t) + ", group " + std::to_string(grp) + ", slot " +
+                                   std::to_string(s) + " is out of range [-1, " + std::to_string(nblocks) +
+                                   ") (batch " + std::to_string(b) + " has " + std::to_string(s2_len) +
+                                   " keys, sparse_block_size " + std::to_string(p.bs) + ")");
+        }
+        const int64_t lo = i * p.bs;
+        const int64_t hi = std::min(lo + p.bs, end);
+        if (hi > lo) count += hi - lo;
+      }
+      counts[t * p.n2 + grp] = count;
+    }
+  }
+  return counts;
+}
+
+void visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp, std::vector<int32_t>& keys) {
+  keys.clear();
+  const int64_t kv0 = p.ckv[p.row_batch[t]];
+  const int64_t end = p.limit(t) + 1;
+  const int32_t* row = indices + (t * p.n2 + grp) * p.k;
+  for (int64_t s = 0; s < p.k; ++s) {
+    const int64_t i = row[s];
+    if (i < 0) continue;
+    const int64_t hi = std::min(i * p.bs + p.bs, end);
+    for (int64_t j = i * p.bs; j < hi; ++j) keys.push_back(static_cast<int32_t>(kv0 + j));
+  }
+}
+
+// --- vectorised helpers ------------------------------------------------------------------------
+// Explicit 16 lanes combined in a fixed order keep reductions vectorisable without -ffast-math
+// and bitwise reproducible.
+namespace {
+
+constexpr int64_t kLanes = 16;
+
+// exp(x) (Cephes expf polynomial, ~1 ulp); used on shifted logits, which are <= 0 up to
+// rounding. Written branch-free so it vectorises; -inf and x < -87.3 give 0, NaN stays NaN.
+inline float exp_nonpos(float x) {
+  float xc = x < -87.3f ? -87.3f : x;  // NaN compares false: stays NaN
+  xc = xc > 88.0f ? 88.0f : xc;  // only reached through rounding; keeps 2^n finite
+  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  const int32_t e = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &e, sizeof scale);
+  const float out = y * scale;
+  const float big = x > 88.0f ? std::numeric_limits<float>::infinity() : out;
+  return x < -87.3f ? 0.0f : big;
+}
+
+}  // namespace
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+float row_max(const float* x, int64_t n) {
+  float acc[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) acc[l] = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] = acc[l] > x[i + l] ? acc[l] : x[i + l];
+  }
+  for (int64_t l = 0; i + l < n; ++l) acc[l] = acc[l] > x[i + l] ? acc[l] : x[i + l];
+  float m = acc[0];
+  for (int64_t l = 1; l < kLanes; ++l) m = m > acc[l] ? m : acc[l];
+  return m;
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+float exp_shift_sum(float* x, int64_t n, int64_t npad, float m) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const float e = exp_nonpos(x[i + l] - m);
+      x[i + l] = e;
+      acc[l] += e;
+    }
+  }
+  for (int64_t l = 0; i + l < n; ++l) {
+    const float e = exp_nonpos(x[i + l] - m);
+    x[i + l] = e;
+    acc[l] += e;
+  }
+  for (int64_t j = n; j < npad; ++j) x[j] = 0.0f;
+  float s = 0.0f;
+  for (int64_t l = 0; l < kLanes; ++l) s += acc[l];
+  return s;
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void scale_row(float* x, int64_t n, float a) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= a;
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void probs_and_grad(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float p = exp_nonpos(s[j] - m) * inv_l;
+    s[j] = p;
+    dp[j] = p * (dp[j] - delta);
+  }
+  for (int64_t j = n; j < npad; ++j) {
+    s[j] = 0.0f;
+    dp[j] = 0.0f;
+  }
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+float dot(const float* a, const float* b, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+  }
+  for (int64_t l = 0; i + l < n; ++l) acc[l] += a[i + l] * b[i + l];
+  float s = 0.0f;
+  for (int64_t l = 0; l < kLanes; ++l) s += acc[l];
+  return s;
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void add_to(float* acc, const float* x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
+}
+
+}  // namespace mgo::cpu::sfa

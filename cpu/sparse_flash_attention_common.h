@@ -1,0 +1,156 @@
+// Shared pieces of the sparse flash attention CPU kernels (SPEC section 3): the problem geometry
+// (layouts, batches, statistics layout), index validation, the visible-key list of a query row,
+// tile gathers, the GEMM dispatch by compute type, and the vectorised softmax helpers.
+//
+// Compute types: bfloat16 storage multiplies as raw bf16 tiles on gemm_bf16 (float32
+// accumulation, like Ascend's cube); float16/float32 storage is converted to float32 tiles for
+// gemm_f32. Softmax, statistics and reductions are float32.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../infer_shape/sparse_flash_attention_common.h"
+#include "aot.h"
+#include "convert.h"
+#include "gemm.h"
+
+namespace mgo::cpu::sfa {
+
+// Keys are processed in chunks of at most this many rows (online softmax in the forward,
+// independent chunks in the backward), so scratch is O(N1 * kChunk) per thread.
+constexpr int64_t kChunk = 2048;
+// GEMM shapes are rounded up to this many keys (zero-filled) so the cached bf16 primitives repeat.
+constexpr int64_t kKeyPad = 64;
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Attributes read from AotExtra.
+infer::SfaAttrs read_attrs(aot::AotExtra* extra, bool grad);
+
+// Geometry of one launch. Query rows and key rows are counted on the flattened token axis
+// (BSND: row = b * S + s).
+struct Problem {
+  bool bsnd = false;
+  int64_t batch = 0;
+  int64_t t1 = 0, t2 = 0;      // query rows, key rows
+  int64_t n1 = 0, n2 = 0, g = 0;
+  int64_t d = 0, dr = 0, dq = 0, dv = 0;  // D, Dr, D + Dr, value D
+  int64_t k = 0;               // index slots per row
+  int64_t bs = 1;
+  int64_t mode = 3;
+  float scale = 1.0f;
+  std::vector<int64_t> cq, ckv;     // cumulative rows, leading 0, size batch + 1
+  std::vector<int32_t> row_batch;  // batch of every query row
+
+  // Offset of (row t, key group n2, head 0 of the group) in softmax_max/softmax_sum.
+  int64_t stats_offset(int64_t t, int64_t grp) const {
+    if (!bsnd) return (grp * t1 + t) * g;
+    const int64_t b = row_batch[t];
+    const int64_t s1_len = cq[1];
+    return ((b * n2 + grp) * s1_len + (t - cq[b])) * g;
+  }
+  // Last visible local key of row t (may be < 0: nothing visible), and its batch key start.
+  int64_t limit(int64_t t) const {
+    const int64_t b = row_batch[t];
+    const int64_t s1_len = cq[b + 1] - cq[b];
+    const int64_t s2_len = ckv[b + 1] - ckv[b];
+    if (mode == 0) return s2_len - 1;
+    const int64_t causal = (t - cq[b]) + s2_len - s1_len;
+    return causal < s2_len - 1 ? causal : s2_len - 1;
+  }
+};
+
+// Builds the geometry from the launch arguments. `q, k, v, idx, lq, lkv, qr` are parameter
+// positions (qr < 0: no rope). Throws std::runtime_error naming `op` on bad length values.
+Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::SfaAttrs& attrs, int q, int k,
+                     int v, int idx, int lq, int lkv, int qr);
+
+// Checks every index (-1 or a block of its batch) and returns the number of visible keys of
+// every (row, group), [t1 * n2]. Throws std::runtime_error naming `op` on the first bad index.
+std::vector<int64_t> validate_indices(const char* op, const Problem& p, const int32_t* indices);
+
+// Global key rows visible to (row t, group grp) in slot order, appended to `keys` (cleared first).
+void visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp, std::vector<int32_t>& keys);
+
+// --- compute types ---------------------------------------------------------------------------
+
+template <typename T>
+using compute_t = std::conditional_t<std::is_same_v<T, BFloat16>, uint16_t, float>;
+
+// Copies/converts n elements of storage type T into the compute tile.
+template <typename T>
+inline void to_tile(const T* src, compute_t<T>* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    std::memcpy(dst, src, sizeof(uint16_t) * n);
+  } else {
+    load(src, dst, n);
+  }
+}
+
+// Compute tile -> float32 (for the few element-wise uses of the inputs).
+inline void tile_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  load(reinterpret_cast<const BFloat16*>(src), dst, n);
+}
+inline void tile_to_f32(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, sizeof(float) * n); }
+
+// float32 -> compute tile (round-to-nearest-even for bf16).
+inline void f32_to_tile(const float* src, uint16_t* dst, int64_t n) { store(src, reinterpret_cast<BFloat16*>(dst), n); }
+inline void f32_to_tile(const float* src, float* dst, int64_t n) {
+  if (src != dst) std::memcpy(dst, src, sizeof(float) * n);
+}
+
+inline void mm(gemm::Trans ta, gemm::Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm::gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+inline void mm(gemm::Trans ta, gemm::Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm::gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// Gathers key rows `keys[0..n)` of group grp into tile [npad, dq] (key | key_rope), zero rows
+// after n; same for value into [npad, dv] unless `vt` is null.
+template <typename T>
+void gather_keys(const Problem& p, const T* key, const T* key_rope, const T* value, const int32_t* keys, int64_t n,
+                 int64_t npad, int64_t grp, compute_t<T>* kt, compute_t<T>* vt) {
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t row = static_cast<int64_t>(keys[r]) * p.n2 + grp;
+    to_tile(key + row * p.d, kt + r * p.dq, p.d);
+    if (p.dr > 0) to_tile(key_rope + row * p.dr, kt + r * p.dq + p.d, p.dr);
+    if (vt != nullptr) to_tile(value + row * p.dv, vt + r * p.dv, p.dv);
+  }
+  std::memset(static_cast<void*>(kt + n * p.dq), 0, sizeof(compute_t<T>) * (npad - n) * p.dq);
+  if (vt != nullptr) std::memset(static_cast<void*>(vt + n * p.dv), 0, sizeof(compute_t<T>) * (npad - n) * p.dv);
+}
+
+// Query-side tile of (row t, group grp): [G, dq] from x [.., N1, D] and x_rope [.., N1, Dr].
+template <typename T>
+void gather_heads(const Problem& p, const T* x, const T* x_rope, int64_t t, int64_t grp, compute_t<T>* tile) {
+  for (int64_t h = 0; h < p.g; ++h) {
+    const int64_t head = t * p.n1 + grp * p.g + h;
+    to_tile(x + head * p.d, tile + h * p.dq, p.d);
+    if (p.dr > 0) to_tile(x_rope + head * p.dr, tile + h * p.dq + p.d, p.dr);
+  }
+}
+
+// --- vectorised float32 helpers (sparse_flash_attention_common.cc) -----------------------------
+
+// max of x[0..n) (n >= 1).
+float row_max(const float* x, int64_t n);
+// x[j] <- exp(x[j] - m) for j < n, 0 for n <= j < npad; returns the float32 sum (fixed order).
+float exp_shift_sum(float* x, int64_t n, int64_t npad, float m);
+// x[j] <- x[j] * a for j < n.
+void scale_row(float* x, int64_t n, float a);
+// p[j] <- exp(s[j] - m) * inv_l; ds[j] <- p[j] * (dp[j] - delta) (j < n); both 0 for n <= j < npad.
+// s is overwritten with p, dp with ds.
+void probs_and_grad(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta);
+// sum_j a[j] * b[j] in float32 (fixed order).
+float dot(const float* a, const float* b, int64_t n);
+// acc[j] += x[j].
+void add_to(float* acc, const float* x, int64_t n);
+
+}  // namespace mgo::cpu::sfa

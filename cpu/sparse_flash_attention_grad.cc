@@ -1,0 +1,282 @@
+// CPU AOT kernel of `sparse_flash_attention_grad` (SPEC section 3, backward).
+//
+// Per query row and key group, per chunk of visible selected keys: recompute S = scale*Q Kf^T and
+// P = exp(S - max)/sum from the statistics, dP = dO V^T, dS = P (dP - delta), then
+// dQf += scale dS Kf, dKf_chunk = scale dS^T Q, dV_chunk = P^T dO, all on the GEMM wrapper.
+//
+// Determinism: the query rows are cut into a fixed number of contiguous partitions (a function of
+// the shapes only, never of the thread count), balanced by visible-key work. Each partition is
+// processed in row order by one thread and scatter-adds its key gradients into its own float32
+// buffer covering just the key rows it can reach; the buffers are then summed per key row in
+// partition order. So every output bit is the same for any OMP_NUM_THREADS.
+#include "../infer_shape/sparse_flash_attention_grad.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "sparse_flash_attention_common.h"
+
+using mgo::aot::AotExtra;
+using mgo::aot::TypeId;
+
+namespace mgo::cpu::sfa {
+namespace {
+
+constexpr const char* kOp = "sparse_flash_attention_grad";
+constexpr int64_t kMaxPartitions = 8;
+// Keys per dK/dV GEMM slice (a multiple of kKeyPad): the slice's rows stay in L2 for the scatter.
+constexpr int64_t kScatter = 256;
+
+struct Slots {
+  int q, k, v, idx, dout, out, smax, ssum, lq, lkv, qr, kr, dq, dk, dv, dqr, dkr;
+};
+constexpr Slots kWithRope{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+constexpr Slots kNoRope{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, -1, -1, 10, 11, 12, -1, -1};
+
+// Contiguous query rows [r0, r1) and the key rows [k0, k1) they can reach.
+struct Partition {
+  int64_t r0 = 0, r1 = 0, k0 = 0, k1 = 0;
+};
+
+int64_t elem_bytes(infer::DType t) {
+  return t == infer::DType::kFloat32 || t == infer::DType::kInt32 ? 4 : t == infer::DType::kInt64 ? 8 : 2;
+}
+
+// Partition count: up to kMaxPartitions, with the partition buffers (at most T2 key rows each)
+// limited to a quarter of the launch's input+output bytes so peak memory stays near I/O size.
+std::vector<Partition> make_partitions(const aot::KernelArgs& args, const Problem& p,
+                                       const std::vector<int64_t>& counts) {
+  int64_t io_bytes = 0;
+  for (int i = 0; i < args.count(); ++i) io_bytes += args.numel(i) * elem_bytes(args.dtype(i));
+  const int64_t buf_bytes = std::max<int64_t>(1, p.t2 * p.n2 * (p.dq + p.dv) * 4);
+  int64_t parts = std::clamp<int64_t>(io_bytes / 4 / buf_bytes, 1, kMaxPartitions);
+  parts = std::max<int64_t>(1, std::min(parts, p.t1));
+  std::vector<int64_t> work(static_cast<size_t>(p.t1));
+  int64_t total = 0;
+  for (int64_t t = 0; t < p.t1; ++t) {
+    int64_t w = 64;  // per-row overhead (tiles, statistics)
+    for (int64_t grp = 0; grp < p.n2; ++grp) w += counts[t * p.n2 + grp];
+    work[t] = w;
+    total += w;
+  }
+  std::vector<Partition> out;
+  int64_t t = 0;
+  int64_t acc = 0;
+  for (int64_t i = 0; i < parts; ++i) {
+    Partition part;
+    part.r0 = t;
+    const int64_t target = total * (i + 1) / parts;
+    while (t < p.t1 && (acc < target || i + 1 == parts)) acc += work[t++];
+    part.r1 = t;
+    part.k0 = p.t2;
+    part.k1 = 0;
+    for (int64_t r = part.r0; r < part.r1; ++r) {
+      const int64_t kv0 = p.ckv[p.row_batch[r]];
+      const int64_t end = kv0 + p.limit(r) + 1;
+      if (end > kv0) {
+        part.k0 = std::min(part.k0, kv0);
+        part.k1 = std::max(part.k1, end);
+      }
+    }
+    if (part.k1 <= part.k0) part.k0 = part.k1 = 0;
+    out.push_back(part);
+  }
+  return out;
+}
+
+template <typename T>
+void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, const std::vector<int64_t>& counts) {
+  using CT = compute_t<T>;
+  constexpr bool kF32 = std::is_same_v<CT, float>;
+  const T* query = args.as<const T>(s.q);
+  const T* key = args.as<const T>(s.k);
+  const T* value = args.as<const T>(s.v);
+  const T* d_out = args.as<const T>(s.dout);
+  const T* out = args.as<const T>(s.out);
+  const T* query_rope = s.qr >= 0 ? args.as<const T>(s.qr) : nullptr;
+  const T* key_rope = s.kr >= 0 ? args.as<const T>(s.kr) : nullptr;
+  const float* smax = args.as<const float>(s.smax);
+  const float* ssum = args.as<const float>(s.ssum);
+  const int32_t* indices = args.as<const int32_t>(s.idx);
+  T* d_query = args.as<T>(s.dq);
+  T* d_key = args.as<T>(s.dk);
+  T* d_value = args.as<T>(s.dv);
+  T* d_query_rope = s.dqr >= 0 ? args.as<T>(s.dqr) : nullptr;
+  T* d_key_rope = s.dkr >= 0 ? args.as<T>(s.dkr) : nullptr;
+  const bool v_in_k = static_cast<const void*>(value) == static_cast<const void*>(key) && p.dv <= p.d;
+  const int64_t ldv = v_in_k ? p.dq : p.dv;
+  const int64_t g = p.g;
+
+  const std::vector<Partition> parts = make_partitions(args, p, counts);
+  const int64_t n_parts = static_cast<int64_t>(parts.size());
+  std::vector<std::vector<float>> dk_buf(parts.size()), dv_buf(parts.size());
+  bool failed = false;
+  std::string error;
+#pragma omp parallel
+  {
+    std::vector<int32_t> keys;
+    std::vector<CT> qt(g * p.dq), ot(g * p.dv), kt(kChunk * p.dq), vt(v_in_k ? 0 : kChunk * p.dv);
+    std::vector<CT> pt(kF32 ? 0 : g * kChunk), dst(kF32 ? 0 : g * kChunk);
+    std::vector<float> sc(g * kChunk), dp(g * kChunk), dq_acc(g * p.dq), dkc(kScatter * p.dq), dvc(kScatter * p.dv);
+    std::vector<float> fo(g * p.dv), fdo(g * p.dv), delta(g);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t pi = 0; pi < n_parts; ++pi) {
+      try {
+        const Partition& part = parts[pi];
+        std::vector<float>& dkb = dk_buf[pi];
+        std::vector<float>& dvb = dv_buf[pi];
+        dkb.assign((part.k1 - part.k0) * p.n2 * p.dq, 0.0f);
+        dvb.assign((part.k1 - part.k0) * p.n2 * p.dv, 0.0f);
+        for (int64_t t = part.r0; t < part.r1; ++t) {
+          for (int64_t grp = 0; grp < p.n2; ++grp) {
+            const int64_t head0 = t * p.n1 + grp * g;
+            if (counts[t * p.n2 + grp] == 0) {
+              std::fill(dq_acc.begin(), dq_acc.end(), 0.0f);
+            } else {
+              visible_keys(p, indices, t, grp, keys);
+              const int64_t n = static_cast<int64_t>(keys.size());
+              const int64_t so = p.stats_offset(t, grp);
+              gather_heads(p, query, query_rope, t, grp, qt.data());
+              to_tile(d_out + head0 * p.dv, ot.data(), g * p.dv);
+              load(d_out + head0 * p.dv, fdo.data(), g * p.dv);
+              load(out + head0 * p.dv, fo.data(), g * p.dv);
+              for (int64_t h = 0; h < g; ++h) delta[h] = dot(fdo.data() + h * p.dv, fo.data() + h * p.dv, p.dv);
+              std::fill(dq_acc.begin(), dq_acc.end(), 0.0f);
+              for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+                const int64_t nc = std::min(kChunk, n - c0);
+                const int64_t ncp = round_up(nc, kKeyPad);
+                const CT* vtile = v_in_k ? kt.data() : vt.data();
+                gather_keys(p, key, key_rope, value, keys.data() + c0, nc, ncp, grp, kt.data(),
+                            v_in_k ? nullptr : vt.data());
+                // S = scale Q Kf^T, dP = dO V^T: [G, ncp]
+                mm(gemm::Trans::kNo, gemm::Trans::kYes, g, ncp, p.dq, p.scale, qt.data(), p.dq, kt.data(), p.dq,
+                   0.0f, sc.data(), ncp);
+                mm(gemm::Trans::kNo, gemm::Trans::kYes, g, ncp, p.dv, 1.0f, ot.data(), p.dv, vtile, ldv, 0.0f,
+                   dp.data(), ncp);
+                for (int64_t h = 0; h < g; ++h) {
+                  probs_and_grad(sc.data() + h * ncp, dp.data() + h * ncp, nc, ncp, smax[so + h], 1.0f / ssum[so + h],
+                                 delta[h]);
+                }
+                const CT* ptile = nullptr;
+                const CT* dstile = nullptr;
+                if constexpr (kF32) {
+                  ptile = sc.data();
+                  dstile = dp.data();
+                } else {
+                  f32_to_tile(sc.data(), pt.data(), g * ncp);
+                  f32_to_tile(dp.data(), dst.data(), g * ncp);
+                  ptile = pt.data();
+                  dstile = dst.data();
+                }
+                // dQf [G, dq] += scale dS [G, ncp] . Kf [ncp, dq]
+                mm(gemm::Trans::kNo, gemm::Trans::kNo, g, p.dq, ncp, p.scale, dstile, ncp, kt.data(), p.dq, 1.0f,
+                   dq_acc.data(), p.dq);
+                // dKf [ncp, dq] = scale dS^T . Q and dV [ncp, dv] = P^T . dO, in slices of kScatter keys so
+                // the per-key rows are scatter-added while still in cache.
+                for (int64_t s0 = 0; s0 < nc; s0 += kScatter) {
+                  const int64_t ms = std::min(kScatter, ncp - s0);
+                  mm(gemm::Trans::kYes, gemm::Trans::kNo, ms, p.dq, g, p.scale, dstile + s0, ncp, qt.data(), p.dq,
+                     0.0f, dkc.data(), p.dq);
+                  mm(gemm::Trans::kYes, gemm::Trans::kNo, ms, p.dv, g, 1.0f, ptile + s0, ncp, ot.data(), p.dv, 0.0f,
+                     dvc.data(), p.dv);
+                  const int64_t ns = std::min(kScatter, nc - s0);
+                  for (int64_t r = 0; r < ns; ++r) {
+                    const int64_t local = (keys[c0 + s0 + r] - part.k0) * p.n2 + grp;
+                    add_to(dkb.data() + local * p.dq, dkc.data() + r * p.dq, p.dq);
+                    add_to(dvb.data() + local * p.dv, dvc.data() + r * p.dv, p.dv);
+                  }
+                }
+              }
+            }
+            for (int64_t h = 0; h < g; ++h) {
+              store(dq_acc.data() + h * p.dq, d_query + (head0 + h) * p.d, p.d);
+              if (p.dr > 0) store(dq_acc.data() + h * p.dq + p.d, d_query_rope + (head0 + h) * p.dr, p.dr);
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+#pragma omp critical(sfa_grad_error)
+        {
+          failed = true;
+          error = e.what();
+        }
+      }
+    }
+    // Key gradients: sum the partition buffers per key row in partition order.
+    std::vector<float> kacc(p.dq), vacc(p.dv);
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < p.t2 * p.n2; ++row) {
+      const int64_t j = row / p.n2;
+      std::fill(kacc.begin(), kacc.end(), 0.0f);
+      std::fill(vacc.begin(), vacc.end(), 0.0f);
+      for (int64_t pi = 0; pi < n_parts && !failed; ++pi) {
+        const Partition& part = parts[pi];
+        if (j < part.k0 || j >= part.k1) continue;
+        const int64_t local = row - part.k0 * p.n2;
+        add_to(kacc.data(), dk_buf[pi].data() + local * p.dq, p.dq);
+        add_to(vacc.data(), dv_buf[pi].data() + local * p.dv, p.dv);
+      }
+      store(kacc.data(), d_key + row * p.d, p.d);
+      if (p.dr > 0) store(kacc.data() + p.d, d_key_rope + row * p.dr, p.dr);
+      store(vacc.data(), d_value + row * p.dv, p.dv);
+    }
+  }
+  if (failed) throw std::runtime_error(std::string(kOp) + ": " + error);
+}
+
+void run(const aot::KernelArgs& args, AotExtra* extra, const Slots& s) {
+  const infer::SfaAttrs attrs = read_attrs(extra, true);
+  const int n_in = s.qr >= 0 ? 12 : 10;
+  std::vector<infer::TensorDesc> in;
+  for (int i = 0; i < n_in; ++i) in.push_back(args.desc(i));
+  infer::sparse_flash_attention_grad(in, attrs);
+  const Problem p = make_problem(kOp, args, attrs, s.q, s.k, s.v, s.idx, s.lq, s.lkv, s.qr);
+  const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(s.idx));
+  dispatch_float(args.dtype(s.q), [&](auto tag) {
+    backward<decltype(tag)>(args, p, s, counts);
+    return 0;
+  });
+}
+
+}  // namespace
+}  // namespace mgo::cpu::sfa
+
+extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionGradInferShape(int* ndims, int64_t** shapes,
+                                                                                AotExtra* extra) {
+  return mgo::infer::sparse_flash_attention_grad(mgo::aot::shape_descs(12, ndims, shapes),
+                                                 mgo::cpu::sfa::read_attrs(extra, true))
+      .shapes;
+}
+
+extern "C" std::vector<TypeId> SparseFlashAttentionGradInferType(std::vector<TypeId> types, AotExtra* extra) {
+  return mgo::aot::type_ids(mgo::infer::sparse_flash_attention_grad(mgo::aot::type_descs(types),
+                                                                    mgo::cpu::sfa::read_attrs(extra, true)));
+}
+
+extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionGradNoRopeInferShape(int* ndims, int64_t** shapes,
+                                                                                      AotExtra* extra) {
+  return mgo::infer::sparse_flash_attention_grad(mgo::aot::shape_descs(10, ndims, shapes),
+                                                 mgo::cpu::sfa::read_attrs(extra, true))
+      .shapes;
+}
+
+extern "C" std::vector<TypeId> SparseFlashAttentionGradNoRopeInferType(std::vector<TypeId> types, AotExtra* extra) {
+  return mgo::aot::type_ids(mgo::infer::sparse_flash_attention_grad(mgo::aot::type_descs(types),
+                                                                    mgo::cpu::sfa::read_attrs(extra, true)));
+}
+
+extern "C" int SparseFlashAttentionGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                                        void*, void* extra) {
+  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
+  mgo::cpu::sfa::run(args, static_cast<AotExtra*>(extra), mgo::cpu::sfa::kWithRope);
+  return 0;
+}
+
+extern "C" int SparseFlashAttentionGradNoRope(int nparam, void** params, int* ndims, int64_t** shapes,
+                                              const char** dtypes, void*, void* extra) {
+  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
+  mgo::cpu::sfa::run(args, static_cast<AotExtra*>(extra), mgo::cpu::sfa::kNoRope);
+  return 0;
+}

@@ -1,0 +1,122 @@
+// Shape rules shared by `sparse_flash_attention` and `sparse_flash_attention_grad` (SPEC section 3).
+//
+// TND: query [T1, N1, D], key/value [T2, N2, D], sparse_indices [T1, N2, K] int32, query_rope
+// [T1, N1, Dr], key_rope [T2, N2, Dr], actual_seq_lengths_* [B] int32/int64 (cumulative).
+// BSND: [B, S1, N1, D], [B, S2, N2, D], [B, S1, N2, K], ...; the length inputs are ignored (the
+// functional op passes a 1-element placeholder). Statistics: float32 [N2, T1, G] (TND) or
+// [B, N2, S1, G] (BSND), G = N1 / N2.
+//
+// The rope inputs are optional: an AOT Custom op cannot take None, so each op has two variants
+// (with and without the two rope tensors); `has_rope` says which one is being checked.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace mgo::infer {
+
+constexpr int64_t kSfaDefaultTokens = 2147483647;
+
+struct SfaAttrs {
+  double scale_value = 1.0;
+  int64_t sparse_block_size = 1;
+  std::string layout = "BSND";
+  int64_t sparse_mode = 3;
+  int64_t pre_tokens = kSfaDefaultTokens;
+  int64_t next_tokens = kSfaDefaultTokens;
+};
+
+// The named inputs of either op (rope may be absent).
+struct SfaInputs {
+  TensorDesc query, key, value, sparse_indices, lens_q, lens_kv;
+  const TensorDesc* query_rope = nullptr;
+  const TensorDesc* key_rope = nullptr;
+};
+
+inline int64_t dim_or_unknown(const TensorDesc& t, size_t i) {
+  return rank_known(t.shape) && i < t.shape.size() ? t.shape[i] : kUnknownDim;
+}
+
+inline void check_sfa_attrs(const Checker& c, const SfaAttrs& a) {
+  if (a.layout != "TND" && a.layout != "BSND") {
+    c.value_error("attribute 'layout' must be \"TND\" or \"BSND\", got \"" + a.layout + "\"");
+  }
+  if (a.sparse_mode != 0 && a.sparse_mode != 3) {
+    c.value_error("attribute 'sparse_mode' must be 0 or 3, got " + std::to_string(a.sparse_mode));
+  }
+  if (a.sparse_block_size < 1) {
+    c.value_error("attribute 'sparse_block_size' must be >= 1, got " + std::to_string(a.sparse_block_size));
+  }
+  if (a.pre_tokens != kSfaDefaultTokens || a.next_tokens != kSfaDefaultTokens) {
+    c.value_error("attributes 'pre_tokens'/'next_tokens' must keep their default 2147483647 in sparse_mode " +
+                  std::to_string(a.sparse_mode) + ", got " + std::to_string(a.pre_tokens) + "/" +
+                  std::to_string(a.next_tokens));
+  }
+}
+
+// Checks the inputs common to both ops; returns the statistics shape.
+inline Shape check_sfa_inputs(const Checker& c, const SfaInputs& in, const SfaAttrs& a) {
+  check_sfa_attrs(c, a);
+  const bool bsnd = a.layout == "BSND";
+  const size_t r = bsnd ? 4 : 3;
+  const TensorDesc& q = in.query;
+  const TensorDesc& k = in.key;
+  c.rank("query", q, r);
+  c.rank("key", k, r);
+  c.rank("sparse_indices", in.sparse_indices, r);
+  c.same_shape("value", in.value, "key", k);
+  c.floating("query", q);
+  c.same_dtype("key", k, "query", q);
+  c.same_dtype("value", in.value, "query", q);
+  if (in.sparse_indices.dtype != DType::kUnknown && in.sparse_indices.dtype != DType::kInt32) {
+    c.type_error(std::string("argument 'sparse_indices' must be int32, got ") + dtype_name(in.sparse_indices.dtype));
+  }
+  const size_t n_ax = r - 2;  // head axis
+  const int64_t n1 = dim_or_unknown(q, n_ax);
+  const int64_t n2 = dim_or_unknown(k, n_ax);
+  c.dim("key", k, r - 1, dim_or_unknown(q, r - 1), "the head size D of 'query'");
+  if (bsnd) c.dim("key", k, 0, dim_or_unknown(q, 0), "the batch size B of 'query'");
+  if (known(n2) && n2 < 1) c.value_error("argument 'key' must have N2 >= 1, got shape " + shape_str(k.shape));
+  if (known(n1) && known(n2) && n2 > 0 && n1 % n2 != 0) {
+    c.value_error("N1 = " + std::to_string(n1) + " of 'query' must be a multiple of N2 = " + std::to_string(n2) +
+                  " of 'key', got shapes " + shape_str(q.shape) + " and " + shape_str(k.shape));
+  }
+  for (size_t i = 0; i < n_ax; ++i) {
+    c.dim("sparse_indices", in.sparse_indices, i, dim_or_unknown(q, i), "the matching dim of 'query'");
+  }
+  c.dim("sparse_indices", in.sparse_indices, n_ax, n2, "N2 of 'key'");
+  c.positive("sparse_indices", in.sparse_indices);
+  c.positive("query", q);
+  if ((in.query_rope == nullptr) != (in.key_rope == nullptr)) {
+    c.value_error("arguments 'query_rope' and 'key_rope' must be given together");
+  }
+  if (in.query_rope != nullptr) {
+    const TensorDesc& qr = *in.query_rope;
+    const TensorDesc& kr = *in.key_rope;
+    c.rank("query_rope", qr, r);
+    c.rank("key_rope", kr, r);
+    for (size_t i = 0; i + 1 < r; ++i) {
+      c.dim("query_rope", qr, i, dim_or_unknown(q, i), "the matching dim of 'query'");
+      c.dim("key_rope", kr, i, dim_or_unknown(k, i), "the matching dim of 'key'");
+    }
+    c.dim("key_rope", kr, r - 1, dim_or_unknown(qr, r - 1), "the rope size Dr of 'query_rope'");
+    c.positive("query_rope", qr);
+    c.same_dtype("query_rope", qr, "query", q);
+    c.same_dtype("key_rope", kr, "query", q);
+  }
+  c.rank("actual_seq_lengths_query", in.lens_q, 1);
+  c.rank("actual_seq_lengths_kv", in.lens_kv, 1);
+  c.integer("actual_seq_lengths_query", in.lens_q);
+  c.integer("actual_seq_lengths_kv", in.lens_kv);
+  if (!bsnd) {
+    c.positive("actual_seq_lengths_query", in.lens_q);
+    c.same_shape("actual_seq_lengths_kv", in.lens_kv, "actual_seq_lengths_query", in.lens_q);
+  }
+  const int64_t g = known(n1) && known(n2) && n2 > 0 ? n1 / n2 : kUnknownDim;
+  if (bsnd) return {dim_or_unknown(q, 0), n2, dim_or_unknown(q, 1), g};
+  return {n2, dim_or_unknown(q, 0), g};
+}
+
+}  // namespace mgo::infer

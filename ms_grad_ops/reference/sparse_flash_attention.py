@@ -1,0 +1,150 @@
+"""Float64 reference of ``sparse_flash_attention`` and ``sparse_flash_attention_grad`` (SPEC section 3).
+
+Plain loops over query rows and key groups with NumPy per row; meant for small test shapes.
+Layouts: TND (``actual_seq_lengths_*`` cumulative, no leading 0) and BSND. Arrays may be any
+float dtype (computed in float64); ``sparse_indices`` int.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ._common import f64
+
+LOWEST_F32 = float(np.finfo(np.float32).min)
+
+
+def _batches(layout: str, query: np.ndarray, key: np.ndarray, lens_q: Sequence[int] | None,
+             lens_kv: Sequence[int] | None) -> list[tuple[int, int, int, int]]:
+    """(q_start, S1_b, kv_start, S2_b) per batch, rows/keys counted in the flattened token axis."""
+    if layout == "BSND":
+        b, s1, s2 = query.shape[0], query.shape[1], key.shape[1]
+        return [(i * s1, s1, i * s2, s2) for i in range(b)]
+    cq = [0, *[int(x) for x in np.asarray(lens_q).reshape(-1)]]
+    ckv = [0, *[int(x) for x in np.asarray(lens_kv).reshape(-1)]]
+    return [(cq[i], cq[i + 1] - cq[i], ckv[i], ckv[i + 1] - ckv[i]) for i in range(len(cq) - 1)]
+
+
+def visible_keys(indices_row: np.ndarray, s1: int, s1_len: int, s2_len: int, block_size: int,
+                 sparse_mode: int) -> list[int]:
+    """Local key positions of one query row, in slot order (a key selected twice counts twice)."""
+    limit = s2_len - 1 if sparse_mode == 0 else min(s2_len - 1, s1 + s2_len - s1_len)
+    nblocks = -(-s2_len // block_size)
+    keys: list[int] = []
+    for idx in np.asarray(indices_row).reshape(-1).tolist():
+        if idx == -1:
+            continue
+        if idx < -1 or idx >= nblocks:
+            raise ValueError(f"sparse index {idx} out of range [-1, {nblocks})")
+        keys.extend(range(idx * block_size, min((idx + 1) * block_size, limit + 1)))
+    return keys
+
+
+def _flat(layout: str, *arrays: np.ndarray | None) -> list[np.ndarray | None]:
+    """BSND [B, S, N, X] -> [B*S, N, X] (TND unchanged); None stays None."""
+    out = []
+    for a in arrays:
+        if a is None or layout == "TND":
+            out.append(None if a is None else f64(a) if a.dtype.kind == "f" else np.asarray(a))
+        else:
+            arr = f64(a) if a.dtype.kind == "f" else np.asarray(a)
+            out.append(arr.reshape(arr.shape[0] * arr.shape[1], *arr.shape[2:]))
+    return out
+
+
+def _rows(layout: str, query: np.ndarray, key: np.ndarray, sparse_indices: np.ndarray,
+          lens_q: Sequence[int] | None, lens_kv: Sequence[int] | None, block_size: int, sparse_mode: int):
+    """Yields (t, stats position fn args, kv_start, visible local keys per n2) for every query row."""
+    n2 = key.shape[-2]
+    flat_idx = _flat(layout, np.asarray(sparse_indices))[0]
+    for b, (q0, s1_len, kv0, s2_len) in enumerate(_batches(layout, query, key, lens_q, lens_kv)):
+        for s1 in range(s1_len):
+            t = q0 + s1
+            keys = [kv0 + np.asarray(visible_keys(flat_idx[t, g], s1, s1_len, s2_len, block_size, sparse_mode),
+                                     dtype=np.int64) for g in range(n2)]
+            yield t, b, s1, keys
+
+
+def _stats_index(layout: str, b: int, s1: int, t: int, g: int) -> tuple:
+    """Index of row (b, s1)/(t) of key group g in the statistics ([N2, T1, G] or [B, N2, S1, G])."""
+    return (b, g, s1) if layout == "BSND" else (g, t)
+
+
+def sparse_flash_attention(query: np.ndarray, key: np.ndarray, value: np.ndarray, sparse_indices: np.ndarray,
+                           query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
+                           actual_seq_lengths_query: Sequence[int] | None = None,
+                           actual_seq_lengths_kv: Sequence[int] | None = None, *, scale_value: float,
+                           sparse_block_size: int = 1, layout: str = "BSND", sparse_mode: int = 3
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Forward: ``(out, softmax_max, softmax_sum)`` in float64 (statistics shaped as SPEC 3)."""
+    q, k, v, qr, kr = _flat(layout, query, key, value, query_rope, key_rope)
+    n1, n2 = q.shape[1], k.shape[1]
+    grp = n1 // n2
+    qf = q if qr is None else np.concatenate([q, qr], axis=-1)
+    kf = k if kr is None else np.concatenate([k, kr], axis=-1)
+    out = np.zeros(q.shape[:2] + (v.shape[-1],))
+    stats_shape = (query.shape[0], n2, query.shape[1], grp) if layout == "BSND" else (n2, q.shape[0], grp)
+    smax = np.full(stats_shape, LOWEST_F32)
+    ssum = np.zeros(stats_shape)
+    for t, b, s1, keys in _rows(layout, query, key, sparse_indices, actual_seq_lengths_query, actual_seq_lengths_kv,
+                                sparse_block_size, sparse_mode):
+        for g in range(n2):
+            if keys[g].size == 0:
+                continue
+            heads = slice(g * grp, (g + 1) * grp)
+            s = scale_value * qf[t, heads] @ kf[keys[g], g].T          # [G, n]
+            m = s.max(axis=1, keepdims=True)
+            e = np.exp(s - m)
+            l_sum = e.sum(axis=1, keepdims=True)
+            out[t, heads] = (e / l_sum) @ v[keys[g], g]
+            smax[_stats_index(layout, b, s1, t, g)] = m[:, 0]
+            ssum[_stats_index(layout, b, s1, t, g)] = l_sum[:, 0]
+    return out.reshape(query.shape[:-1] + (v.shape[-1],)), smax, ssum
+
+
+def sparse_flash_attention_grad(query: np.ndarray, key: np.ndarray, value: np.ndarray, sparse_indices: np.ndarray,
+                                d_out: np.ndarray, out: np.ndarray, softmax_max: np.ndarray,
+                                softmax_sum: np.ndarray, actual_seq_lengths_query: Sequence[int] | None = None,
+                                actual_seq_lengths_kv: Sequence[int] | None = None,
+                                query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None, *,
+                                scale_value: float, sparse_block_size: int = 1, layout: str = "BSND",
+                                sparse_mode: int = 3) -> tuple[np.ndarray | None, ...]:
+    """Backward: ``(d_query, d_key, d_value, d_query_rope, d_key_rope)`` in float64, exactly the
+    SPEC 3 formulas with P recomputed from the given statistics; rope grads None without rope."""
+    q, k, v, qr, kr, do, o = _flat(layout, query, key, value, query_rope, key_rope, d_out, out)
+    smax, ssum = f64(softmax_max), f64(softmax_sum)
+    n1, n2 = q.shape[1], k.shape[1]
+    grp = n1 // n2
+    d = q.shape[-1]
+    qf = q if qr is None else np.concatenate([q, qr], axis=-1)
+    kf = k if kr is None else np.concatenate([k, kr], axis=-1)
+    dqf = np.zeros_like(qf)
+    dkf = np.zeros_like(kf)
+    dv = np.zeros_like(v)
+    for t, b, s1, keys in _rows(layout, query, key, sparse_indices, actual_seq_lengths_query, actual_seq_lengths_kv,
+                                sparse_block_size, sparse_mode):
+        for g in range(n2):
+            j = keys[g]
+            if j.size == 0:
+                continue
+            heads = slice(g * grp, (g + 1) * grp)
+            m = smax[_stats_index(layout, b, s1, t, g)][:, None]
+            l_sum = ssum[_stats_index(layout, b, s1, t, g)][:, None]
+            p = np.exp(scale_value * qf[t, heads] @ kf[j, g].T - m) / l_sum   # [G, n]
+            delta = (do[t, heads] * o[t, heads]).sum(axis=1, keepdims=True)
+            dp = do[t, heads] @ v[j, g].T
+            ds = p * (dp - delta)
+            dqf[t, heads] = scale_value * ds @ kf[j, g]
+            np.add.at(dkf[:, g], j, scale_value * ds.T @ qf[t, heads])
+            np.add.at(dv[:, g], j, p.T @ do[t, heads])
+
+    def back(x: np.ndarray, like: np.ndarray) -> np.ndarray:
+        return x.reshape(like.shape)
+
+    d_query = back(dqf[..., :d], query)
+    d_key = back(dkf[..., :d], key)
+    d_value = back(dv, value)
+    if query_rope is None:
+        return d_query, d_key, d_value, None, None
+    return d_query, d_key, d_value, back(dqf[..., d:], query_rope), back(dkf[..., d:], key_rope)

@@ -1,0 +1,220 @@
+"""sparse_flash_attention / sparse_flash_attention_grad kernels vs the float64 reference, PyNative and GRAPH."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import mindspore as ms
+import numpy as np
+import pytest
+from _sfa_data import Case, make_case
+from _util import DTYPES, Fn, assert_close, quantize, to_ms, to_np
+
+from ms_grad_ops import ops
+from ms_grad_ops import reference as ref
+from ms_grad_ops.reference.sparse_flash_attention import LOWEST_F32
+
+# name -> make_case kwargs. Each exercises a SPEC 3 rule (see the comments).
+CASES = {
+    # uneven TND batches, an empty batch, S1 > S2 (first rows see nothing), -1 slots everywhere
+    "tnd_uneven": dict(layout="TND", lens_q=[5, 0, 7, 3], lens_kv=[9, 4, 4, 12], n1=4, d=16, dr=8, k=6,
+                       pattern="mixed"),
+    # blocks of 16 with the diagonal block partly masked, S1 != S2, no rope
+    "tnd_block16": dict(layout="TND", lens_q=[20, 9], lens_kv=[40, 33], n1=2, d=16, dr=None, k=3, bs=16),
+    # BSND, no mask, N2 = 2 groups, odd block size
+    "bsnd_mode0_n2": dict(layout="BSND", batch=2, s1=6, s2=11, n1=4, n2=2, d=12, dr=4, k=5, bs=3, mode=0,
+                          pattern="mixed"),
+    # BSND, N1 = 16, no rope
+    "bsnd_n16": dict(layout="BSND", batch=1, s1=12, s2=12, n1=16, d=32, dr=None, k=8),
+    # N1 = 1, K larger than the visible keys
+    "tnd_n1": dict(layout="TND", lens_q=[4, 6], lens_kv=[4, 10], n1=1, d=16, dr=8, k=12, pattern="start"),
+    # the Ascend head shape D = 512, Dr = 64 at small T
+    "tnd_mla": dict(layout="TND", lens_q=[3, 2], lens_kv=[5, 2], n1=2, d=512, dr=64, k=4),
+    # more visible keys than one kernel chunk (online softmax across chunks)
+    "tnd_chunks": dict(layout="TND", lens_q=[2], lens_kv=[2600], n1=2, d=8, dr=4, k=41, bs=64, mode=0),
+}
+
+
+def _case(name: str, seed: int) -> Case:
+    return make_case(np.random.default_rng(seed), **CASES[name])
+
+
+def _quantized(case: Case, dtype: str) -> dict:
+    q = {n: None if getattr(case, n) is None else quantize(getattr(case, n), dtype)
+         for n in ("query", "key", "value", "query_rope", "key_rope")}
+    return q
+
+
+def _ms(x: np.ndarray | None, dtype: str) -> ms.Tensor | None:
+    return None if x is None else to_ms(x, dtype)
+
+
+def _lens(case: Case) -> tuple:
+    if case.layout != "TND":
+        return None, None
+    return ms.Tensor(np.asarray(case.lens_q, np.int32)), ms.Tensor(np.asarray(case.lens_kv, np.int64))
+
+
+def _call(fn: object, exec_mode: str, *args: object) -> object:
+    return Fn(fn)(*args) if exec_mode == "graph" else fn(*args)
+
+
+def run_forward(case: Case, dtype: str, exec_mode: str) -> tuple[np.ndarray, ...]:
+    x = _quantized(case, dtype)
+    attrs = case.attrs()
+    lq, lkv = _lens(case)
+
+    if x["query_rope"] is None:
+        def fwd(q: ms.Tensor, k: ms.Tensor, v: ms.Tensor, idx: ms.Tensor, a: ms.Tensor, b: ms.Tensor) -> tuple:
+            return ops.sparse_flash_attention(q, k, v, idx, None, None, a, b, **attrs)
+        args = [_ms(x["query"], dtype), _ms(x["key"], dtype), _ms(x["value"], dtype), ms.Tensor(case.sparse_indices)]
+    else:
+        def fwd(q: ms.Tensor, k: ms.Tensor, v: ms.Tensor, idx: ms.Tensor, qr: ms.Tensor, kr: ms.Tensor,
+                a: ms.Tensor, b: ms.Tensor) -> tuple:
+            return ops.sparse_flash_attention(q, k, v, idx, qr, kr, a, b, **attrs)
+        args = [_ms(x[n], dtype) for n in ("query", "key", "value")] + [ms.Tensor(case.sparse_indices)] + \
+            [_ms(x["query_rope"], dtype), _ms(x["key_rope"], dtype)]
+    if case.layout == "TND":
+        args += [lq, lkv]
+        out, smax, ssum = _call(fwd, exec_mode, *args)
+    else:
+        # BSND: no lengths (None, bound in a closure)
+        def bsnd(*a: ms.Tensor) -> tuple:
+            return fwd(*a, None, None)
+        out, smax, ssum = _call(bsnd, exec_mode, *args)
+    return to_np(out), smax.asnumpy().astype(np.float64), ssum.asnumpy().astype(np.float64)
+
+
+def reference_forward(case: Case, dtype: str) -> tuple[np.ndarray, ...]:
+    x = _quantized(case, dtype)
+    return ref.sparse_flash_attention(x["query"], x["key"], x["value"], case.sparse_indices, x["query_rope"],
+                                      x["key_rope"], case.lens_q, case.lens_kv, **case.attrs())
+
+
+def _check_stats(got_max: np.ndarray, got_sum: np.ndarray, ref_max: np.ndarray, ref_sum: np.ndarray,
+                 dtype: str) -> None:
+    empty = ref_sum == 0
+    assert (got_sum[empty] == 0).all() and (got_max[empty] == LOWEST_F32).all(), "rows with no visible key"
+    assert_close(got_max[~empty], ref_max[~empty], dtype, "attention", "softmax_max")
+    assert_close(got_sum[~empty], ref_sum[~empty], dtype, "attention", "softmax_sum")
+
+
+# GRAPH mode compiles for several seconds per test: it runs a subset (the kernel is the same).
+GRAPH_SUBSET = [("tnd_uneven", "bfloat16"), ("bsnd_mode0_n2", "float16"), ("tnd_block16", "float32")]
+
+
+@pytest.fixture
+def graph_mode() -> Iterator[str]:
+    ms.set_context(mode=ms.GRAPH_MODE)
+    yield "graph"
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(CASES))
+def test_forward_matches_reference(name: str, dtype: str) -> None:
+    check_forward(name, dtype, "pynative")
+
+
+@pytest.mark.parametrize("name,dtype", GRAPH_SUBSET)
+def test_forward_matches_reference_graph(graph_mode: str, name: str, dtype: str) -> None:
+    check_forward(name, dtype, graph_mode)
+
+
+def check_forward(name: str, dtype: str, exec_mode: str) -> None:
+    case = _case(name, 10)
+    out, smax, ssum = run_forward(case, dtype, exec_mode)
+    r_out, r_max, r_sum = reference_forward(case, dtype)
+    assert_close(out, r_out, dtype, "attention", "out")
+    _check_stats(smax, ssum, r_max, r_sum, dtype)
+    empty_rows = (r_sum == 0)
+    if empty_rows.any():
+        # forward output of rows with no visible key is exactly 0
+        n2 = case.key.shape[-2]
+        flat = out.reshape(-1, n2, out.shape[-2] // n2, out.shape[-1])
+        mask = empty_rows.transpose(0, 2, 1, 3).reshape(flat.shape[:3]) if case.layout == "BSND" else \
+            empty_rows.transpose(1, 0, 2)
+        assert (flat[mask] == 0).all()
+
+
+def run_grad(case: Case, dtype: str, exec_mode: str, rng: np.random.Generator) -> tuple[list, tuple]:
+    """Grad kernel fed the reference statistics and the (quantized) reference out; returns
+    (kernel grads as float64 or None, reference grads)."""
+    x = _quantized(case, dtype)
+    r_out, r_max, r_sum = reference_forward(case, dtype)
+    d_out = quantize(rng.standard_normal(r_out.shape), dtype)
+    out_q = quantize(r_out, dtype)
+    smax, ssum = r_max.astype(np.float32), r_sum.astype(np.float32)
+    attrs = case.attrs()
+    rope = x["query_rope"] is not None
+    lq, lkv = _lens(case)
+    tnd = case.layout == "TND"
+
+    def grad(q: ms.Tensor, k: ms.Tensor, v: ms.Tensor, idx: ms.Tensor, do: ms.Tensor, o: ms.Tensor,
+             m: ms.Tensor, s: ms.Tensor, *rest: ms.Tensor) -> tuple:
+        lens = (rest[0], rest[1]) if tnd else (None, None)
+        ropes = (rest[-2], rest[-1]) if rope else (None, None)
+        g = ops.sparse_flash_attention_grad(q, k, v, idx, do, o, m, s, lens[0], lens[1], ropes[0], ropes[1],
+                                            **attrs)
+        return g if rope else g[:3]
+
+    args = [_ms(x[n], dtype) for n in ("query", "key", "value")] + [ms.Tensor(case.sparse_indices)] + \
+        [to_ms(d_out, dtype), to_ms(out_q, dtype), ms.Tensor(smax), ms.Tensor(ssum)]
+    if tnd:
+        args += [lq, lkv]
+    if rope:
+        args += [_ms(x["query_rope"], dtype), _ms(x["key_rope"], dtype)]
+    got = list(_call(grad, exec_mode, *args))
+    got = [to_np(g) for g in got] + [None] * (5 - len(got))
+    want = ref.sparse_flash_attention_grad(x["query"], x["key"], x["value"], case.sparse_indices, d_out, out_q,
+                                           smax, ssum, case.lens_q, case.lens_kv, x["query_rope"], x["key_rope"],
+                                           **attrs)
+    return got, want
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(CASES))
+def test_grad_matches_reference(name: str, dtype: str) -> None:
+    check_grad(name, dtype, "pynative")
+
+
+@pytest.mark.parametrize("name,dtype", GRAPH_SUBSET)
+def test_grad_matches_reference_graph(graph_mode: str, name: str, dtype: str) -> None:
+    check_grad(name, dtype, graph_mode)
+
+
+def check_grad(name: str, dtype: str, exec_mode: str) -> None:
+    case = _case(name, 20)
+    got, want = run_grad(case, dtype, exec_mode, np.random.default_rng(21))
+    for what, g, w in zip(("d_query", "d_key", "d_value", "d_query_rope", "d_key_rope"), got, want):
+        if w is None:
+            assert g is None, what
+            continue
+        assert_close(g, w, dtype, "attention", what)
+
+
+def test_rows_without_visible_keys_give_zero_grads() -> None:
+    """Rows that see nothing (S1 > S2 head rows, all -1 rows) get exactly zero d_query and add
+    nothing to d_key/d_value; no NaN anywhere."""
+    rng = np.random.default_rng(3)
+    case = make_case(rng, layout="TND", lens_q=[6, 3], lens_kv=[3, 5], n1=2, d=8, dr=4, k=3)
+    case.sparse_indices[7] = -1  # batch 1, row 1: every slot unused
+    got, want = run_grad(case, "float32", "pynative", rng)
+    dq = got[0]
+    for t in (0, 1, 2, 7):  # rows 0..2 of batch 0 see no key (s1 + 3 - 6 < 0)
+        assert (dq[t] == 0).all() and (got[3][t] == 0).all()
+    for g, w in zip(got, want):
+        assert np.isfinite(g).all()
+        assert_close(g, w, "float32", "attention")
+
+
+def test_python_sequence_lengths_and_int64_tensors() -> None:
+    case = _case("tnd_uneven", 4)
+    x = _quantized(case, "float32")
+    args = [to_ms(x[n], "float32") for n in ("query", "key", "value")] + [ms.Tensor(case.sparse_indices),
+                                                                           to_ms(x["query_rope"], "float32"),
+                                                                           to_ms(x["key_rope"], "float32")]
+    a = ops.sparse_flash_attention(*args, case.lens_q, tuple(case.lens_kv), **case.attrs())
+    b = ops.sparse_flash_attention(*args, ms.Tensor(np.asarray(case.lens_q, np.int64)),
+                                   ms.Tensor(np.asarray(case.lens_kv, np.int32)), **case.attrs())
+    for u, v in zip(a, b):
+        np.testing.assert_array_equal(u.asnumpy(), v.asnumpy())
