@@ -81,6 +81,11 @@ inline std::string shape_str(const Shape& s) {
 inline bool rank_known(const Shape& s) { return !(s.size() == 1 && s[0] == kUnknownRank); }
 inline bool known(int64_t d) { return d >= 0; }
 
+// Dim `i` of `t`, or kUnknownDim when the rank or the dim is not known (yet).
+inline int64_t dim_or_unknown(const TensorDesc& t, size_t i) {
+  return rank_known(t.shape) && i < t.shape.size() ? t.shape[i] : kUnknownDim;
+}
+
 // Collects the op name so every message starts with it.
 class Checker {
  public:

@@ -38,10 +38,6 @@ inline size_t token_rank(IndexerLayout l) { return l == IndexerLayout::kTND ? 3 
 // Number of leading token dims (TND: T; BSND: B, S).
 inline size_t token_dims(IndexerLayout l) { return l == IndexerLayout::kTND ? 1 : 2; }
 
-inline int64_t dim_or_unknown(const TensorDesc& t, size_t i) {
-  return rank_known(t.shape) && i < t.shape.size() ? t.shape[i] : kUnknownDim;
-}
-
 // `t` must share the leading token dims of `ref` (T1, or B and S1); only B when `batch_only`.
 inline void same_tokens(const Checker& c, IndexerLayout l, const char* arg, const TensorDesc& t, const char* ref_arg,
                         const TensorDesc& ref, bool batch_only = false) {

@@ -35,10 +35,6 @@ struct SfaInputs {
   const TensorDesc* key_rope = nullptr;
 };
 
-inline int64_t dim_or_unknown(const TensorDesc& t, size_t i) {
-  return rank_known(t.shape) && i < t.shape.size() ? t.shape[i] : kUnknownDim;
-}
-
 inline void check_sfa_attrs(const Checker& c, const SfaAttrs& a) {
   if (a.layout != "TND" && a.layout != "BSND") {
     c.value_error("attribute 'layout' must be \"TND\" or \"BSND\", got \"" + a.layout + "\"");
