@@ -8,6 +8,7 @@
 #include "cla_gate_common.h"
 #include "convert.h"
 #include "parallel.h"
+#include "simd512.h"
 
 using mgo::aot::AotExtra;
 using mgo::aot::TypeId;
@@ -31,6 +32,27 @@ void merge_rows(const float* og, const float* ol, const float* sg, const float* 
   }
 }
 
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+
+// Fused load + merge_rows + store, in registers.
+template <typename T>
+void merge_rows_avx512(const T* og, const T* ol, const float* sg, const float* sl, T* out, int64_t rows, int64_t d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t off = r * d;
+    const __m512 s_g = _mm512_set1_ps(sg[r]);
+    const __m512 s_l = _mm512_set1_ps(sl[r]);
+    for (int64_t i = 0; i < d; i += 16) {
+      const __mmask16 m = simd512::tail_mask(d - i);
+      const __m512 v = _mm512_fmadd_ps(s_g, simd512::load16(og + off + i, m),
+                                       _mm512_mul_ps(s_l, simd512::load16(ol + off + i, m)));
+      simd512::store16(out + off + i, v, m);
+    }
+  }
+}
+
+#pragma GCC pop_options
+
 template <typename T>
 void merge(const aot::KernelArgs& args) {
   const T* og = args.as<const T>(0);
@@ -42,19 +64,25 @@ void merge(const aot::KernelArgs& args) {
   const int64_t rows = args.numel(2);
   const int64_t block = cla_rows_per_block(d);
   const int64_t n_blocks = (rows + block - 1) / block;
+  const bool avx512 = use_avx512();
 #pragma omp parallel if (worth_parallel(rows * d))
   {
-    std::vector<float> a(block * d), b(block * d), sg(block), sl(block);
+    const int64_t tile = avx512 ? 0 : block * d;  // float32 tiles for the portable path only
+    std::vector<float> a(tile), b(tile), sg(block), sl(block);
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < n_blocks; ++blk) {
       const int64_t r0 = blk * block;
       const int64_t nr = std::min(block, rows - r0);
-      load(og + r0 * d, a.data(), nr * d);
-      load(ol + r0 * d, b.data(), nr * d);
       for (int64_t r = 0; r < nr; ++r) {
         sg[r] = sigmoid(to_float(zg[r0 + r]));
         sl[r] = sigmoid(to_float(zl[r0 + r]));
       }
+      if (avx512) {
+        merge_rows_avx512(og + r0 * d, ol + r0 * d, sg.data(), sl.data(), out + r0 * d, nr, d);
+        continue;
+      }
+      load(og + r0 * d, a.data(), nr * d);
+      load(ol + r0 * d, b.data(), nr * d);
       merge_rows(a.data(), b.data(), sg.data(), sl.data(), a.data(), nr, d);
       store(a.data(), out + r0 * d, nr * d);
     }

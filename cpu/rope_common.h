@@ -11,6 +11,7 @@
 #include "aot.h"
 #include "convert.h"
 #include "parallel.h"
+#include "simd512.h"
 
 namespace mgo::cpu {
 
@@ -23,6 +24,34 @@ struct HalfMix {
 
 // Applies `mix` in place to every head of a row of `heads` * 128 floats.
 void apply_half_mix(float* row, int64_t heads, const HalfMix& mix);
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+
+// Fused load + apply_half_mix + store of one row of `heads` * 128 elements, in registers.
+template <typename X>
+void apply_half_mix_avx512(const X* in, X* out, int64_t heads, const HalfMix& mix) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  __m512 a[4], b[4], c[4], d[4];
+  for (int j = 0; j < 4; ++j) {
+    a[j] = _mm512_loadu_ps(mix.a + 16 * j);
+    b[j] = _mm512_loadu_ps(mix.b + 16 * j);
+    c[j] = _mm512_loadu_ps(mix.c + 16 * j);
+    d[j] = _mm512_loadu_ps(mix.d + 16 * j);
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    const int64_t lo = h * kRopeHead;
+    const int64_t hi = lo + kRopeHalf;
+    for (int j = 0; j < 4; ++j) {
+      const __m512 xl = simd512::load16(in + lo + 16 * j, kAll);
+      const __m512 xh = simd512::load16(in + hi + 16 * j, kAll);
+      simd512::store16(out + lo + 16 * j, _mm512_fmadd_ps(xh, b[j], _mm512_mul_ps(xl, a[j])), kAll);
+      simd512::store16(out + hi + 16 * j, _mm512_fmadd_ps(xl, d[j], _mm512_mul_ps(xh, c[j])), kAll);
+    }
+  }
+}
+
+#pragma GCC pop_options
 
 // Local position of every packed token; throws std::runtime_error naming `op` when the lengths
 // are not positive, exceed max_seq_len or do not add up to n_tokens. Runs before any parallel
@@ -46,9 +75,10 @@ void run_rope_family(const char* op, const aot::KernelArgs& args, MakeMix make_m
       X* y[2] = {args.as<X>(5), args.as<X>(6)};
       const C* cos = args.as<const C>(2);
       const C* sin = args.as<const C>(3);
+      const bool avx512 = use_avx512();
 #pragma omp parallel if (worth_parallel(n_tokens * hidden))
       {
-        std::vector<float> row(static_cast<size_t>(hidden));
+        std::vector<float> row(avx512 ? 0 : static_cast<size_t>(hidden));  // portable path only
         float c_row[kRopeHead], s_row[kRopeHead];
         HalfMix mix;
 #pragma omp for schedule(static)
@@ -57,6 +87,10 @@ void run_rope_family(const char* op, const aot::KernelArgs& args, MakeMix make_m
           load(sin + pos[t] * kRopeHead, s_row, kRopeHead);
           make_mix(c_row, s_row, mix);
           for (int k = 0; k < 2; ++k) {
+            if (avx512) {
+              apply_half_mix_avx512(x[k] + t * hidden, y[k] + t * hidden, heads, mix);
+              continue;
+            }
             load(x[k] + t * hidden, row.data(), hidden);
             apply_half_mix(row.data(), heads, mix);
             store(row.data(), y[k] + t * hidden, hidden);

@@ -47,11 +47,12 @@ def test_cla_gate_merge_matches_reference(exec_mode: str, dtype: str, shape: tup
     assert_close(to_np(out), ref.cla_gate_merge(*xs), dtype, what="cla_gate_merge")
 
 
-def test_nan_and_inf_propagate() -> None:
-    xs = _inputs(np.random.default_rng(2), 2, 2, 8, "float32")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_and_inf_propagate(dtype: str) -> None:
+    xs = _inputs(np.random.default_rng(2), 2, 2, 8, dtype)
     xs[0][0, 0, 3] = np.nan
     xs[3][1, 1] = np.inf
-    out = [to_np(o) for o in mgo.ops.cla_gate_backward(*(to_ms(x, "float32") for x in xs))]
+    out = [to_np(o) for o in mgo.ops.cla_gate_backward(*(to_ms(x, dtype) for x in xs))]
     assert np.isnan(out[0][0, 0, 3]) and np.isnan(out[2][0, 0])
     assert np.isfinite(out[0][1]).all()
     # sigmoid(inf) = 1, so dz_g = dot * 1 * 0 = 0 and dO_g = G exactly.
