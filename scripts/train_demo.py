@@ -14,9 +14,9 @@ import argparse
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn
-from mindspore import ops as msops
 
 import ms_grad_ops as mgo
+from ms_grad_ops.composite import CompositeClaGateMerge, CompositeRope
 
 HEAD = 128
 
@@ -29,21 +29,8 @@ def rope_tables(max_seq_len: int, base: float = 10000.0) -> tuple[np.ndarray, np
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
 
-class CompositeRope(nn.Cell):
-    """Plain mindspore.ops rotary embedding (autodiff baseline); takes token positions."""
-
-    def construct(self, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
-        c, s = msops.gather(cos, pos, 0).expand_dims(1), msops.gather(sin, pos, 0).expand_dims(1)
-        t = q.shape[0]
-        qh, kh = q.reshape(t, -1, HEAD), k.reshape(t, -1, HEAD)
-        q_rot = msops.concat([-qh[..., 64:], qh[..., :64]], axis=-1)
-        k_rot = msops.concat([-kh[..., 64:], kh[..., :64]], axis=-1)
-        return (qh * c + q_rot * s).reshape(t, -1), (kh * c + k_rot * s).reshape(t, -1)
 
 
-class CompositeMerge(nn.Cell):
-    def construct(self, og: Tensor, ol: Tensor, zg: Tensor, zl: Tensor) -> Tensor:
-        return msops.sigmoid(zg).expand_dims(-1) * og + msops.sigmoid(zl).expand_dims(-1) * ol
 
 
 class ToyBlock(nn.Cell):
@@ -58,7 +45,7 @@ class ToyBlock(nn.Cell):
         self.wl = nn.Dense(hidden, self.heads)
         self.wo = nn.Dense(hidden, hidden)
         self.rope = mgo.nn.RotaryEmbedding() if fused else CompositeRope()
-        self.merge = mgo.nn.ClaGateMerge() if fused else CompositeMerge()
+        self.merge = mgo.nn.ClaGateMerge() if fused else CompositeClaGateMerge()
 
     def construct(self, x: Tensor, cos: Tensor, sin: Tensor, lens_or_pos: Tensor) -> Tensor:
         t = x.shape[0]

@@ -6,24 +6,9 @@ import mindspore as ms
 import numpy as np
 from _util import assert_close, to_np
 from mindspore import Tensor, nn
-from mindspore import ops as msops
 
 import ms_grad_ops as mgo
-
-
-def _rotate_half(x: Tensor) -> Tensor:
-    return msops.concat([-x[..., 64:], x[..., :64]], axis=-1)
-
-
-class CompositeRope(nn.Cell):
-    """y = x*cos + rotate_half(x)*sin with cos/sin gathered per token: what autodiff would see."""
-
-    def construct(self, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
-        c = msops.gather(cos, pos, 0).expand_dims(1)
-        s = msops.gather(sin, pos, 0).expand_dims(1)
-        t = q.shape[0]
-        qh, kh = q.reshape(t, -1, 128), k.reshape(t, -1, 128)
-        return ((qh * c + _rotate_half(qh) * s).reshape(t, -1), (kh * c + _rotate_half(kh) * s).reshape(t, -1))
+from ms_grad_ops.composite import CompositeClaGateMerge, CompositeRope
 
 
 class RopeLoss(nn.Cell):
@@ -52,9 +37,6 @@ def test_rotary_embedding_grads_match_autodiff(exec_mode: str) -> None:
         assert_close(to_np(g), to_np(r), "float32", what="RotaryEmbedding grad")
 
 
-class CompositeClaGate(nn.Cell):
-    def construct(self, og: Tensor, ol: Tensor, zg: Tensor, zl: Tensor) -> Tensor:
-        return msops.sigmoid(zg).expand_dims(-1) * og + msops.sigmoid(zl).expand_dims(-1) * ol
 
 
 class ClaLoss(nn.Cell):
@@ -72,7 +54,7 @@ def test_cla_gate_merge_grads_match_autodiff(exec_mode: str) -> None:
     og, ol, w = (Tensor(rng.standard_normal((6, 3, 128)), ms.float32) for _ in range(3))
     zg, zl = (Tensor(2 * rng.standard_normal((6, 3)), ms.float32) for _ in range(2))
     got = ms.grad(ClaLoss(mgo.nn.ClaGateMerge()), grad_position=(0, 1, 2, 3))(og, ol, zg, zl, w)
-    ref = ms.grad(ClaLoss(CompositeClaGate()), grad_position=(0, 1, 2, 3))(og, ol, zg, zl, w)
+    ref = ms.grad(ClaLoss(CompositeClaGateMerge()), grad_position=(0, 1, 2, 3))(og, ol, zg, zl, w)
     for g, r in zip(got, ref):
         assert_close(to_np(g), to_np(r), "float32", what="ClaGateMerge grad")
 
@@ -84,7 +66,7 @@ def test_cla_gate_merge_trains_in_bfloat16(exec_mode: str) -> None:
     og, ol, w, zg, zl = (Tensor(a, ms.bfloat16) for a in arrays)
     f32 = [Tensor(to_np(x), ms.float32) for x in (og, ol, zg, zl, w)]
     got = ms.grad(ClaLoss(mgo.nn.ClaGateMerge()), grad_position=(0, 1, 2, 3))(og, ol, zg, zl, w)
-    ref = ms.grad(ClaLoss(CompositeClaGate()), grad_position=(0, 1, 2, 3))(*f32)
+    ref = ms.grad(ClaLoss(CompositeClaGateMerge()), grad_position=(0, 1, 2, 3))(*f32)
     for g, r in zip(got, ref):
         assert g.dtype == ms.bfloat16
         assert_close(to_np(g), to_np(r), "bfloat16", what="ClaGateMerge bf16 grad")

@@ -17,25 +17,13 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 import ms_grad_ops as mgo
+from ms_grad_ops.composite import CompositeClaGateMerge, CompositeRope
 
 HEAD = 128
 
 
-class CompositeRope(nn.Cell):
-    """The rope forward from mindspore.ops; autodiff of it is the user's alternative to rope_grad."""
-
-    def construct(self, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
-        c, s = msops.gather(cos, pos, 0).expand_dims(1), msops.gather(sin, pos, 0).expand_dims(1)
-        t = q.shape[0]
-        qh, kh = q.reshape(t, -1, HEAD), k.reshape(t, -1, HEAD)
-        q_rot = msops.concat([-qh[..., 64:], qh[..., :64]], axis=-1)
-        k_rot = msops.concat([-kh[..., 64:], kh[..., :64]], axis=-1)
-        return (qh * c + q_rot * s).reshape(t, -1), (kh * c + k_rot * s).reshape(t, -1)
 
 
-class CompositeClaGate(nn.Cell):
-    def construct(self, og: Tensor, ol: Tensor, zg: Tensor, zl: Tensor) -> Tensor:
-        return msops.sigmoid(zg).expand_dims(-1) * og + msops.sigmoid(zl).expand_dims(-1) * ol
 
 
 class OpCell(nn.Cell):
@@ -119,7 +107,7 @@ def bench_cla_gate_backward(tokens: int, heads: int, dtypes: list[str], copy_gbp
     big32 = [rng.standard_normal((tokens, heads, HEAD), dtype=np.float32) for _ in range(3)]
     small32 = [rng.standard_normal((tokens, heads), dtype=np.float32) for _ in range(2)]
     base_py, base_graph = autodiff_seconds(
-        CompositeClaGate(), 4, [Tensor(big32[1]), Tensor(big32[2]), Tensor(small32[0]), Tensor(small32[1]),
+        CompositeClaGateMerge(), 4, [Tensor(big32[1]), Tensor(big32[2]), Tensor(small32[0]), Tensor(small32[1]),
                                 Tensor(big32[0])], repeat)
     rows = []
     for dtype in dtypes:
