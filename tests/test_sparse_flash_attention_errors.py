@@ -59,7 +59,8 @@ def _fwd(**over: object) -> object:
     (dict(actual_seq_lengths_query=None), ValueError, r"argument 'actual_seq_lengths_query' is required"),
     (dict(actual_seq_lengths_kv=[2, 5]), ValueError,
      r"the last entry of 'actual_seq_lengths_kv' \(5\) must equal the number of tokens 6"),
-    (dict(actual_seq_lengths_query=[3, 1, 4]), ValueError, r"must be cumulative \(non-decreasing, >= 0\)"),
+    (dict(actual_seq_lengths_query=[3, 1, 4]), ValueError,
+     r"must be non-decreasing cumulative lengths \(>= 0; CANN convention"),
     (dict(actual_seq_lengths_query=[1.0, 4.0]), TypeError, r"must hold integers"),
 ])
 def test_forward_validation_errors(over: dict, err: type, msg: str) -> None:

@@ -81,3 +81,33 @@ def seq_lengths(op: str, arg: str, value: object, n_tokens: int, max_seq_len: in
         _check_length_values(op, arg, lens, n_tokens, max_seq_len)
         return Tensor(lens.astype(np.int32))
     raise TypeError(f"{op}: argument '{arg}' must be a sequence of ints or an int tensor, got {type(value).__name__}")
+
+
+def _check_cumulative_values(op: str, arg: str, lens: np.ndarray, total: int) -> None:
+    if lens.ndim != 1 or lens.size == 0:
+        raise ValueError(f"{op}: argument '{arg}' must be a non-empty 1-D list of cumulative lengths, "
+                         f"got shape {list(lens.shape)}")
+    steps = np.diff(np.concatenate([[0], lens.astype(np.int64)]))
+    if (steps < 0).any():
+        i = int(np.flatnonzero(steps < 0)[0])
+        raise ValueError(f"{op}: argument '{arg}' must be non-decreasing cumulative lengths (>= 0; CANN convention: "
+                         f"lengths [3, 5] are written [3, 8]), got {arg}[{i}] = {int(lens[i])}")
+    if total >= 0 and int(lens[-1]) != total:
+        raise ValueError(f"{op}: the last entry of '{arg}' ({int(lens[-1])}) must equal the number of tokens "
+                         f"{total} (lengths are cumulative, without a leading 0)")
+
+
+def cumulative_lengths(op: str, arg: str, value: object, total: int | None) -> Tensor:
+    """``actual_seq_lengths_*`` (cumulative, no leading 0) as a kernel input. A Python sequence or
+    NumPy array is checked here (``ValueError``/``TypeError``) and becomes an int32 tensor; an int
+    tensor is passed as is and its values are checked by the kernel (``RuntimeError``), since
+    inside a compiled graph they are not known before. ``total``: the token count, or None."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)):
+        lens = np.asarray(value)
+        if lens.size and lens.dtype.kind not in "iu":
+            raise TypeError(f"{op}: argument '{arg}' must hold integers, got {lens.dtype}")
+        _check_cumulative_values(op, arg, lens, -1 if total is None else int(total))
+        return Tensor(lens.astype(np.int32))
+    raise TypeError(f"{op}: argument '{arg}' must be a sequence of ints or an int tensor, got {type(value).__name__}")

@@ -7,7 +7,7 @@ from mindspore import Tensor
 
 from .._custom import primitive
 from ._checks import check_tensor, validate
-from ._indexer_inputs import cumulative_lengths
+from ._indexer_inputs import lengths_or_absent
 
 _OP = "lightning_indexer"
 
@@ -37,9 +37,9 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
     """
     query_index = check_tensor(_OP, "query_index", query_index)
     key_index = check_tensor(_OP, "key_index", key_index)
-    lens_q = cumulative_lengths(_OP, "actual_seq_lengths_query", actual_seq_lengths_query,
+    lens_q = lengths_or_absent(_OP, "actual_seq_lengths_query", actual_seq_lengths_query,
                                 query_index.shape[0] if layout == "TND" else None)
-    lens_k = cumulative_lengths(_OP, "actual_seq_lengths_key", actual_seq_lengths_key,
+    lens_k = lengths_or_absent(_OP, "actual_seq_lengths_key", actual_seq_lengths_key,
                                 key_index.shape[0] if layout == "TND" else None)
     args = (("query_index", query_index), ("key_index", key_index), ("weights", weights),
             ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))

@@ -8,7 +8,7 @@ from mindspore import Tensor
 
 from .._custom import primitive
 from ._checks import check_tensor, validate
-from ._indexer_inputs import absent, cumulative_lengths
+from ._indexer_inputs import absent, lengths_or_absent
 
 _OP = "sparse_lightning_indexer_grad_kl_loss"
 
@@ -50,9 +50,9 @@ def sparse_lightning_indexer_grad_kl_loss(
         raise ValueError(f"{_OP}: arguments 'query_rope' and 'key_rope' must both be given or both be None")
     query_rope = absent(query.dtype) if query_rope is None else query_rope
     key_rope = absent(query.dtype) if key_rope is None else key_rope
-    lens_q = cumulative_lengths(_OP, "actual_seq_lengths_query", actual_seq_lengths_query,
+    lens_q = lengths_or_absent(_OP, "actual_seq_lengths_query", actual_seq_lengths_query,
                                 query.shape[0] if layout == "TND" else None)
-    lens_k = cumulative_lengths(_OP, "actual_seq_lengths_key", actual_seq_lengths_key,
+    lens_k = lengths_or_absent(_OP, "actual_seq_lengths_key", actual_seq_lengths_key,
                                 key.shape[0] if layout == "TND" else None)
     args = (("query", query), ("key", key), ("query_index", query_index), ("key_index", key_index),
             ("weights", weights), ("sparse_indices", sparse_indices), ("softmax_max", softmax_max),
