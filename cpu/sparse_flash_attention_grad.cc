@@ -1,8 +1,8 @@
 // CPU AOT kernel of `sparse_flash_attention_grad` (SPEC section 3, backward).
 //
-// Per query row and key group, per chunk of visible selected keys: recompute S = scale*Q Kf^T and
+// Per query row and key group, per block of kBlock visible selected keys: recompute S = scale*Q Kf^T and
 // P = exp(S - max)/sum from the statistics, dP = dO V^T, dS = P (dP - delta), then
-// dQf += scale dS Kf, dKf_chunk = scale dS^T Q, dV_chunk = P^T dO, all on the GEMM wrapper.
+// dQf += scale dS Kf, dKf_block = scale dS^T Q, dV_block = P^T dO, all on the GEMM wrapper.
 //
 // Determinism: the query rows are cut into a fixed number of contiguous partitions (a function of
 // the shapes only, never of the thread count), balanced by visible-key work. Each partition is
@@ -25,8 +25,12 @@ namespace {
 
 constexpr const char* kOp = "sparse_flash_attention_grad";
 constexpr int64_t kMaxPartitions = 8;
-// Keys per dK/dV GEMM slice (a multiple of kKeyPad): the slice's rows stay in L2 for the scatter.
-constexpr int64_t kScatter = 256;
+// Keys per block (a multiple of kKeyPad). The backward needs no running softmax (P comes from the
+// saved statistics), so every block is independent: GEMM shapes are then one of kBlock / kKeyPad
+// per product whatever K is, which bounds the per-thread oneDNN primitive cache (each cached
+// bf16 primitive holds ~100 KB; with whole-row chunks it grew with K to ~100 MB), and a block's
+// key tile and dK/dV rows stay in L2 for the scatter-add.
+constexpr int64_t kBlock = 256;
 
 struct Slots {
   int q, k, v, idx, dout, out, smax, ssum, lq, lkv, qr, kr, dq, dk, dv, dqr, dkr;
@@ -116,9 +120,9 @@ void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, con
 #pragma omp parallel
   {
     std::vector<int32_t> keys;
-    std::vector<CT> qt(g * p.dq), ot(g * p.dv), kt(kChunk * p.dq), vt(v_in_k ? 0 : kChunk * p.dv);
-    std::vector<CT> pt(kF32 ? 0 : g * kChunk), dst(kF32 ? 0 : g * kChunk);
-    std::vector<float> sc(g * kChunk), dp(g * kChunk), dq_acc(g * p.dq), dkc(kScatter * p.dq), dvc(kScatter * p.dv);
+    std::vector<CT> qt(g * p.dq), ot(g * p.dv), kt(kBlock * p.dq), vt(v_in_k ? 0 : kBlock * p.dv);
+    std::vector<CT> pt(kF32 ? 0 : g * kBlock), dst(kF32 ? 0 : g * kBlock);
+    std::vector<float> sc(g * kBlock), dp(g * kBlock), dq_acc(g * p.dq), dkc(kBlock * p.dq), dvc(kBlock * p.dv);
     std::vector<float> fo(g * p.dv), fdo(g * p.dv), delta(g);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t pi = 0; pi < n_parts; ++pi) {
@@ -143,8 +147,8 @@ void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, con
               load(out + head0 * p.dv, fo.data(), g * p.dv);
               for (int64_t h = 0; h < g; ++h) delta[h] = dot(fdo.data() + h * p.dv, fo.data() + h * p.dv, p.dv);
               std::fill(dq_acc.begin(), dq_acc.end(), 0.0f);
-              for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-                const int64_t nc = std::min(kChunk, n - c0);
+              for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
+                const int64_t nc = std::min(kBlock, n - c0);
                 const int64_t ncp = round_up(nc, kKeyPad);
                 const CT* vtile = v_in_k ? kt.data() : vt.data();
                 gather_keys(p, key, key_rope, value, keys.data() + c0, nc, ncp, grp, kt.data(),
@@ -172,20 +176,16 @@ void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, con
                 // dQf [G, dq] += scale dS [G, ncp] . Kf [ncp, dq]
                 mm(gemm::Trans::kNo, gemm::Trans::kNo, g, p.dq, ncp, p.scale, dstile, ncp, kt.data(), p.dq, 1.0f,
                    dq_acc.data(), p.dq);
-                // dKf [ncp, dq] = scale dS^T . Q and dV [ncp, dv] = P^T . dO, in slices of kScatter keys so
-                // the per-key rows are scatter-added while still in cache.
-                for (int64_t s0 = 0; s0 < nc; s0 += kScatter) {
-                  const int64_t ms = std::min(kScatter, ncp - s0);
-                  mm(gemm::Trans::kYes, gemm::Trans::kNo, ms, p.dq, g, p.scale, dstile + s0, ncp, qt.data(), p.dq,
-                     0.0f, dkc.data(), p.dq);
-                  mm(gemm::Trans::kYes, gemm::Trans::kNo, ms, p.dv, g, 1.0f, ptile + s0, ncp, ot.data(), p.dv, 0.0f,
-                     dvc.data(), p.dv);
-                  const int64_t ns = std::min(kScatter, nc - s0);
-                  for (int64_t r = 0; r < ns; ++r) {
-                    const int64_t local = (keys[c0 + s0 + r] - part.k0) * p.n2 + grp;
-                    add_to(dkb.data() + local * p.dq, dkc.data() + r * p.dq, p.dq);
-                    add_to(dvb.data() + local * p.dv, dvc.data() + r * p.dv, p.dv);
-                  }
+                // dKf [ncp, dq] = scale dS^T . Q and dV [ncp, dv] = P^T . dO, scatter-added per key row while
+                // the block is still in cache.
+                mm(gemm::Trans::kYes, gemm::Trans::kNo, ncp, p.dq, g, p.scale, dstile, ncp, qt.data(), p.dq, 0.0f,
+                   dkc.data(), p.dq);
+                mm(gemm::Trans::kYes, gemm::Trans::kNo, ncp, p.dv, g, 1.0f, ptile, ncp, ot.data(), p.dv, 0.0f,
+                   dvc.data(), p.dv);
+                for (int64_t r = 0; r < nc; ++r) {
+                  const int64_t local = (keys[c0 + r] - part.k0) * p.n2 + grp;
+                  add_to(dkb.data() + local * p.dq, dkc.data() + r * p.dq, p.dq);
+                  add_to(dvb.data() + local * p.dv, dvc.data() + r * p.dv, p.dv);
                 }
               }
             }
