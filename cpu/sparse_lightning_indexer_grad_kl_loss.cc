@@ -32,6 +32,8 @@ namespace {
 
 constexpr const char* kOp = "sparse_lightning_indexer_grad_kl_loss";
 constexpr int64_t kPad = 64;
+// Keys per teacher (main-attention) GEMM block, a multiple of kPad.
+constexpr int64_t kTeacherBlock = 256;
 constexpr int64_t kMaxChunks = 16;
 constexpr int64_t kChunkBudgetBytes = int64_t{512} << 20;
 constexpr float kLogFloor = 1e-8f;
@@ -60,8 +62,8 @@ class RowKernel {
     const int64_t kp = mgo::cpu::round_up(z.k, kPad);
     vis_.reserve(static_cast<size_t>(z.k));
     qt_.resize(static_cast<size_t>(z.n1 * z.dq));
-    kt_.resize(static_cast<size_t>(kp * z.dq));
-    s_.resize(static_cast<size_t>(z.n1 * kp));
+    kt_.resize(static_cast<size_t>(std::min(kp, kTeacherBlock) * z.dq));
+    s_.resize(static_cast<size_t>(z.n1 * std::min(kp, kTeacherBlock)));
     p_.resize(static_cast<size_t>(kp));
     qit_.resize(static_cast<size_t>(z.nidx * z.didx));
     kit_.resize(static_cast<size_t>(kp * z.didx));
@@ -158,17 +160,25 @@ class RowKernel {
     }
     const X* key = a_.as<const X>(kKey);
     const X* kr = a_.as<const X>(kKeyRope);
-    for (int64_t jj = 0; jj < n; ++jj) {
-      mgo::cpu::to_operand(key + vis_[jj] * z_.d, kt_.data() + jj * z_.dq, z_.d);
-      if (z_.dr) mgo::cpu::to_operand(kr + vis_[jj] * z_.dr, kt_.data() + jj * z_.dq + z_.d, z_.dr);
-    }
-    std::fill(kt_.begin() + n * z_.dq, kt_.begin() + np * z_.dq, Op{});
-    mgo::cpu::gemm(Trans::kNo, Trans::kYes, z_.n1, np, z_.dq, scale_, qt_.data(), z_.dq, kt_.data(), z_.dq,
-                   s_.data(), np);
     const float* mx = a_.as<const float>(kMax) + t * z_.n1;
     const float* sm = a_.as<const float>(kSum) + t * z_.n1;
     std::fill(p_.begin(), p_.begin() + n, 0.0f);
-    for (int64_t h = 0; h < z_.n1; ++h) mgo::cpu::exp_accumulate(s_.data() + h * np, n, mx[h], 1.0f / sm[h], p_.data());
+    // Blocks of kTeacherBlock keys: the gathered block stays in L2 for its GEMM (a whole row of
+    // 2048 x 576 bf16 keys does not), and p[j] still sums the heads in order 0..N1-1.
+    for (int64_t b0 = 0; b0 < n; b0 += kTeacherBlock) {
+      const int64_t nb = std::min(kTeacherBlock, n - b0);
+      const int64_t nbp = std::min(kTeacherBlock, np - b0);
+      for (int64_t jj = 0; jj < nb; ++jj) {
+        mgo::cpu::to_operand(key + vis_[b0 + jj] * z_.d, kt_.data() + jj * z_.dq, z_.d);
+        if (z_.dr) mgo::cpu::to_operand(kr + vis_[b0 + jj] * z_.dr, kt_.data() + jj * z_.dq + z_.d, z_.dr);
+      }
+      std::fill(kt_.begin() + nb * z_.dq, kt_.begin() + nbp * z_.dq, Op{});
+      mgo::cpu::gemm(Trans::kNo, Trans::kYes, z_.n1, nbp, z_.dq, scale_, qt_.data(), z_.dq, kt_.data(), z_.dq,
+                     s_.data(), nbp);
+      for (int64_t h = 0; h < z_.n1; ++h) {
+        mgo::cpu::exp_accumulate(s_.data() + h * nbp, nb, mx[h], 1.0f / sm[h], p_.data() + b0);
+      }
+    }
     const float inv_n1 = 1.0f / static_cast<float>(z_.n1);
     for (int64_t j = 0; j < n; ++j) p_[j] *= inv_n1;
   }
