@@ -25,19 +25,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import numpy_gemm_gflops
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def numpy_gflops(m: int, n: int, k: int) -> float:
-    a = np.random.rand(m, k).astype(np.float32)
-    b = np.random.rand(k, n).astype(np.float32)
-    a @ b
-    reps = max(3, int(3e9 / (2 * m * n * k)))
-    t = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    return 2 * m * n * k * reps / (time.perf_counter() - t) / 1e9
 
 
 def make_inputs(a: argparse.Namespace, rng: np.random.Generator) -> tuple[dict, np.ndarray]:
@@ -152,8 +142,8 @@ def main() -> None:
     if a.child:
         print(json.dumps(child_kernel(a) if a.child == "kernel" else child_composite(a)))
         return
-    np_rep = numpy_gflops(a.n1, a.k, a.d + a.dr)
-    np_big = numpy_gflops(2048, 2048, 2048)
+    np_rep = numpy_gemm_gflops(a.n1, a.k, a.d + a.dr)
+    np_big = numpy_gemm_gflops(2048, 2048, 2048)
     full = run_child("kernel", a)
     small = {"s1": a.composite_s1, "s2": a.composite_s1, "k": a.composite_k}
     ours_small = run_child("kernel", a, **small)
