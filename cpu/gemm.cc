@@ -2,6 +2,9 @@
 // may end up bound to MindSpore's own libdnnl.so.3, see scripts/bench_gemm.cc notes).
 //   f32 : dnnl_sgemm (BLAS-like, no per-shape objects).
 //   bf16: matmul primitive (bf16 x bf16 -> f32), one per exact shape, cached per thread.
+//         oneDNN 3.2 implements it only on AVX-512 CPUs; elsewhere (or with
+//         MGO_CPU_ISA=portable) the operands are widened to float32 and go to sgemm. Widening
+//         is exact, so both paths compute the same products and differ only in summation order.
 // Every call is forced onto the calling thread, so results do not depend on thread count.
 #include "gemm.h"
 
@@ -10,13 +13,16 @@
 #include <oneapi/dnnl/dnnl_debug.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace mgo::gemm {
 namespace {
@@ -120,7 +126,7 @@ uint32_t bits(const float f) {
 }
 
 // A bf16 matmul primitive for one exact shape/stride/alpha/beta, with memory objects whose
-// data handles are swapped per call.
+// data handles are swapped per call. A null prim means oneDNN has no bf16 kernel for it.
 struct Bf16Matmul {
   Primitive prim;
   Memory src, wei, dst;
@@ -150,9 +156,10 @@ Bf16Matmul make_bf16_matmul(const Trans ta, const Trans tb, const int64_t m, con
   check(dnnl_primitive_attr_set_post_ops(attr.get(), ops.get()), "attr_set_post_ops");
 
   dnnl_primitive_desc_t raw_pd = nullptr;
-  check(dnnl_matmul_primitive_desc_create(&raw_pd, engine(), src_md.get(), wei_md.get(),
-                                          nullptr, dst_md.get(), attr.get()),
-        "matmul_primitive_desc_create (bf16)");
+  const dnnl_status_t st = dnnl_matmul_primitive_desc_create(
+      &raw_pd, engine(), src_md.get(), wei_md.get(), nullptr, dst_md.get(), attr.get());
+  if (st == dnnl_unimplemented) return Bf16Matmul{};  // no bf16 matmul on this ISA
+  check(st, "matmul_primitive_desc_create (bf16)");
   const PrimDesc pd(raw_pd);
   dnnl_primitive_t raw_prim = nullptr;
   check(dnnl_primitive_create(&raw_prim, pd.get()), "primitive_create");
@@ -164,6 +171,7 @@ Bf16Matmul make_bf16_matmul(const Trans ta, const Trans tb, const int64_t m, con
 struct ThreadState {
   Stream stream;
   std::unordered_map<Key, Bf16Matmul, KeyHash> cache;
+  std::vector<float> wide_a, wide_b;  // float32 copies of bf16 operands for the widening path
 };
 
 ThreadState& thread_state() {
@@ -176,6 +184,41 @@ ThreadState& thread_state() {
 }
 
 constexpr size_t kMaxCachedShapes = 4096;
+
+bool portable_requested() {
+  static const bool yes = [] {
+    const char* isa = std::getenv("MGO_CPU_ISA");
+    return isa != nullptr && std::string_view(isa) == "portable";
+  }();
+  return yes;
+}
+
+// Copies a rows x cols bf16 matrix (leading dim ld) into a dense float32 one (leading dim cols).
+const float* widen(const uint16_t* src, const int64_t rows, const int64_t cols, const int64_t ld,
+                   std::vector<float>& dst) {
+  dst.resize(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint16_t* in = src + i * ld;
+    float* out = dst.data() + i * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      const uint32_t u = static_cast<uint32_t>(in[j]) << 16;
+      std::memcpy(out + j, &u, sizeof(float));
+    }
+  }
+  return dst.data();
+}
+
+void gemm_bf16_widened(const Trans ta, const Trans tb, const int64_t m, const int64_t n,
+                       const int64_t k, const float alpha, const uint16_t* a, const int64_t lda,
+                       const uint16_t* b, const int64_t ldb, const float beta, float* c,
+                       const int64_t ldc, ThreadState& st) {
+  const int64_t a_cols = ta == Trans::kNo ? k : m, b_cols = tb == Trans::kNo ? n : k;
+  const float* wa = widen(a, ta == Trans::kNo ? m : k, a_cols, lda, st.wide_a);
+  const float* wb = widen(b, tb == Trans::kNo ? k : n, b_cols, ldb, st.wide_b);
+  check(dnnl_sgemm(ta == Trans::kNo ? 'N' : 'T', tb == Trans::kNo ? 'N' : 'T', m, n, k, alpha,
+                   wa, a_cols, wb, b_cols, beta, c, ldc),
+        "sgemm (widened bf16)");
+}
 
 }  // namespace
 
@@ -201,6 +244,9 @@ void gemm_bf16(const Trans ta, const Trans tb, const int64_t m, const int64_t n,
   if (k == 0) return scale_c(m, n, beta, c, ldc);
   const SingleThreadScope one_thread;
   ThreadState& st = thread_state();
+  if (portable_requested()) {
+    return gemm_bf16_widened(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, st);
+  }
   const Key key{ta == Trans::kYes, tb == Trans::kYes, m, n, k, lda, ldb, ldc,
                 bits(alpha), bits(beta)};
   auto it = st.cache.find(key);
@@ -210,6 +256,7 @@ void gemm_bf16(const Trans ta, const Trans tb, const int64_t m, const int64_t n,
              .first;
   }
   const Bf16Matmul& mm = it->second;
+  if (!mm.prim) return gemm_bf16_widened(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, st);
   check(dnnl_memory_set_data_handle(mm.src.get(), const_cast<uint16_t*>(a)), "set_data_handle");
   check(dnnl_memory_set_data_handle(mm.wei.get(), const_cast<uint16_t*>(b)), "set_data_handle");
   check(dnnl_memory_set_data_handle(mm.dst.get(), c), "set_data_handle");

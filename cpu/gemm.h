@@ -18,6 +18,8 @@ void gemm_f32(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
               float* c, int64_t ldc);
 
 // Same, but A and B hold bfloat16 values as raw uint16_t; float32 accumulation/output.
+// Without oneDNN bf16 support on this CPU (or with MGO_CPU_ISA=portable) the operands are
+// widened to float32 first: same products, different summation order.
 void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                float* c, int64_t ldc);
