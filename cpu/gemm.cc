@@ -222,6 +222,12 @@ void gemm_bf16_widened(const Trans ta, const Trans tb, const int64_t m, const in
 
 }  // namespace
 
+bool bf16_native() {
+  static const bool yes = !portable_requested() &&
+                          make_bf16_matmul(Trans::kNo, Trans::kNo, 16, 16, 16, 1.0f, 16, 16, 0.0f, 16).prim;
+  return yes;
+}
+
 void gemm_f32(const Trans ta, const Trans tb, const int64_t m, const int64_t n,
               const int64_t k, const float alpha, const float* a, const int64_t lda,
               const float* b, const int64_t ldb, const float beta, float* c,
@@ -244,7 +250,7 @@ void gemm_bf16(const Trans ta, const Trans tb, const int64_t m, const int64_t n,
   if (k == 0) return scale_c(m, n, beta, c, ldc);
   const SingleThreadScope one_thread;
   ThreadState& st = thread_state();
-  if (portable_requested()) {
+  if (!bf16_native()) {
     return gemm_bf16_widened(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, st);
   }
   const Key key{ta == Trans::kYes, tb == Trans::kYes, m, n, k, lda, ldb, ldc,

@@ -24,4 +24,8 @@ void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                float* c, int64_t ldc);
 
+// True when gemm_bf16 runs oneDNN's bf16 matmul on this CPU (AVX-512 and MGO_CPU_ISA is not
+// "portable"); false when it widens to float32, so kernels should build float32 tiles instead.
+bool bf16_native();
+
 }  // namespace mgo::gemm

@@ -63,9 +63,8 @@ void select_top_k(const float* scores, int64_t n, int64_t k, std::vector<Candida
   std::sort_heap(heap.begin(), heap.end(), better);
 }
 
-template <typename X, typename W>
+template <typename X, typename Op, typename W>
 void run(const mgo::aot::KernelArgs& args, const mgo::cpu::RowPlan& plan, bool bsnd, int64_t k) {
-  using Op = mgo::cpu::operand_t<X>;
   using mgo::gemm::Trans;
   const int r = bsnd ? 4 : 3;
   const int64_t t1 = mgo::cpu::token_count(args, kQueryIndex, bsnd);
@@ -78,15 +77,15 @@ void run(const mgo::aot::KernelArgs& args, const mgo::cpu::RowPlan& plan, bool b
   int32_t* out_idx = args.as<int32_t>(kIndices);
   float* out_val = args.as<float>(kValues);
 
-  // float16 keys are converted once (the GEMM runs in float32); bf16/f32 keys are used in place.
-  std::vector<float> ki_f32;
+  // Keys whose storage is the operand type are used in place; others are converted once.
+  std::vector<Op> ki_conv;
   const Op* ki = nullptr;
-  if constexpr (std::is_same_v<X, mgo::cpu::Half>) {
-    ki_f32.resize(static_cast<size_t>(t2 * didx));
-    mgo::cpu::load(ki_raw, ki_f32.data(), t2 * didx);
-    ki = ki_f32.data();
-  } else {
+  if constexpr (std::is_same_v<X, Op> || std::is_same_v<Op, uint16_t>) {
     ki = reinterpret_cast<const Op*>(ki_raw);
+  } else {
+    ki_conv.resize(static_cast<size_t>(t2 * didx));
+    mgo::cpu::to_operand(ki_raw, ki_conv.data(), t2 * didx);
+    ki = ki_conv.data();
   }
 
   mgo::cpu::ParallelError error;
@@ -114,8 +113,8 @@ void run(const mgo::aot::KernelArgs& args, const mgo::cpu::RowPlan& plan, bool b
           std::fill(k_pad.begin() + cols * didx, k_pad.end(), Op{});
           b = k_pad.data();
         }
-        mgo::cpu::gemm(Trans::kNo, Trans::kYes, nidx, kBlock, didx, 1.0f, q_tile.data(), didx, b, didx, sx.data(),
-                       kBlock);
+        mgo::cpu::mm(Trans::kNo, Trans::kYes, nidx, kBlock, didx, 1.0f, q_tile.data(), didx, b, didx, 0.0f,
+                     sx.data(), kBlock);
         mgo::cpu::relu_weighted_sum(sx.data(), kBlock, nidx, cols, w.data(), scores.data() + c0);
       }
       select_top_k(scores.data(), n, k, heap);
@@ -157,8 +156,10 @@ extern "C" int LightningIndexer(int nparam, void** params, int* ndims, int64_t**
   mgo::cpu::dispatch_float(args.dtype(kQueryIndex), [&](auto x_tag) {
     using X = decltype(x_tag);
     mgo::cpu::dispatch_float(args.dtype(kWeights), [&](auto w_tag) {
-      run<X, decltype(w_tag)>(args, plan, bsnd, k);
-      return 0;
+      return mgo::cpu::with_operand<X>([&](auto, auto op) {
+        run<X, decltype(op), decltype(w_tag)>(args, plan, bsnd, k);
+        return 0;
+      });
     });
     return 0;
   });

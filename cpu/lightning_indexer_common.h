@@ -17,6 +17,7 @@
 
 #include "aot.h"
 #include "convert.h"
+#include "operand.h"
 #include "gemm.h"
 
 namespace mgo::cpu {
@@ -77,38 +78,6 @@ void indexer_score_grads(const float* sx, int64_t ld, int64_t nidx, int64_t n, c
                          float* dw, float* ds);
 
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-
-// GEMM operand element type: raw bfloat16 bits for bf16 storage (oneDNN bf16 matmul, float32
-// accumulation, as Ascend's cube unit does), float32 otherwise.
-template <typename X>
-struct Operand {
-  using type = float;
-};
-template <>
-struct Operand<BFloat16> {
-  using type = uint16_t;
-};
-template <typename X>
-using operand_t = typename Operand<X>::type;
-
-// n storage elements -> operand elements.
-inline void to_operand(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, sizeof(float) * n); }
-inline void to_operand(const Half* src, float* dst, int64_t n) { load(src, dst, n); }
-inline void to_operand(const BFloat16* src, uint16_t* dst, int64_t n) { std::memcpy(dst, src, sizeof(uint16_t) * n); }
-// float32 -> operand elements (RNE for bf16).
-inline void from_float(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, sizeof(float) * n); }
-inline void from_float(const float* src, uint16_t* dst, int64_t n) {
-  store(src, reinterpret_cast<BFloat16*>(dst), n);
-}
-
-inline void gemm(gemm::Trans ta, gemm::Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
-  gemm::gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
-}
-inline void gemm(gemm::Trans ta, gemm::Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-                 int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
-  gemm::gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
-}
 
 // Token-dims product of a [tokens..., N, D] tensor (T, or B*S).
 inline int64_t token_count(const aot::KernelArgs& args, int i, bool bsnd) {

@@ -28,9 +28,8 @@ struct Slots {
 constexpr Slots kWithRope{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
 constexpr Slots kNoRope{0, 1, 2, 3, -1, -1, 4, 5, 6, 7, 8};
 
-template <typename T>
+template <typename T, typename Op>
 void forward(const aot::KernelArgs& args, const Problem& p, const Slots& s, const std::vector<int64_t>& counts) {
-  using CT = compute_t<T>;
   const T* query = args.as<const T>(s.q);
   const T* key = args.as<const T>(s.k);
   const T* value = args.as<const T>(s.v);
@@ -51,8 +50,8 @@ void forward(const aot::KernelArgs& args, const Problem& p, const Slots& s, cons
 #pragma omp parallel
   {
     std::vector<int32_t> keys;
-    std::vector<CT> qt(g * p.dq), kt(kChunk * p.dq), vt(v_in_k ? 0 : kChunk * p.dv),
-        pt(std::is_same_v<CT, float> ? 0 : g * kChunk);
+    std::vector<Op> qt(g * p.dq), kt(kChunk * p.dq), vt(v_in_k ? 0 : kChunk * p.dv),
+        pt(std::is_same_v<Op, float> ? 0 : g * kChunk);
     std::vector<float> sc(g * kChunk), acc(g * p.dv), m(g), l(g);
 #pragma omp for schedule(dynamic, 4)
     for (int64_t row = 0; row < rows; ++row) {
@@ -79,7 +78,7 @@ void forward(const aot::KernelArgs& args, const Problem& p, const Slots& s, cons
         for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
           const int64_t nc = std::min(kChunk, n - c0);
           const int64_t ncp = round_up(nc, kKeyPad);
-          CT* vtile = v_in_k ? kt.data() : vt.data();
+          Op* vtile = v_in_k ? kt.data() : vt.data();
           gather_keys(p, key, key_rope, value, keys.data() + c0, nc, ncp, grp, kt.data(),
                       v_in_k ? nullptr : vt.data());
           // S [G, ncp] = scale * Q [G, dq] . Kf^T
@@ -98,11 +97,11 @@ void forward(const aot::KernelArgs& args, const Problem& p, const Slots& s, cons
             m[h] = m_new;
           }
           // acc [G, dv] += P [G, ncp] . V [ncp, dv]   (bf16: P rounded to bf16, as the cube does)
-          const CT* ptile = nullptr;
-          if constexpr (std::is_same_v<CT, float>) {
+          const Op* ptile = nullptr;
+          if constexpr (std::is_same_v<Op, float>) {
             ptile = sc.data();
           } else {
-            f32_to_tile(sc.data(), pt.data(), g * ncp);
+            from_float(sc.data(), pt.data(), g * ncp);
             ptile = pt.data();
           }
           mm(gemm::Trans::kNo, gemm::Trans::kNo, g, p.dv, ncp, 1.0f, ptile, ncp, vtile, ldv, 1.0f, acc.data(),
@@ -135,8 +134,10 @@ void run(const aot::KernelArgs& args, AotExtra* extra, const Slots& s) {
   const Problem p = make_problem(kOp, args, attrs, s.q, s.k, s.v, s.idx, s.lq, s.lkv, s.qr);
   const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(s.idx));
   dispatch_float(args.dtype(s.q), [&](auto tag) {
-    forward<decltype(tag)>(args, p, s, counts);
-    return 0;
+    return with_operand<decltype(tag)>([&](auto, auto op) {
+      forward<decltype(tag), decltype(op)>(args, p, s, counts);
+      return 0;
+    });
   });
 }
 

@@ -2,9 +2,8 @@
 // (layouts, batches, statistics layout), index validation, the visible-key list of a query row,
 // tile gathers, the GEMM dispatch by compute type, and the vectorised softmax helpers.
 //
-// Compute types: bfloat16 storage multiplies as raw bf16 tiles on gemm_bf16 (float32
-// accumulation, like Ascend's cube); float16/float32 storage is converted to float32 tiles for
-// gemm_f32. Softmax, statistics and reductions are float32.
+// GEMM operands are float32 or raw bf16 tiles (operand.h); softmax, statistics and reductions
+// are float32.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +16,7 @@
 #include "aot.h"
 #include "convert.h"
 #include "gemm.h"
+#include "operand.h"
 
 namespace mgo::cpu::sfa {
 
@@ -76,64 +76,28 @@ std::vector<int64_t> validate_indices(const char* op, const Problem& p, const in
 // Global key rows visible to (row t, group grp) in slot order, appended to `keys` (cleared first).
 void visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp, std::vector<int32_t>& keys);
 
-// --- compute types ---------------------------------------------------------------------------
-
-template <typename T>
-using compute_t = std::conditional_t<std::is_same_v<T, BFloat16>, uint16_t, float>;
-
-// Copies/converts n elements of storage type T into the compute tile.
-template <typename T>
-inline void to_tile(const T* src, compute_t<T>* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    std::memcpy(dst, src, sizeof(uint16_t) * n);
-  } else {
-    load(src, dst, n);
-  }
-}
-
-// Compute tile -> float32 (for the few element-wise uses of the inputs).
-inline void tile_to_f32(const uint16_t* src, float* dst, int64_t n) {
-  load(reinterpret_cast<const BFloat16*>(src), dst, n);
-}
-inline void tile_to_f32(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, sizeof(float) * n); }
-
-// float32 -> compute tile (round-to-nearest-even for bf16).
-inline void f32_to_tile(const float* src, uint16_t* dst, int64_t n) { store(src, reinterpret_cast<BFloat16*>(dst), n); }
-inline void f32_to_tile(const float* src, float* dst, int64_t n) {
-  if (src != dst) std::memcpy(dst, src, sizeof(float) * n);
-}
-
-inline void mm(gemm::Trans ta, gemm::Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  gemm::gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-inline void mm(gemm::Trans ta, gemm::Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  gemm::gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
 // Gathers key rows `keys[0..n)` of group grp into tile [npad, dq] (key | key_rope), zero rows
 // after n; same for value into [npad, dv] unless `vt` is null.
-template <typename T>
+template <typename T, typename Op>
 void gather_keys(const Problem& p, const T* key, const T* key_rope, const T* value, const int32_t* keys, int64_t n,
-                 int64_t npad, int64_t grp, compute_t<T>* kt, compute_t<T>* vt) {
+                 int64_t npad, int64_t grp, Op* kt, Op* vt) {
   for (int64_t r = 0; r < n; ++r) {
     const int64_t row = static_cast<int64_t>(keys[r]) * p.n2 + grp;
-    to_tile(key + row * p.d, kt + r * p.dq, p.d);
-    if (p.dr > 0) to_tile(key_rope + row * p.dr, kt + r * p.dq + p.d, p.dr);
-    if (vt != nullptr) to_tile(value + row * p.dv, vt + r * p.dv, p.dv);
+    to_operand(key + row * p.d, kt + r * p.dq, p.d);
+    if (p.dr > 0) to_operand(key_rope + row * p.dr, kt + r * p.dq + p.d, p.dr);
+    if (vt != nullptr) to_operand(value + row * p.dv, vt + r * p.dv, p.dv);
   }
-  std::memset(static_cast<void*>(kt + n * p.dq), 0, sizeof(compute_t<T>) * (npad - n) * p.dq);
-  if (vt != nullptr) std::memset(static_cast<void*>(vt + n * p.dv), 0, sizeof(compute_t<T>) * (npad - n) * p.dv);
+  std::memset(static_cast<void*>(kt + n * p.dq), 0, sizeof(Op) * (npad - n) * p.dq);
+  if (vt != nullptr) std::memset(static_cast<void*>(vt + n * p.dv), 0, sizeof(Op) * (npad - n) * p.dv);
 }
 
 // Query-side tile of (row t, group grp): [G, dq] from x [.., N1, D] and x_rope [.., N1, Dr].
-template <typename T>
-void gather_heads(const Problem& p, const T* x, const T* x_rope, int64_t t, int64_t grp, compute_t<T>* tile) {
+template <typename T, typename Op>
+void gather_heads(const Problem& p, const T* x, const T* x_rope, int64_t t, int64_t grp, Op* tile) {
   for (int64_t h = 0; h < p.g; ++h) {
     const int64_t head = t * p.n1 + grp * p.g + h;
-    to_tile(x + head * p.d, tile + h * p.dq, p.d);
-    if (p.dr > 0) to_tile(x_rope + head * p.dr, tile + h * p.dq + p.d, p.dr);
+    to_operand(x + head * p.d, tile + h * p.dq, p.d);
+    if (p.dr > 0) to_operand(x_rope + head * p.dr, tile + h * p.dq + p.d, p.dr);
   }
 }
 

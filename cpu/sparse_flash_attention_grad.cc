@@ -89,10 +89,9 @@ std::vector<Partition> make_partitions(const aot::KernelArgs& args, const Proble
   return out;
 }
 
-template <typename T>
+template <typename T, typename Op>
 void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, const std::vector<int64_t>& counts) {
-  using CT = compute_t<T>;
-  constexpr bool kF32 = std::is_same_v<CT, float>;
+  constexpr bool kF32 = std::is_same_v<Op, float>;
   const T* query = args.as<const T>(s.q);
   const T* key = args.as<const T>(s.k);
   const T* value = args.as<const T>(s.v);
@@ -120,8 +119,8 @@ void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, con
 #pragma omp parallel
   {
     std::vector<int32_t> keys;
-    std::vector<CT> qt(g * p.dq), ot(g * p.dv), kt(kBlock * p.dq), vt(v_in_k ? 0 : kBlock * p.dv);
-    std::vector<CT> pt(kF32 ? 0 : g * kBlock), dst(kF32 ? 0 : g * kBlock);
+    std::vector<Op> qt(g * p.dq), ot(g * p.dv), kt(kBlock * p.dq), vt(v_in_k ? 0 : kBlock * p.dv);
+    std::vector<Op> pt(kF32 ? 0 : g * kBlock), dst(kF32 ? 0 : g * kBlock);
     std::vector<float> sc(g * kBlock), dp(g * kBlock), dq_acc(g * p.dq), dkc(kBlock * p.dq), dvc(kBlock * p.dv);
     std::vector<float> fo(g * p.dv), fdo(g * p.dv), delta(g);
 #pragma omp for schedule(dynamic, 1)
@@ -142,7 +141,7 @@ void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, con
               const int64_t n = static_cast<int64_t>(keys.size());
               const int64_t so = p.stats_offset(t, grp);
               gather_heads(p, query, query_rope, t, grp, qt.data());
-              to_tile(d_out + head0 * p.dv, ot.data(), g * p.dv);
+              to_operand(d_out + head0 * p.dv, ot.data(), g * p.dv);
               load(d_out + head0 * p.dv, fdo.data(), g * p.dv);
               load(out + head0 * p.dv, fo.data(), g * p.dv);
               for (int64_t h = 0; h < g; ++h) delta[h] = dot(fdo.data() + h * p.dv, fo.data() + h * p.dv, p.dv);
@@ -150,7 +149,7 @@ void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, con
               for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
                 const int64_t nc = std::min(kBlock, n - c0);
                 const int64_t ncp = round_up(nc, kKeyPad);
-                const CT* vtile = v_in_k ? kt.data() : vt.data();
+                const Op* vtile = v_in_k ? kt.data() : vt.data();
                 gather_keys(p, key, key_rope, value, keys.data() + c0, nc, ncp, grp, kt.data(),
                             v_in_k ? nullptr : vt.data());
                 // S = scale Q Kf^T, dP = dO V^T: [G, ncp]
@@ -162,14 +161,14 @@ void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, con
                   probs_and_grad(sc.data() + h * ncp, dp.data() + h * ncp, nc, ncp, smax[so + h], 1.0f / ssum[so + h],
                                  delta[h]);
                 }
-                const CT* ptile = nullptr;
-                const CT* dstile = nullptr;
+                const Op* ptile = nullptr;
+                const Op* dstile = nullptr;
                 if constexpr (kF32) {
                   ptile = sc.data();
                   dstile = dp.data();
                 } else {
-                  f32_to_tile(sc.data(), pt.data(), g * ncp);
-                  f32_to_tile(dp.data(), dst.data(), g * ncp);
+                  from_float(sc.data(), pt.data(), g * ncp);
+                  from_float(dp.data(), dst.data(), g * ncp);
                   ptile = pt.data();
                   dstile = dst.data();
                 }
@@ -235,8 +234,10 @@ void run(const aot::KernelArgs& args, AotExtra* extra, const Slots& s) {
   const Problem p = make_problem(kOp, args, attrs, s.q, s.k, s.v, s.idx, s.lq, s.lkv, s.qr);
   const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(s.idx));
   dispatch_float(args.dtype(s.q), [&](auto tag) {
-    backward<decltype(tag)>(args, p, s, counts);
-    return 0;
+    return with_operand<decltype(tag)>([&](auto, auto op) {
+      backward<decltype(tag), decltype(op)>(args, p, s, counts);
+      return 0;
+    });
   });
 }
 

@@ -52,10 +52,9 @@ struct Sizes {
   int64_t t1, t2, n1, d, dr, dq, nidx, didx, k;
 };
 
-template <typename X, typename W>
+template <typename X, typename Op, typename W>
 class RowKernel {
  public:
-  using Op = mgo::cpu::operand_t<X>;
 
   RowKernel(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPlan& plan, float scale)
       : a_(args), z_(z), plan_(plan), scale_(scale) {
@@ -99,8 +98,8 @@ class RowKernel {
     const X* ki = a_.as<const X>(kKeyIndex);
     for (int64_t jj = 0; jj < n; ++jj) mgo::cpu::to_operand(ki + vis_[jj] * z_.didx, kit_.data() + jj * z_.didx, z_.didx);
     std::fill(kit_.begin() + n * z_.didx, kit_.begin() + np * z_.didx, Op{});
-    mgo::cpu::gemm(Trans::kNo, Trans::kYes, z_.nidx, np, z_.didx, 1.0f, qit_.data(), z_.didx, kit_.data(), z_.didx,
-                   sx_.data(), np);
+    mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.nidx, np, z_.didx, 1.0f, qit_.data(), z_.didx, kit_.data(), z_.didx,
+                 0.0f, sx_.data(), np);
     mgo::cpu::load(a_.as<const W>(kWeights) + t * z_.nidx, w_.data(), z_.nidx);
     mgo::cpu::relu_weighted_sum(sx_.data(), np, z_.nidx, n, w_.data(), score_.data());
     // Softmax, loss and dI (in place of y).
@@ -125,10 +124,10 @@ class RowKernel {
       mgo::cpu::from_float(ds_.data(), ds_op_.data(), z_.nidx * np);
       ds = ds_op_.data();
     }
-    mgo::cpu::gemm(Trans::kNo, Trans::kNo, z_.nidx, z_.didx, np, 1.0f, ds, np, kit_.data(), z_.didx, dqi_.data(),
-                   z_.didx);
-    mgo::cpu::gemm(Trans::kYes, Trans::kNo, np, z_.didx, z_.nidx, 1.0f, ds, np, qit_.data(), z_.didx, dk_.data(),
-                   z_.didx);
+    mgo::cpu::mm(Trans::kNo, Trans::kNo, z_.nidx, z_.didx, np, 1.0f, ds, np, kit_.data(), z_.didx, 0.0f,
+                 dqi_.data(), z_.didx);
+    mgo::cpu::mm(Trans::kYes, Trans::kNo, np, z_.didx, z_.nidx, 1.0f, ds, np, qit_.data(), z_.didx, 0.0f,
+                 dk_.data(), z_.didx);
     mgo::cpu::store(dqi_.data(), dqi_out, z_.nidx * z_.didx);
     mgo::cpu::store(dw_.data(), dw_out, z_.nidx);
     for (int64_t jj = 0; jj < n; ++jj) {
@@ -173,8 +172,8 @@ class RowKernel {
         if (z_.dr) mgo::cpu::to_operand(kr + vis_[b0 + jj] * z_.dr, kt_.data() + jj * z_.dq + z_.d, z_.dr);
       }
       std::fill(kt_.begin() + nb * z_.dq, kt_.begin() + nbp * z_.dq, Op{});
-      mgo::cpu::gemm(Trans::kNo, Trans::kYes, z_.n1, nbp, z_.dq, scale_, qt_.data(), z_.dq, kt_.data(), z_.dq,
-                     s_.data(), nbp);
+      mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.n1, nbp, z_.dq, scale_, qt_.data(), z_.dq, kt_.data(), z_.dq,
+                   0.0f, s_.data(), nbp);
       for (int64_t h = 0; h < z_.n1; ++h) {
         mgo::cpu::exp_accumulate(s_.data() + h * nbp, nb, mx[h], 1.0f / sm[h], p_.data() + b0);
       }
@@ -192,7 +191,7 @@ class RowKernel {
   std::vector<float> s_, p_, sx_, ds_, score_, y_, w_, dw_, dqi_, dk_;
 };
 
-template <typename X, typename W>
+template <typename X, typename Op, typename W>
 void run(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPlan& plan, float scale) {
   // Fixed chunk count (never the thread count), bounded so the partial buffers stay in budget.
   const int64_t per_chunk = std::max<int64_t>(1, z.t2 * z.didx * static_cast<int64_t>(sizeof(float)));
@@ -203,8 +202,8 @@ void run(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPl
 #pragma omp parallel
   {
     // Every thread must reach the worksharing loop, even if its scratch allocation failed.
-    std::unique_ptr<RowKernel<X, W>> kernel;
-    error.guard([&] { kernel = std::make_unique<RowKernel<X, W>>(args, z, plan, scale); });
+    std::unique_ptr<RowKernel<X, Op, W>> kernel;
+    error.guard([&] { kernel = std::make_unique<RowKernel<X, Op, W>>(args, z, plan, scale); });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
       if (!kernel) continue;
@@ -271,8 +270,10 @@ extern "C" int SparseLightningIndexerGradKLLoss(int nparam, void** params, int* 
   mgo::cpu::dispatch_float(args.dtype(kQuery), [&](auto x_tag) {
     using X = decltype(x_tag);
     mgo::cpu::dispatch_float(args.dtype(kWeights), [&](auto w_tag) {
-      run<X, decltype(w_tag)>(args, z, plan, scale);
-      return 0;
+      return mgo::cpu::with_operand<X>([&](auto, auto op) {
+        run<X, decltype(op), decltype(w_tag)>(args, z, plan, scale);
+        return 0;
+      });
     });
     return 0;
   });

@@ -1,6 +1,9 @@
-"""The element-wise kernels have a fused AVX-512 path and a portable path (float32 tiles,
-compiler-vectorised). This machine takes the AVX-512 one, so the portable path is checked by
-re-running the PyNative kernel tests in a subprocess with MGO_CPU_ISA=portable."""
+"""Paths chosen by the CPU at run time, re-checked with MGO_CPU_ISA=portable in a subprocess:
+- the element-wise kernels have a fused AVX-512 path and a portable one (float32 tiles,
+  compiler-vectorised);
+- the attention kernels multiply bfloat16 as raw bf16 tiles where oneDNN has a bf16 matmul
+  (AVX-512) and as float32 tiles elsewhere.
+On a CPU without AVX-512 both runs take the portable paths; on one with it they differ."""
 from __future__ import annotations
 
 import os
@@ -8,13 +11,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 
+CASES = {
+    "elementwise": (["test_rope_grad.py", "test_cla_gate.py"], "not graph"),
+    "attention_bf16": (["test_sparse_flash_attention.py", "test_lightning_indexer.py",
+                        "test_sparse_lightning_indexer_grad_kl_loss.py"], "bfloat16 and not graph"),
+}
 
-def test_portable_path_matches_reference(tmp_path: Path) -> None:
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_portable_path_matches_reference(tmp_path: Path, case: str) -> None:
+    files, select = CASES[case]
     env = dict(os.environ, MGO_CPU_ISA="portable")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "not graph",
-                          str(TESTS / "test_rope_grad.py"), str(TESTS / "test_cla_gate.py")],
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", select,
+                          *(str(TESTS / f) for f in files)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert " passed" in run.stdout and "failed" not in run.stdout
