@@ -22,21 +22,34 @@ import psutil
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def sync() -> None:
-    """Waits for MindSpore's asynchronous work to finish."""
+def _tensors(result: object) -> list[ms.Tensor]:
+    if isinstance(result, ms.Tensor):
+        return [result]
+    if isinstance(result, (tuple, list)):
+        return [t for item in result for t in _tensors(item)]
+    return []
+
+
+def sync(result: object = None, every_output: bool = False) -> None:
+    """Waits for MindSpore's asynchronous work to finish. ``ms.runtime.synchronize()`` busy-waits
+    on a core, which on a 2-core machine takes half the machine from a running kernel, so the
+    wait is first on outputs of ``result`` (``asnumpy`` blocks without spinning): the smallest
+    one for a single-kernel op (all its outputs are ready together), every one for a graph of
+    many kernels (``every_output``; the copies are counted in its time)."""
+    outs = _tensors(result)
+    for t in outs if every_output else sorted(outs, key=lambda t: t.size)[:1]:
+        t.asnumpy()
     ms.runtime.synchronize()
 
 
-def timeit(fn: Callable[[], object], *, warmup: int = 1, repeat: int = 5) -> float:
-    """Median wall time of ``fn()`` in seconds (MindSpore work synchronised)."""
+def timeit(fn: Callable[[], object], *, warmup: int = 1, repeat: int = 5, every_output: bool = False) -> float:
+    """Median wall time of ``fn()`` in seconds (MindSpore work synchronised, see ``sync``)."""
     for _ in range(warmup):
-        fn()
-        sync()
+        sync(fn(), every_output)
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        fn()
-        sync()
+        sync(fn(), every_output)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

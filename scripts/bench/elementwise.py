@@ -74,7 +74,7 @@ def autodiff_seconds(net: nn.Cell, n_grads: int, args: list[Tensor], repeat: int
     for mode in (ms.PYNATIVE_MODE, ms.GRAPH_MODE):
         ms.set_context(mode=mode)
         cell = Backward(net, n_grads)
-        out.append(timeit(lambda c=cell: c(*args), repeat=repeat))
+        out.append(timeit(lambda c=cell: c(*args), repeat=repeat, every_output=True))
     ms.set_context(mode=ms.PYNATIVE_MODE)
     return out[0], out[1]
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import numpy_gemm_gflops
+from common import numpy_gemm_gflops, timeit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,19 +64,12 @@ def child_kernel(a: argparse.Namespace) -> dict:
     args = (t["query"], t["key"], t["query_index"], t["key_index"], t["weights"], t["sparse_indices"],
             t["softmax_max"], t["softmax_sum"], t["query_rope"], t["key_rope"])
     op = mgo.ops.sparse_lightning_indexer_grad_kl_loss
-    out = op(*args, scale_value=float(1 / np.sqrt(a.d + a.dr)), layout="BSND")
-    out[3].asnumpy()
-    times = []
-    for _ in range(a.reps):
-        t0 = time.perf_counter()
-        out = op(*args, scale_value=float(1 / np.sqrt(a.d + a.dr)), layout="BSND")
-        out[3].asnumpy()
-        times.append(time.perf_counter() - t0)
+    t_grad = timeit(lambda: op(*args, scale_value=float(1 / np.sqrt(a.d + a.dr)), layout="BSND"), repeat=a.reps)
     fwd = mgo.ops.lightning_indexer
     t0 = time.perf_counter()
     fwd(t["query_index"], t["key_index"], t["weights"], sparse_count=a.k, layout="BSND")[0].asnumpy()
     t_fwd = time.perf_counter() - t0
-    return {"time": min(times), "gflop": flops(a, visible) / 1e9, "fwd_time": t_fwd,
+    return {"time": t_grad, "gflop": flops(a, visible) / 1e9, "fwd_time": t_fwd,
             "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
@@ -113,13 +106,8 @@ def child_composite(a: argparse.Namespace) -> dict:
     del mint
     fn = ms.value_and_grad(loss_fn, grad_position=(0, 1, 2))
     qi, ki, w = t["query_index"][0], t["key_index"][0], t["weights"][0]
-    fn(qi, ki, w)[0].asnumpy()
-    times = []
-    for _ in range(a.reps):
-        t0 = time.perf_counter()
-        fn(qi, ki, w)[0].asnumpy()
-        times.append(time.perf_counter() - t0)
-    return {"time": min(times), "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    t_comp = timeit(lambda: fn(qi, ki, w), repeat=a.reps, every_output=True)
+    return {"time": t_comp, "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
 def run_child(kind: str, a: argparse.Namespace, **over: int) -> dict:

@@ -3,13 +3,14 @@
 Issue sizes: B=1, S1=S2=2048, N1 in {16, 64}, D=512 + Dr=64, K in {1024, 2048}, bfloat16,
 sparse_mode 3 (causal), indices = min(K, t+1) distinct random visible keys per row (a causal
 top-K-like selection), -1 in the unused slots. Reports, all measured in this run:
-- time and GFLOP/s, with FLOPs = 2 * N1 * sum_rows(visible selected keys) * (576 + 512) for the
-  forward and 2 * N1 * sum_rows(visible) * (2*512 + 3*576) for the backward;
+- time in GRAPH (``ms.jit``) and PyNative, and GFLOP/s of the faster, with FLOPs =
+  2 * N1 * sum_rows(visible selected keys) * (576 + 512) for the forward and
+  2 * N1 * sum_rows(visible) * (2*512 + 3*576) for the backward;
 - the ratio to NumPy float32 GEMM GFLOP/s (64x2048x576 and 2048^3);
 - peak memory: (input bytes + peak RSS growth during the call) / (input + output bytes);
 - speed-up over MindSpore autodiff of a float32 composite (gather the selected keys, dense
   softmax attention over them, ``ms.value_and_grad``) at the largest size where it fits, timed warm
-  in PyNative and compiled with ``ms.jit`` (GRAPH); the speed-up is against the faster of the two.
+  in PyNative and compiled with ``ms.jit`` (GRAPH); the speed-up is faster mode against faster mode.
 Each configuration runs in its own subprocess so memory numbers do not mix.
 
 Usage: python scripts/bench/sparse_flash_attention.py [--n1 16 64] [--k 1024 2048] [--seq 2048]
@@ -68,40 +69,61 @@ def _nbytes(*tensors: object) -> int:
     return int(sum(x.nbytes for x in tensors))
 
 
-def worker_op(seq: int, n1: int, k: int, dtype: str, reps: int) -> dict:
-    """Times our forward and backward; measures memory on the first (cold) call of each."""
+def worker_op(seq: int, n1: int, k: int, dtype: str, reps: int, graph: bool) -> dict:
+    """Times our forward and backward warm, in PyNative (functional ops; also measures memory on
+    the first, cold call of each) or in GRAPH (the same calls compiled with ``ms.jit``)."""
+    import mindspore as ms
     from common import PeakMemory, sync, timeit
 
     from ms_grad_ops import ops
     x = _inputs(seq, n1, k, dtype)
-    scale = 1.0 / np.sqrt(D + DR)
-    attrs = dict(scale_value=scale, layout="TND", sparse_mode=3)
+    lens = x["lens"]
+    attrs = dict(scale_value=float(1.0 / np.sqrt(D + DR)), layout="TND", sparse_mode=3)
 
-    def fwd() -> tuple:
-        return ops.sparse_flash_attention(x["query"], x["key"], x["value"], x["idx"], x["query_rope"], x["key_rope"],
-                                          x["lens"], x["lens"], **attrs)
+    def fwd_fn(q: object, kv: object, idx: object, qr: object, kr: object) -> tuple:
+        return ops.sparse_flash_attention(q, kv, kv, idx, qr, kr, lens, lens, **attrs)
+
+    def grad_fn(q: object, kv: object, idx: object, qr: object, kr: object, do: object, o: object, sm: object,
+                ss: object) -> tuple:
+        return ops.sparse_flash_attention_grad(q, kv, kv, idx, do, o, sm, ss, lens, lens, qr, kr, **attrs)
+
+    if graph:
+        ms.set_context(mode=ms.GRAPH_MODE)
+        fwd_fn, grad_fn = ms.jit(fwd_fn), ms.jit(grad_fn)
+    fwd_args = (x["query"], x["key"], x["idx"], x["query_rope"], x["key_rope"])
     # key is value (MLA): counted once in the input bytes
     in_fwd = _nbytes(x["query"], x["key"], x["query_rope"], x["key_rope"], x["idx"])
     with PeakMemory() as mem_f:
-        out, smax, ssum = fwd()
-        sync()
+        out, smax, ssum = fwd_fn(*fwd_args)
+        sync((out, smax, ssum))
     out_fwd = _nbytes(out, smax, ssum)
-
-    def grad() -> tuple:
-        return ops.sparse_flash_attention_grad(x["query"], x["key"], x["value"], x["idx"], x["d_out"], out, smax, ssum,
-                                               x["lens"], x["lens"], x["query_rope"], x["key_rope"], **attrs)
+    grad_args = (*fwd_args, x["d_out"], out, smax, ssum)
     in_grad = in_fwd + _nbytes(x["d_out"], out, smax, ssum)
     with PeakMemory() as mem_g:
-        g = grad()
-        sync()
+        g = grad_fn(*grad_args)
+        sync(g)
     out_grad = _nbytes(*g)
     del g
-    t_fwd = timeit(fwd, warmup=1, repeat=reps)
-    t_grad = timeit(grad, warmup=1, repeat=reps)
-    return dict(vis=x["vis"], t_fwd=t_fwd, t_grad=t_grad,
+    return dict(vis=x["vis"], t_fwd=timeit(lambda: fwd_fn(*fwd_args), warmup=1, repeat=reps),
+                t_grad=timeit(lambda: grad_fn(*grad_args), warmup=1, repeat=reps),
                 mem_fwd=(in_fwd + mem_f.growth) / (in_fwd + out_fwd),
                 mem_grad=(in_grad + mem_g.growth) / (in_grad + out_grad),
                 io_fwd=in_fwd + out_fwd, io_grad=in_grad + out_grad, growth_fwd=mem_f.growth, growth_grad=mem_g.growth)
+
+
+def run_op(seq: int, n1: int, k: int, reps: int, dtype: str = "bfloat16") -> dict | None:
+    """Our op in both modes, each in its own process (GRAPH = GRAPH_MODE context + ``ms.jit``;
+    in the PyNative context, ``ms.jit`` calls too go through the runtime queue whose thread
+    busy-waits on one of the two cores). Memory is from the PyNative process, whose first call is
+    not a compile."""
+    base = ["--worker", "op", "--seq", str(seq), "--n1", str(n1), "--k", str(k), "--reps", str(reps),
+            "--dtype", dtype]
+    py, gr = _spawn(base), _spawn([*base, "--graph"])
+    if py is None or gr is None:
+        return None
+    return dict(py, t_fwd_pynative=py["t_fwd"], t_grad_pynative=py["t_grad"], t_fwd_graph=gr["t_fwd"],
+                t_grad_graph=gr["t_grad"], t_fwd=min(py["t_fwd"], gr["t_fwd"]),
+                t_grad=min(py["t_grad"], gr["t_grad"]))
 
 
 def worker_composite(seq: int, n1: int, k: int, reps: int, graph: bool = False) -> dict:
@@ -129,14 +151,14 @@ def worker_composite(seq: int, n1: int, k: int, reps: int, graph: bool = False) 
 
     step = ms.value_and_grad(forward, grad_position=(0, 1, 2, 3))
     if graph:
+        ms.set_context(mode=ms.GRAPH_MODE)
         step = ms.jit(step)
 
     def run() -> object:
         return step(x["query"], x["key"], x["query_rope"], x["key_rope"])
     with PeakMemory() as mem:
-        run()
-        sync()
-    t = timeit(run, warmup=0, repeat=reps)
+        sync(run(), every_output=True)
+    t = timeit(run, warmup=0, repeat=reps, every_output=True)
     return dict(t_total=t, growth=mem.growth, vis=x["vis"])
 
 
@@ -159,10 +181,10 @@ def main() -> None:
     ap.add_argument("--no-composite", action="store_true")
     ap.add_argument("--worker", choices=["op", "composite"])
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--graph", action="store_true", help="composite worker: compile with ms.jit")
+    ap.add_argument("--graph", action="store_true", help="worker: compile with ms.jit")
     args = ap.parse_args()
     if args.worker == "op":
-        print(json.dumps(worker_op(args.seq, args.n1[0], args.k[0], args.dtype, args.reps)))
+        print(json.dumps(worker_op(args.seq, args.n1[0], args.k[0], args.dtype, args.reps, args.graph)))
         return
     if args.worker == "composite":
         print(json.dumps(worker_composite(args.seq, args.n1[0], args.k[0], args.reps, args.graph)))
@@ -175,16 +197,18 @@ def main() -> None:
     rows = []
     for n1 in args.n1:
         for k in args.k:
-            r = _spawn(["--worker", "op", "--seq", str(args.seq), "--n1", str(n1), "--k", str(k),
-                        "--reps", str(args.reps)])
+            r = run_op(args.seq, n1, k, args.reps)
             if r is None:
                 continue
             gf_f = fwd_flops(n1, r["vis"]) / r["t_fwd"] / 1e9
             gf_g = grad_flops(n1, r["vis"]) / r["t_grad"] / 1e9
             rows.append({"S": args.seq, "N1": n1, "K": k, "visible keys (sum)": r["vis"],
-                         "fwd ms": f"{r['t_fwd'] * 1e3:.0f}", "fwd GFLOP/s": f"{gf_f:.0f}",
+                         "fwd ms GRAPH / PyNative": f"{r['t_fwd_graph'] * 1e3:.0f} / {r['t_fwd_pynative'] * 1e3:.0f}",
+                         "fwd GFLOP/s": f"{gf_f:.0f}",
                          "fwd / NumPy 2048^3": f"{gf_f / ceil_big:.2f}",
-                         "grad ms": f"{r['t_grad'] * 1e3:.0f}", "grad GFLOP/s": f"{gf_g:.0f}",
+                         "grad ms GRAPH / PyNative":
+                             f"{r['t_grad_graph'] * 1e3:.0f} / {r['t_grad_pynative'] * 1e3:.0f}",
+                         "grad GFLOP/s": f"{gf_g:.0f}",
                          "grad / NumPy 2048^3": f"{gf_g / ceil_big:.2f}",
                          "peak mem fwd / IO": f"{r['mem_fwd']:.2f}", "peak mem grad / IO": f"{r['mem_grad']:.2f}"})
             print(rows[-1], flush=True)
@@ -193,7 +217,9 @@ def main() -> None:
              f"{ceil_small:.0f} GFLOP/s at 64x2048x576.",
              "FLOPs count only visible selected keys (sum over rows), forward 2*N1*vis*(576+512), "
              "grad 2*N1*vis*(2*512+3*576).",
-             "peak mem / IO = (input bytes + peak RSS growth during the first call) / (input + output bytes)."]
+             "peak mem / IO = (input bytes + peak RSS growth during the first call) / (input + output bytes).",
+             "GFLOP/s and ratios use the faster of GRAPH (GRAPH_MODE + ms.jit) and PyNative, each in its own "
+             "process; in PyNative MindSpore's runtime queue thread busy-waits on one of the two cores."]
     if not args.no_composite:
         cs, cn, ck = args.composite
         comp_args = ["--worker", "composite", "--seq", str(cs), "--n1", str(cn), "--k", str(ck), "--reps", "2"]
@@ -201,9 +227,8 @@ def main() -> None:
         comp_gr = _spawn([*comp_args, "--graph"])
         # the baseline is the faster of the two execution modes a user could pick
         comp = min((c for c in (comp_py, comp_gr) if c), key=lambda c: c["t_total"], default=None)
-        ours = _spawn(["--worker", "op", "--seq", str(cs), "--n1", str(cn), "--k", str(ck), "--reps", str(args.reps)])
-        ours32 = _spawn(["--worker", "op", "--seq", str(cs), "--n1", str(cn), "--k", str(ck), "--reps",
-                         str(args.reps), "--dtype", "float32"])
+        ours = run_op(cs, cn, ck, args.reps)
+        ours32 = run_op(cs, cn, ck, args.reps, "float32")
         if comp and ours and ours32:
             t_ours = ours["t_fwd"] + ours["t_grad"]
             t_ours32 = ours32["t_fwd"] + ours32["t_grad"]
