@@ -22,6 +22,14 @@ import psutil
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+def child_env() -> dict[str, str]:
+    """Environment for a benchmark subprocess. ``import mindspore`` calls setenv
+    ("OMP_NUM_THREADS=1") in C, which Python's ``os.environ`` does not show but a child started
+    without ``env=`` inherits, so its OpenMP kernels would run on one thread. The child gets the
+    environment this process started with instead."""
+    return dict(os.environ)
+
+
 def _tensors(result: object) -> list[ms.Tensor]:
     if isinstance(result, ms.Tensor):
         return [result]

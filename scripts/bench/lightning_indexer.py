@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import numpy_gemm_gflops, timeit
+from common import child_env, numpy_gemm_gflops, timeit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,7 +114,7 @@ def run_child(kind: str, a: argparse.Namespace, **over: int) -> dict:
     argv = [sys.executable, __file__, "--child", kind, "--reps", str(a.reps)]
     for name in ("s1", "s2", "k", "n1", "d", "dr", "nidx", "didx"):
         argv += [f"--{name}", str(over.get(name, getattr(a, name)))]
-    res = subprocess.run(argv, capture_output=True, text=True)
+    res = subprocess.run(argv, capture_output=True, text=True, env=child_env())
     if res.returncode != 0:
         return {"error": res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"rc {res.returncode}"}
     return json.loads(res.stdout.strip().splitlines()[-1])

@@ -163,7 +163,8 @@ def worker_composite(seq: int, n1: int, k: int, reps: int, graph: bool = False) 
 
 
 def _spawn(args: list[str]) -> dict | None:
-    res = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, cwd=HERE)
+    from common import child_env
+    res = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, cwd=HERE, env=child_env())
     lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
     if res.returncode != 0 or not lines:
         print(f"worker {args} failed (rc {res.returncode}): {res.stderr[-800:]}", file=sys.stderr)
