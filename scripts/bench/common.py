@@ -118,8 +118,18 @@ class PeakMemory:
         return self.peak - self.base
 
 
+def cpu_isa() -> str:
+    """The vector ISA level that decides the kernels' paths (AVX-512 / bf16 GEMM vs AVX2)."""
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return "ISA unknown"
+    have = set(flags.split())
+    return "+".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in have) or "no AVX2"
+
+
 def machine_line() -> str:
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+    return (f"{platform.processor() or platform.machine()} ({cpu_isa()}), {os.cpu_count()} cores, "
             f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, MindSpore {ms.__version__}, "
             f"NumPy {np.__version__}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
 
