@@ -3,12 +3,14 @@
 // recomputed in float32 and the D-sum in float32 per (token, head) row.
 #include "../infer_shape/cla_gate_backward.h"
 
+#include <cmath>
 #include <vector>
 
 #include "aot.h"
 #include "cla_gate_common.h"
 #include "convert.h"
 #include "parallel.h"
+#include "simd256.h"
 #include "simd512.h"
 
 using mgo::aot::AotExtra;
@@ -87,6 +89,48 @@ void backward_rows_avx512(const T* g, const T* og, const T* ol, const float* sg,
 
 #pragma GCC pop_options
 
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+// AVX2 twin of backward_rows_avx512; the tail of each row (d % 8) is scalar and added after the
+// 8 lanes, in a fixed order.
+template <typename T>
+void backward_rows_avx2(const T* g, const T* og, const T* ol, const float* sg, const float* sl, T* d_og, T* d_ol,
+                        float* dot_g, float* dot_l, int64_t rows, int64_t d) {
+  using simd256::load8;
+  using simd256::store8;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t off = r * d;
+    const __m256 s_g = _mm256_set1_ps(sg[r]);
+    const __m256 s_l = _mm256_set1_ps(sl[r]);
+    __m256 acc_g = _mm256_setzero_ps();
+    __m256 acc_l = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= d; i += 8) {
+      const __m256 gv = load8(g + off + i);
+      acc_g = _mm256_fmadd_ps(gv, load8(og + off + i), acc_g);
+      acc_l = _mm256_fmadd_ps(gv, load8(ol + off + i), acc_l);
+      store8(d_og + off + i, _mm256_mul_ps(gv, s_g));
+      store8(d_ol + off + i, _mm256_mul_ps(gv, s_l));
+    }
+    float tail_g = 0.0f;
+    float tail_l = 0.0f;
+    for (; i < d; ++i) {
+      const float gi = to_float(g[off + i]);
+      tail_g = std::fma(gi, to_float(og[off + i]), tail_g);
+      tail_l = std::fma(gi, to_float(ol[off + i]), tail_l);
+      const float a = gi * sg[r];
+      const float b = gi * sl[r];
+      store(&a, d_og + off + i, 1);
+      store(&b, d_ol + off + i, 1);
+    }
+    dot_g[r] = simd256::reduce_add(acc_g) + tail_g;
+    dot_l[r] = simd256::reduce_add(acc_l) + tail_l;
+  }
+}
+
+#pragma GCC pop_options
+
 template <typename T>
 void backward(const aot::KernelArgs& args) {
   const T* g = args.as<const T>(0);
@@ -102,11 +146,11 @@ void backward(const aot::KernelArgs& args) {
   const int64_t rows = args.numel(3);
   const int64_t block = cla_rows_per_block(d);
   const int64_t n_blocks = (rows + block - 1) / block;
-  const bool avx512 = use_avx512();
+  const Isa isa = cpu_isa();
 #pragma omp parallel if (worth_parallel(rows * d))
   {
     // Float32 tiles for the portable path only.
-    const int64_t tile = avx512 ? 0 : block * d;
+    const int64_t tile = isa != Isa::kPortable ? 0 : block * d;
     std::vector<float> gt(tile), a(tile), b(tile);
     std::vector<float> sg(block), sl(block), dot_g(block), dot_l(block);
 #pragma omp for schedule(static)
@@ -117,9 +161,12 @@ void backward(const aot::KernelArgs& args) {
         sg[r] = sigmoid(to_float(zg[r0 + r]));
         sl[r] = sigmoid(to_float(zl[r0 + r]));
       }
-      if (avx512) {
+      if (isa == Isa::kAvx512) {
         backward_rows_avx512(g + r0 * d, og + r0 * d, ol + r0 * d, sg.data(), sl.data(), d_og + r0 * d, d_ol + r0 * d,
                              dot_g.data(), dot_l.data(), nr, d);
+      } else if (isa == Isa::kAvx2) {
+        backward_rows_avx2(g + r0 * d, og + r0 * d, ol + r0 * d, sg.data(), sl.data(), d_og + r0 * d, d_ol + r0 * d,
+                           dot_g.data(), dot_l.data(), nr, d);
       } else {
         load(g + r0 * d, gt.data(), nr * d);
         load(og + r0 * d, a.data(), nr * d);

@@ -2,12 +2,14 @@
 // merged = sigmoid(z_g)[..., None] * O_g + sigmoid(z_l)[..., None] * O_l, float32 arithmetic.
 #include "../infer_shape/cla_gate_merge.h"
 
+#include <cmath>
 #include <vector>
 
 #include "aot.h"
 #include "cla_gate_common.h"
 #include "convert.h"
 #include "parallel.h"
+#include "simd256.h"
 #include "simd512.h"
 
 using mgo::aot::AotExtra;
@@ -53,6 +55,30 @@ void merge_rows_avx512(const T* og, const T* ol, const float* sg, const float* s
 
 #pragma GCC pop_options
 
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+// AVX2 twin of merge_rows_avx512; the tail of each row (d % 8) is scalar.
+template <typename T>
+void merge_rows_avx2(const T* og, const T* ol, const float* sg, const float* sl, T* out, int64_t rows, int64_t d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t off = r * d;
+    const __m256 s_g = _mm256_set1_ps(sg[r]);
+    const __m256 s_l = _mm256_set1_ps(sl[r]);
+    int64_t i = 0;
+    for (; i + 8 <= d; i += 8) {
+      const __m256 v = _mm256_fmadd_ps(s_g, simd256::load8(og + off + i), _mm256_mul_ps(s_l, simd256::load8(ol + off + i)));
+      simd256::store8(out + off + i, v);
+    }
+    for (; i < d; ++i) {
+      const float v = std::fma(sg[r], to_float(og[off + i]), sl[r] * to_float(ol[off + i]));
+      store(&v, out + off + i, 1);
+    }
+  }
+}
+
+#pragma GCC pop_options
+
 template <typename T>
 void merge(const aot::KernelArgs& args) {
   const T* og = args.as<const T>(0);
@@ -64,10 +90,10 @@ void merge(const aot::KernelArgs& args) {
   const int64_t rows = args.numel(2);
   const int64_t block = cla_rows_per_block(d);
   const int64_t n_blocks = (rows + block - 1) / block;
-  const bool avx512 = use_avx512();
+  const Isa isa = cpu_isa();
 #pragma omp parallel if (worth_parallel(rows * d))
   {
-    const int64_t tile = avx512 ? 0 : block * d;  // float32 tiles for the portable path only
+    const int64_t tile = isa != Isa::kPortable ? 0 : block * d;  // float32 tiles for the portable path only
     std::vector<float> a(tile), b(tile), sg(block), sl(block);
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < n_blocks; ++blk) {
@@ -77,8 +103,12 @@ void merge(const aot::KernelArgs& args) {
         sg[r] = sigmoid(to_float(zg[r0 + r]));
         sl[r] = sigmoid(to_float(zl[r0 + r]));
       }
-      if (avx512) {
+      if (isa == Isa::kAvx512) {
         merge_rows_avx512(og + r0 * d, ol + r0 * d, sg.data(), sl.data(), out + r0 * d, nr, d);
+        continue;
+      }
+      if (isa == Isa::kAvx2) {
+        merge_rows_avx2(og + r0 * d, ol + r0 * d, sg.data(), sl.data(), out + r0 * d, nr, d);
         continue;
       }
       load(og + r0 * d, a.data(), nr * d);

@@ -11,6 +11,7 @@
 #include "aot.h"
 #include "convert.h"
 #include "parallel.h"
+#include "simd256.h"
 #include "simd512.h"
 
 namespace mgo::cpu {
@@ -53,6 +54,28 @@ void apply_half_mix_avx512(const X* in, X* out, int64_t heads, const HalfMix& mi
 
 #pragma GCC pop_options
 
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+// AVX2 twin of apply_half_mix_avx512 (the mix stays in L1: 32 vectors do not fit 16 registers).
+template <typename X>
+void apply_half_mix_avx2(const X* in, X* out, int64_t heads, const HalfMix& mix) {
+  for (int64_t h = 0; h < heads; ++h) {
+    const int64_t lo = h * kRopeHead;
+    const int64_t hi = lo + kRopeHalf;
+    for (int j = 0; j < kRopeHalf; j += 8) {
+      const __m256 xl = simd256::load8(in + lo + j);
+      const __m256 xh = simd256::load8(in + hi + j);
+      const __m256 a = _mm256_loadu_ps(mix.a + j), b = _mm256_loadu_ps(mix.b + j);
+      const __m256 c = _mm256_loadu_ps(mix.c + j), d = _mm256_loadu_ps(mix.d + j);
+      simd256::store8(out + lo + j, _mm256_fmadd_ps(xh, b, _mm256_mul_ps(xl, a)));
+      simd256::store8(out + hi + j, _mm256_fmadd_ps(xl, d, _mm256_mul_ps(xh, c)));
+    }
+  }
+}
+
+#pragma GCC pop_options
+
 // Local position of every packed token; throws std::runtime_error naming `op` when the lengths
 // are not positive, exceed max_seq_len or do not add up to n_tokens. Runs before any parallel
 // region, so the exception reaches MindSpore (as a RuntimeError) instead of terminating.
@@ -75,10 +98,10 @@ void run_rope_family(const char* op, const aot::KernelArgs& args, MakeMix make_m
       X* y[2] = {args.as<X>(5), args.as<X>(6)};
       const C* cos = args.as<const C>(2);
       const C* sin = args.as<const C>(3);
-      const bool avx512 = use_avx512();
+      const Isa isa = cpu_isa();
 #pragma omp parallel if (worth_parallel(n_tokens * hidden))
       {
-        std::vector<float> row(avx512 ? 0 : static_cast<size_t>(hidden));  // portable path only
+        std::vector<float> row(isa != Isa::kPortable ? 0 : static_cast<size_t>(hidden));  // portable path only
         float c_row[kRopeHead], s_row[kRopeHead];
         HalfMix mix;
 #pragma omp for schedule(static)
@@ -87,8 +110,12 @@ void run_rope_family(const char* op, const aot::KernelArgs& args, MakeMix make_m
           load(sin + pos[t] * kRopeHead, s_row, kRopeHead);
           make_mix(c_row, s_row, mix);
           for (int k = 0; k < 2; ++k) {
-            if (avx512) {
+            if (isa == Isa::kAvx512) {
               apply_half_mix_avx512(x[k] + t * hidden, y[k] + t * hidden, heads, mix);
+              continue;
+            }
+            if (isa == Isa::kAvx2) {
+              apply_half_mix_avx2(x[k] + t * hidden, y[k] + t * hidden, heads, mix);
               continue;
             }
             load(x[k] + t * hidden, row.data(), hidden);

@@ -5,14 +5,19 @@
 
 namespace mgo::cpu {
 
-bool use_avx512() {
-  static const bool yes = [] {
-    const char* isa = std::getenv("MGO_CPU_ISA");
-    if (isa != nullptr && std::string_view(isa) == "portable") return false;
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+Isa cpu_isa() {
+  static const Isa isa = [] {
+    const char* env = std::getenv("MGO_CPU_ISA");
+    const std::string_view cap = env != nullptr ? env : "";
+    if (cap == "portable") return Isa::kPortable;
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c");
+    if (avx512 && cap != "avx2") return Isa::kAvx512;
+    return avx2 ? Isa::kAvx2 : Isa::kPortable;
   }();
-  return yes;
+  return isa;
 }
 
 }  // namespace mgo::cpu

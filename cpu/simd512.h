@@ -3,7 +3,7 @@
 // Element-wise kernels that convert through float32 buffers spend most of their time in the
 // extra passes; the fused kernels load, compute and store in registers instead. Everything in
 // this header is compiled for AVX-512 (F, BW, VL) and must only be reached when
-// `use_avx512()` is true. Rounding matches convert.cc: round-to-nearest-even, quiet NaNs kept.
+// `cpu_isa()` is Isa::kAvx512. Rounding matches convert.cc: round-to-nearest-even, quiet NaNs kept.
 #pragma once
 
 #include <immintrin.h>
@@ -14,9 +14,11 @@
 
 namespace mgo::cpu {
 
-// True when the CPU has AVX-512 F/BW/VL and MGO_CPU_ISA is not "portable" (the tests set it to
-// check the portable path on the same machine).
-bool use_avx512();
+// Which fused element-wise path this CPU takes: AVX-512 (F/BW/VL/DQ), AVX2 (+FMA, F16C), or the
+// portable float32-tile path. MGO_CPU_ISA=portable or =avx2 caps it, so the tests can check the
+// lower paths on the same machine.
+enum class Isa { kPortable, kAvx2, kAvx512 };
+Isa cpu_isa();
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
