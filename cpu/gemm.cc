@@ -18,9 +18,9 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
-#include <string_view>
 #include <unordered_map>
 #include <vector>
 
