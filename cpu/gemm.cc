@@ -13,16 +13,16 @@
 #include <oneapi/dnnl/dnnl_debug.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
+
+#include "isa_cap.h"
 
 namespace mgo::gemm {
 namespace {
@@ -185,14 +185,6 @@ ThreadState& thread_state() {
 
 constexpr size_t kMaxCachedShapes = 4096;
 
-bool portable_requested() {
-  static const bool yes = [] {
-    const char* isa = std::getenv("MGO_CPU_ISA");
-    return isa != nullptr && std::string_view(isa) == "portable";
-  }();
-  return yes;
-}
-
 // Copies a rows x cols bf16 matrix (leading dim ld) into a dense float32 one (leading dim cols).
 const float* widen(const uint16_t* src, const int64_t rows, const int64_t cols, const int64_t ld,
                    std::vector<float>& dst) {
@@ -223,7 +215,7 @@ void gemm_bf16_widened(const Trans ta, const Trans tb, const int64_t m, const in
 }  // namespace
 
 bool bf16_native() {
-  static const bool yes = !portable_requested() &&
+  static const bool yes = cpu::isa_cap() != "portable" &&
                           make_bf16_matmul(Trans::kNo, Trans::kNo, 16, 16, 16, 1.0f, 16, 16, 0.0f, 16).prim;
   return yes;
 }

@@ -17,8 +17,8 @@
 
 #include "aot.h"
 #include "convert.h"
-#include "operand.h"
 #include "gemm.h"
+#include "operand.h"
 
 namespace mgo::cpu {
 

@@ -1,14 +1,12 @@
 #include "simd512.h"
 
-#include <cstdlib>
-#include <string_view>
+#include "isa_cap.h"
 
 namespace mgo::cpu {
 
 Isa cpu_isa() {
   static const Isa isa = [] {
-    const char* env = std::getenv("MGO_CPU_ISA");
-    const std::string_view cap = env != nullptr ? env : "";
+    const std::string_view cap = isa_cap();
     if (cap == "portable") return Isa::kPortable;
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");

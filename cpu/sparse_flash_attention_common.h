@@ -1,6 +1,6 @@
 // Shared pieces of the sparse flash attention CPU kernels (SPEC section 3): the problem geometry
 // (layouts, batches, statistics layout), index validation, the visible-key list of a query row,
-// tile gathers, the GEMM dispatch by compute type, and the vectorised softmax helpers.
+// tile gathers, and the vectorised softmax helpers.
 //
 // GEMM operands are float32 or raw bf16 tiles (operand.h); softmax, statistics and reductions
 // are float32.

@@ -55,7 +55,6 @@ struct Sizes {
 template <typename X, typename Op, typename W>
 class RowKernel {
  public:
-
   RowKernel(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPlan& plan, float scale)
       : a_(args), z_(z), plan_(plan), scale_(scale) {
     const int64_t kp = mgo::cpu::round_up(z.k, kPad);
