@@ -199,3 +199,19 @@ def cast_from_float(x: np.ndarray, dtype: str, mode: str) -> np.ndarray:
                                       _P(_ptr(x32)), _P(_ptr(out)), _I64(x32.size), err, _I64(_ERR_LEN))
     _raise_for(code, err)
     return out
+
+
+# ---------------------------------------------------------------- mixed-launch self-tests
+def mix_snippet_names() -> list[str]:
+    buf = ctypes.create_string_buffer(_ERR_LEN)
+    lib().twin_mix_snippet_names(buf, _I64(_ERR_LEN))
+    return buf.value.decode().split(",")
+
+
+def run_mix_snippet(name: str, seed: int = 0) -> tuple[int, str, str]:
+    """(status, expected message part, message) of one mixed-launch snippet on 2 AI cores:
+    status 0 clean, 1 rule fired, 2 a clean snippet computed a wrong result."""
+    expect = ctypes.create_string_buffer(256)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().twin_mix_snippet(name.encode(), _I64(seed), expect, _I64(256), err, _I64(_ERR_LEN))
+    return code, expect.value.decode(), err.value.decode(errors="replace")
