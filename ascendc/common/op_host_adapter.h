@@ -8,10 +8,8 @@
 //
 // An op describes itself with a struct `Op`:
 //   static constexpr const char* kName;        OpDef type, prefixes every logged error
-//   static constexpr size_t kInputs;           IR inputs, in OpDef order
-//   static constexpr size_t kRequiredInputs;   inputs [0, kRequiredInputs) are REQUIRED, the rest
-//                                              OPTIONAL (an omitted one reaches the rule as
-//                                              the zero-size placeholder, AbsentInput())
+//   static constexpr std::array<bool, N> kOptional;   per IR input (OpDef order): OPTIONAL; an
+//                                              omitted one reaches the rules as AbsentInput()
 //   struct Attrs; static Attrs ReadAttrs(const gert::RuntimeAttrs*);   with the Attr readers below
 //   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>&, const Attrs&);
 //   static TilingPlan<Data> Tile(const std::vector<mgo::infer::Shape>&, mgo::tiling::DType,
@@ -19,6 +17,7 @@
 // and registers `InferShape<Op>`, `InferDataType<Op>`, `Tiling<Op>` in its OpDef.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -63,14 +62,13 @@ inline bool BoolAttr(const gert::RuntimeAttrs* a, size_t i, const char* name) {
 // passes for None (infer_shape's is_absent), so both routes give the same result.
 inline mgo::infer::TensorDesc AbsentInput() { return {mgo::infer::Shape{0}, mgo::infer::DType::kUnknown}; }
 
-// Required inputs come first in every OpDef (tests/test_ascendc_op_host.py checks it), so the
-// IR index of a required input is also its instance index.
+// By IR index (an omitted optional input shifts the instance indices of those after it).
 template <typename Op, typename Ctx>
 std::vector<mgo::infer::Shape> ReadShapes(Ctx* ctx) {
-  std::vector<mgo::infer::Shape> shapes(Op::kInputs);
-  for (size_t i = 0; i < Op::kInputs; ++i) {
-    const auto* s = i < Op::kRequiredInputs ? ctx->GetRequiredInputShape(i) : ctx->GetOptionalInputShape(i);
-    if (s == nullptr && i < Op::kRequiredInputs) throw std::invalid_argument("a required input is missing");
+  std::vector<mgo::infer::Shape> shapes(Op::kOptional.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto* s = Op::kOptional[i] ? ctx->GetOptionalInputShape(i) : ctx->GetRequiredInputShape(i);
+    if (s == nullptr && !Op::kOptional[i]) throw std::invalid_argument("a required input is missing");
     shapes[i] = s == nullptr ? AbsentInput().shape : FromGe(*s);
   }
   return shapes;
@@ -88,15 +86,15 @@ std::vector<mgo::infer::TensorDesc> InputShapes(gert::InferShapeContext* ctx) {
 // Dtypes with unknown shapes: InferDataType gets no shapes.
 template <typename Op>
 std::vector<mgo::infer::TensorDesc> InputDtypes(gert::InferDataTypeContext* ctx) {
-  std::vector<mgo::infer::TensorDesc> in(Op::kInputs);
-  for (size_t i = 0; i < Op::kInputs; ++i) {
-    if (i < Op::kRequiredInputs) {
+  std::vector<mgo::infer::TensorDesc> in(Op::kOptional.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!Op::kOptional[i]) {
       in[i].dtype = FromGe(ctx->GetRequiredInputDataType(i));
-      continue;
+    } else if (const ge::DataType t = ctx->GetOptionalInputDataType(i); t == ge::DT_UNDEFINED) {
+      in[i] = AbsentInput();
+    } else {
+      in[i].dtype = FromGe(t);
     }
-    const ge::DataType t = ctx->GetOptionalInputDataType(i);
-    if (t == ge::DT_UNDEFINED) in[i] = AbsentInput();
-    else in[i].dtype = FromGe(t);
   }
   return in;
 }

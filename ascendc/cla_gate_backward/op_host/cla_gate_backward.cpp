@@ -10,8 +10,7 @@ namespace mgo::op_host {
 
 struct ClaGateBackwardHost {
   static constexpr const char* kName = "ClaGateBackward";
-  static constexpr size_t kInputs = 5;
-  static constexpr size_t kRequiredInputs = 5;
+  static constexpr std::array<bool, 5> kOptional{};  // every input REQUIRED
   struct Attrs {
     std::string input_attn_layout;
   };

@@ -10,8 +10,7 @@ namespace mgo::op_host {
 
 struct ClaGateMergeHost {
   static constexpr const char* kName = "ClaGateMerge";
-  static constexpr size_t kInputs = 4;
-  static constexpr size_t kRequiredInputs = 4;
+  static constexpr std::array<bool, 4> kOptional{};  // every input REQUIRED
   struct Attrs {};
   static Attrs ReadAttrs(const gert::RuntimeAttrs*) { return {}; }
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs&) {

@@ -9,8 +9,7 @@ namespace mgo::op_host {
 
 struct RopeHost {
   static constexpr const char* kName = "Rope";
-  static constexpr size_t kInputs = 5;
-  static constexpr size_t kRequiredInputs = 5;
+  static constexpr std::array<bool, 5> kOptional{};  // every input REQUIRED
   struct Attrs {};
   static Attrs ReadAttrs(const gert::RuntimeAttrs*) { return {}; }
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs&) {

@@ -9,8 +9,7 @@ namespace mgo::op_host {
 
 struct RopeGradHost {
   static constexpr const char* kName = "RopeGrad";
-  static constexpr size_t kInputs = 5;
-  static constexpr size_t kRequiredInputs = 5;
+  static constexpr std::array<bool, 5> kOptional{};  // every input REQUIRED
   struct Attrs {
     std::string mode;
   };

@@ -138,7 +138,7 @@ class TilingContext : public ExtendedKernelContext {
   fe::PlatFormInfos* GetPlatformInfo() const { return nullptr; }
   template <typename T>
   T* GetTilingData() {
-    tiling_.assign(sizeof(T), 0);
+    tiling_.assign((sizeof(T) + 7) / 8, 0);
     return reinterpret_cast<T*>(tiling_.data());
   }
   ge::graphStatus SetBlockDim(uint32_t d) { block_dim_ = d; return ge::GRAPH_SUCCESS; }
@@ -147,7 +147,7 @@ class TilingContext : public ExtendedKernelContext {
   size_t* GetWorkspaceSizes(size_t n) { workspace_.assign(n, 0); return workspace_.data(); }
   std::vector<CompileTimeTensorDesc> desc_;
   std::vector<StorageShape> storage_;
-  std::vector<uint8_t> tiling_;  // 8-byte aligned enough for the stub: std::vector<uint64_t> would be stricter
+  std::vector<uint64_t> tiling_;  // 8-byte words: aligned for any tiling struct
   uint32_t block_dim_ = 0;
   uint64_t tiling_key_ = 0;
   uint32_t schedule_mode_ = 0;
