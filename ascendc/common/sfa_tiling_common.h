@@ -103,7 +103,9 @@ struct SfaTilingData {
   uint32_t keyChunk;      // keys per chunk of a query row (row pass)
   uint32_t rowChunk;      // query rows per chunk of a key block (grad key pass)
   uint32_t gatherRows;    // key rows per UB gather tile
-  uint32_t ubTileRows;    // rows of a [rows, keyChunk] float32 score tile in UB
+  uint32_t ubTileRows;    // rows of a [rows, chunkCols] float32 score tile in UB
+  uint32_t mRows;         // matmul rows of a chunk: G (row pass), rowChunk * G (key pass)
+  uint32_t chunkCols;     // workspace columns of a chunk: max(keyChunk, block size padded to 16)
   // Workspace: per-AIV regions first, then global buffers (byte offsets from the user workspace).
   uint64_t aivWsBytes;    // size of one AIV region
   uint64_t wsQf;          // [mRows, dk] 16-bit: gathered cat(q, q_rope) rows
@@ -182,31 +184,45 @@ __aicore__ inline bool MatmulFits(const SfaMatmulTiling& t, const CubePlatform& 
 }
 
 // ---------------------------------------------------------------- UB plan of one AIV
-// Every UB buffer the kernels allocate, so the totals are their footprints.
+// Every UB buffer the kernels allocate (they allocate exactly these), so Total() is their
+// footprint. cw = chunk columns (keys per chunk), m = matmul rows of a chunk.
 struct SfaUbPlan {
-  uint64_t gatherBytes;  // [gatherRows, dk] 16-bit: one gather tile (x2 queue)
-  uint64_t scoreBytes;   // [ubTileRows, keyChunk] float32 scores
-  uint64_t auxBytes;     // same size: dP / probabilities
-  uint64_t ioBytes;      // [ubTileRows, keyChunk] 16-bit probabilities / dS out (x2 queue)
-  uint64_t rowBytes;     // [ubTileRows, 8] float32 x 4: max, sum, delta, scratch (32 B per row)
-  uint64_t vecBytes;     // [dk] float32 x 3 + [dk] 16-bit x 2: one head row in/out
-  uint64_t workBytes;    // reduce scratch
-  static constexpr uint32_t kQueueDepth = 2;
+  uint32_t gatherBytes;  // [gatherRows, dk] 16-bit: rows on their way GM -> UB -> workspace
+  uint32_t scoreBytes;   // [tileRows, AlignUp(cw, 8)] float32: scores / probabilities
+  uint32_t auxBytes;     // same (grad only): dP / dS
+  uint32_t ioBytes;      // [tileRows, AlignUp(cw, 16)] 16-bit: P (and dS for grad) to the workspace
+  uint32_t rowFBytes;    // [AlignUp(dk, 8)] float32: one head row
+  uint32_t rowHBytes;    // [AlignUp(dk, 16)] 16-bit: one head row
+  uint32_t statBytes;    // [AlignUp(m, 8)] float32: one per-row statistic
+  uint32_t workBytes;    // ReduceSum/ReduceMax scratch for max(cw, dk) floats
+  uint32_t ioCount;      // 1 forward (P), 2 grad (P, dS)
+  uint32_t rowCount;     // head-row buffers: 1 forward, 2 grad (dO and O for delta)
+  static constexpr uint32_t kStats = 5;     // max, sum, and three scratch vectors
+  static constexpr uint32_t kRedBytes = 32;  // one reduce result
   __aicore__ uint64_t Total() const {
-    return kQueueDepth * gatherBytes + scoreBytes + auxBytes + kQueueDepth * ioBytes + rowBytes + vecBytes +
-           workBytes;
+    return uint64_t{gatherBytes} + scoreBytes + auxBytes + uint64_t{ioCount} * ioBytes +
+           uint64_t{rowCount} * (rowFBytes + rowHBytes) + kStats * uint64_t{statBytes} + kRedBytes + workBytes;
   }
 };
 
-__aicore__ inline SfaUbPlan PlanSfaUb(uint32_t gather_rows, uint32_t tile_rows, uint32_t chunk, uint32_t dk) {
+__aicore__ inline uint32_t ReduceScratchFloats(uint32_t count) {
+  const uint32_t partials = (count + 63) / 64;  // one per 256-byte repeat
+  return static_cast<uint32_t>(AlignUp(partials, 8));
+}
+
+__aicore__ inline SfaUbPlan PlanSfaUb(bool grad, uint32_t gather_rows, uint32_t tile_rows, uint32_t cw, uint32_t dk,
+                                      uint32_t m) {
   SfaUbPlan p{};
-  p.gatherBytes = AlignUp(uint64_t{gather_rows} * dk * kElemBytes16, kUbAlignBytes);
-  p.scoreBytes = uint64_t{tile_rows} * chunk * 4;
-  p.auxBytes = p.scoreBytes;
-  p.ioBytes = uint64_t{tile_rows} * chunk * kElemBytes16;
-  p.rowBytes = 4ull * tile_rows * 32;
-  p.vecBytes = AlignUp(3ull * dk * 4 + 2ull * dk * kElemBytes16, kUbAlignBytes);
-  p.workBytes = AlignUp((chunk > dk ? chunk : dk) / 8 + 8, 8) * 4;
+  p.gatherBytes = static_cast<uint32_t>(AlignUp(uint64_t{gather_rows} * dk * kElemBytes16, kUbAlignBytes));
+  p.scoreBytes = static_cast<uint32_t>(uint64_t{tile_rows} * AlignUp(cw, 8) * 4);
+  p.auxBytes = grad ? p.scoreBytes : 0;
+  p.ioBytes = static_cast<uint32_t>(uint64_t{tile_rows} * AlignUp(cw, 16) * kElemBytes16);
+  p.rowFBytes = static_cast<uint32_t>(AlignUp(dk, 8) * 4);
+  p.rowHBytes = static_cast<uint32_t>(AlignUp(dk, 16) * kElemBytes16);
+  p.statBytes = static_cast<uint32_t>(AlignUp(m, 8) * 4);
+  p.workBytes = ReduceScratchFloats(cw > dk ? cw : dk) * 4;
+  p.ioCount = grad ? 2 : 1;
+  p.rowCount = grad ? 2 : 1;
   return p;
 }
 
@@ -354,10 +370,12 @@ inline SfaTilingResult ComputeSfaTiling(SfaKernel kernel, const SfaShape& s, con
   const uint32_t m_rows = grad ? (t.g > t.rowChunk * t.g ? t.g : t.rowChunk * t.g) : t.g;
   const uint32_t block_cols = static_cast<uint32_t>(AlignUp(a.sparseBlockSize, kCubeAlign));
   t.gatherRows = 16;
+  t.mRows = m_rows;
   // UB: score tiles of ubTileRows rows; shrink the chunk, then the tile rows, until it fits.
   uint32_t tile_rows = m_rows < 64 ? m_rows : 64;
   const auto cols = [&] { return t.keyChunk > block_cols ? t.keyChunk : block_cols; };
-  while (PlanSfaUb(t.gatherRows, tile_rows, cols(), t.dk).Total() > p.ubBytes) {
+  const auto plan = [&] { return PlanSfaUb(grad, t.gatherRows, tile_rows, cols(), t.dk, m_rows); };
+  while (plan().Total() > p.ubBytes) {
     if (t.keyChunk > 128) {
       t.keyChunk /= 2;
     } else if (tile_rows > 8) {
@@ -370,14 +388,19 @@ inline SfaTilingResult ComputeSfaTiling(SfaKernel kernel, const SfaShape& s, con
     }
   }
   t.ubTileRows = tile_rows;
-  r.ubBytes = PlanSfaUb(t.gatherRows, tile_rows, cols(), t.dk).Total();
+  t.chunkCols = cols();
+  r.ubBytes = plan().Total();
 
-  // Matmul tilings (largest use of each object).
-  const uint32_t c = t.keyChunk;
-  t.mmScore = PlanMatmul(m_rows, c > block_cols ? c : block_cols, t.dk, p);
+  // Matmul tilings, one per Matmul object (an object serves every use of its transpose mode):
+  //   A·Bᵀ: S = Qf Kfᵀ (K = dk) and, in the grad, dP = dO Vᵀ (K = d <= dk)   -> mmScore
+  //   A·B : O = P V (forward, N = d) / dQf = dS Kf (grad, N = dk)            -> mmPv / mmDq
+  //   Aᵀ·B: dKf = dSᵀ Qf (N = dk) and dV = Pᵀ dO (N = d), grad key pass       -> mmDk
+  // mmDp and mmDv record the second use's own shape for reference.
+  const uint32_t c = t.chunkCols;
+  t.mmScore = PlanMatmul(m_rows, c, t.dk, p);
   t.mmPv = PlanMatmul(t.g, t.d, c, p);
   if (grad) {
-    t.mmDp = PlanMatmul(m_rows, c > block_cols ? c : block_cols, t.d, p);
+    t.mmDp = PlanMatmul(m_rows, c, t.d, p);
     t.mmDq = PlanMatmul(t.g, t.dk, c, p);
     t.mmDk = PlanMatmul(block_cols, t.dk, m_rows, p);
     t.mmDv = PlanMatmul(block_cols, t.d, m_rows, p);
@@ -391,7 +414,7 @@ inline SfaTilingResult ComputeSfaTiling(SfaKernel kernel, const SfaShape& s, con
   }
 
   // Workspace: per-AIV regions (32-byte aligned pieces), then the global delta buffer.
-  const uint32_t cw = c > block_cols ? c : block_cols;
+  const uint32_t cw = c;
   uint64_t off = 0;
   const auto take = [&off](uint64_t bytes) {
     const uint64_t at = off;

@@ -43,6 +43,7 @@ T* VecDst(const LocalTensor<T>& t, uint32_t count, const char* op) {
   auto& ctx = Current();
   const uint64_t bytes = uint64_t{count} * sizeof(T);
   ctx.CheckClear(Hazard::kMte2ToV, t.TwinUbOffset(), bytes, op);  // copy-in still landing
+  ctx.ClearRange(Hazard::kMte2ToMte3, t.TwinUbOffset(), bytes);   // V is now these bytes' producer
   ctx.Mark(Hazard::kVToS, t.TwinUbOffset(), bytes);
   ctx.Mark(Hazard::kVToMte3, t.TwinUbOffset(), bytes);
   return t.TwinData(op);
