@@ -42,7 +42,7 @@ def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor, spars
     pre, nxt = int(pre_tokens), int(next_tokens)
     names = ("query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum",
              "actual_seq_lengths_query", "actual_seq_lengths_kv")
-    attrs = (scale, bs, layout, mode, pre, nxt)
+    attrs = (scale, bs, layout, mode, pre, nxt, bool(deterministic))
     if rope:
         validate(_OP, names + ("query_rope", "key_rope"), (query, key, value, sparse_indices, d_out, out, softmax_max,
                                                            softmax_sum, lq, lkv, query_rope, key_rope), attrs)
