@@ -89,7 +89,7 @@ def test_op_host_and_kernel_exist_for_every_packaged_op() -> None:
     packaged = {name for name, spec in OP_SPECS.items() if spec.ascend_dtypes} - ASCEND_KERNEL_PENDING
     assert packaged == set(OPS)
     for op in OPS:
-        assert (ASCENDC / op / "op_host" / f"{op}.cpp").is_file() and (ASCENDC / op / "op_kernel" / f"{op}.cpp").is_file()
+        assert all((ASCENDC / op / part / f"{op}.cpp").is_file() for part in ("op_host", "op_kernel")), op
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -150,6 +150,8 @@ def test_op_host_instantiates_the_shared_adapter(op: str) -> None:
 @pytest.mark.parametrize("op", OPS)
 def test_op_host_reads_attributes_in_opdef_order(op: str) -> None:
     src = (ASCENDC / op / "op_host" / f"{op}.cpp").read_text()
+    for shared in re.findall(r'#include "\.\./\.\./common/(op_host_\w+\.h)"', src):  # e.g. ReadSfaAttrs
+        src += (ASCENDC / "common" / shared).read_text()
     reads = sorted((int(i), name, READER_TYPES[kind]) for kind, i, name in ATTR_READ.findall(src))
     assert reads == [(i, a.name, a.type) for i, a in enumerate(OP_SPECS[op].attrs)]
 

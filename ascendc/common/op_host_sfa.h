@@ -1,8 +1,6 @@
-// The inputs of the pure SFA tiling (sfa_tiling_common.h) from the input shapes and attributes
-// of SparseFlashAttention / SparseFlashAttentionGrad, for their op_host adapters.
-//
-// Plain C++17 over infer_shape/ and the tiling headers (no CANN): the op_host sources call it, and
-// tests/test_ascendc_op_host.py runs it through the adapter against tests/cann_stub.
+// What the op_host descriptions of SparseFlashAttention and SparseFlashAttentionGrad share: their
+// common attributes, and the pure SFA tiling (sfa_tiling_common.h) called from their input shapes.
+// CANN-only like op_host_adapter.h; tests/test_ascendc_op_host.py runs it against tests/cann_stub.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +8,7 @@
 #include <string>
 
 #include "../../infer_shape/sparse_flash_attention_common.h"
+#include "op_host_adapter.h"
 #include "sfa_tiling_common.h"
 
 namespace mgo::op_host {
@@ -19,6 +18,16 @@ struct SfaHostAttrs {
   mgo::infer::SfaAttrs rules;
   bool deterministic = false;
 };
+
+// Attributes 0-3 of both OpDefs: scale_value, sparse_block_size, layout, sparse_mode.
+inline SfaHostAttrs ReadSfaAttrs(const gert::RuntimeAttrs* a) {
+  SfaHostAttrs r;
+  r.rules.scale_value = FloatAttr(a, 0, "scale_value");
+  r.rules.sparse_block_size = IntAttr(a, 1, "sparse_block_size");
+  r.rules.layout = StrAttr(a, 2, "layout");
+  r.rules.sparse_mode = IntAttr(a, 3, "sparse_mode");
+  return r;
+}
 
 // Shapes of the inputs the tiling reads. Absent optional inputs are the zero-size placeholder.
 struct SfaTilingInputs {
@@ -75,8 +84,16 @@ inline mgo::tiling::SfaAttrs SfaTilingAttrs(const SfaHostAttrs& a) {
           static_cast<uint32_t>(a.rules.sparse_mode), a.deterministic};
 }
 
-// The lengths' values live on the device (they are not ValueDepend inputs, which would turn them
-// into host int arrays in the aclnn signature): the tiling balances rows by count then.
-inline constexpr mgo::tiling::SfaSeqLengths kSfaLengthsOnDevice{nullptr, nullptr, 0};
+// Runs `compute` (ComputeSparseFlashAttention(Grad)Tiling) on the inputs. The lengths' values live
+// on the device (ValueDepend inputs would become host int arrays in the aclnn signature), so the
+// tiling balances rows by count. A mixed launch's block dim counts AI cores (1 AIC + 2 AIV each).
+template <typename Compute>
+auto TileSfa(Compute compute, const SfaTilingInputs& in, mgo::tiling::DType dtype, const SfaHostAttrs& a,
+             const Platform& p, bool all_cores_at_once) {
+  const mgo::tiling::CubePlatform cube{p.aicNum, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
+  const auto t = compute(SfaTilingShape(in, a.rules.layout), SfaTilingAttrs(a), dtype,
+                         mgo::tiling::SfaSeqLengths{nullptr, nullptr, 0}, cube);
+  return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes, all_cores_at_once);
+}
 
 }  // namespace mgo::op_host

@@ -15,25 +15,14 @@ struct SparseFlashAttentionHost {
   // query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query/_kv
   static constexpr std::array<bool, 8> kOptional{false, false, true, false, true, true, true, true};
   using Attrs = SfaHostAttrs;
-  static Attrs ReadAttrs(const gert::RuntimeAttrs* a) {
-    Attrs r;
-    r.rules.scale_value = FloatAttr(a, 0, "scale_value");
-    r.rules.sparse_block_size = IntAttr(a, 1, "sparse_block_size");
-    r.rules.layout = StrAttr(a, 2, "layout");
-    r.rules.sparse_mode = IntAttr(a, 3, "sparse_mode");
-    return r;
-  }
+  static Attrs ReadAttrs(const gert::RuntimeAttrs* a) { return ReadSfaAttrs(a); }
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs& a) {
     return mgo::infer::sparse_flash_attention(in, a.rules);
   }
   static auto Tile(const std::vector<mgo::infer::Shape>& in, mgo::tiling::DType dtype, const Attrs& a,
                    const Platform& p) {
-    const auto shape = SfaTilingShape({in[0], in[1], in[2], in[3], in[4], in[6]}, a.rules.layout);
-    const mgo::tiling::CubePlatform cube{p.aicNum, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
-    const auto t = mgo::tiling::ComputeSparseFlashAttentionTiling(shape, SfaTilingAttrs(a), dtype,
-                                                                  kSfaLengthsOnDevice, cube);
-    // Mixed launch: the block dim counts AI cores (one AIC + two AIV each).
-    return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes);
+    return TileSfa(mgo::tiling::ComputeSparseFlashAttentionTiling, {in[0], in[1], in[2], in[3], in[4], in[6]},
+                   dtype, a, p, /*all_cores_at_once=*/false);
   }
 };
 

@@ -18,11 +18,7 @@ struct SparseFlashAttentionGradHost {
                                                   false, false, true, true, true, true};
   using Attrs = SfaHostAttrs;
   static Attrs ReadAttrs(const gert::RuntimeAttrs* a) {
-    Attrs r;
-    r.rules.scale_value = FloatAttr(a, 0, "scale_value");
-    r.rules.sparse_block_size = IntAttr(a, 1, "sparse_block_size");
-    r.rules.layout = StrAttr(a, 2, "layout");
-    r.rules.sparse_mode = IntAttr(a, 3, "sparse_mode");
+    Attrs r = ReadSfaAttrs(a);
     r.rules.pre_tokens = IntAttr(a, 4, "pre_tokens");
     r.rules.next_tokens = IntAttr(a, 5, "next_tokens");
     r.deterministic = BoolAttr(a, 6, "deterministic");
@@ -37,15 +33,11 @@ struct SparseFlashAttentionGradHost {
     }
     return r;
   }
+  // The key pass waits for every core's row pass (SyncAll): all cores must start together.
   static auto Tile(const std::vector<mgo::infer::Shape>& in, mgo::tiling::DType dtype, const Attrs& a,
                    const Platform& p) {
-    const auto shape = SfaTilingShape({in[0], in[1], in[2], in[3], in[10], in[8]}, a.rules.layout);
-    const mgo::tiling::CubePlatform cube{p.aicNum, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
-    const auto t = mgo::tiling::ComputeSparseFlashAttentionGradTiling(shape, SfaTilingAttrs(a), dtype,
-                                                                      kSfaLengthsOnDevice, cube);
-    // Mixed launch over AI cores; the key pass waits for every core's row pass (SyncAll), so all
-    // cores must be started together.
-    return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes, /*all_cores_at_once=*/true);
+    return TileSfa(mgo::tiling::ComputeSparseFlashAttentionGradTiling, {in[0], in[1], in[2], in[3], in[10], in[8]},
+                   dtype, a, p, /*all_cores_at_once=*/true);
   }
 };
 
