@@ -2,18 +2,20 @@
 // engine's contexts into calls of an op's pure rules (infer_shape/<op>.h) and pure tiling
 // (ascendc/<op>/<op>_tiling.h), so an op's op_host source only declares what differs.
 //
-// NOT COMPILED IN THIS REPOSITORY'S CI: it needs the CANN toolkit headers (absent here);
-// scripts/build_ascend.sh compiles it where ASCEND_HOME_PATH is set. tests/test_ascendc_op_host.py
-// holds every op_host source to ms_grad_ops/_specs.py by parsing.
+// NOT COMPILED WITH CANN IN THIS REPOSITORY'S CI (no CANN toolkit here); scripts/build_ascend.sh
+// compiles it where ASCEND_HOME_PATH is set. tests/test_ascendc_op_host.py holds every op_host
+// source to ms_grad_ops/_specs.py by parsing, and compiles and runs the adapters against
+// tests/cann_stub (the documented API subset used here, not CANN).
 //
 // An op describes itself with a struct `Op`:
-//   static constexpr const char* kName;        OpDef type, prefixes every logged error
-//   static constexpr std::array<bool, N> kOptional;   per IR input (OpDef order): OPTIONAL; an
-//                                              omitted one reaches the rules as AbsentInput()
-//   struct Attrs; static Attrs ReadAttrs(const gert::RuntimeAttrs*);   with the Attr readers below
-//   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>&, const Attrs&);
-//   static TilingPlan<Data> Tile(const std::vector<mgo::infer::Shape>&, mgo::tiling::DType,
-//                                const Attrs&, const Platform&);
+//   kName       static constexpr const char*: the OpDef type, prefixes every logged error;
+//   kOptional   static constexpr std::array<bool, N>: per IR input (OpDef order), OPTIONAL or
+//               not; an omitted optional input reaches the rules as AbsentInput();
+//   Attrs       a struct, and static Attrs ReadAttrs(const gert::RuntimeAttrs*) using the readers
+//               below (OpDef attribute order);
+//   Infer       static InferResult Infer(const std::vector<TensorDesc>&, const Attrs&): the rule;
+//   Tile        static TilingPlan<Data> Tile(const std::vector<Shape>&, tiling::DType, const Attrs&,
+//               const Platform&): the pure tiling, through Plan();
 // and registers `InferShape<Op>`, `InferDataType<Op>`, `Tiling<Op>` in its OpDef.
 #pragma once
 
