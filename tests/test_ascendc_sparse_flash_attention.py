@@ -34,7 +34,7 @@ CASES = {
 ASCEND_CASES = {
     "mla_n1": dict(layout="TND", lens_q=[3, 2], lens_kv=[7, 40], n1=1, d=512, dr=64, k=1024),
     "mla_n16": dict(layout="BSND", batch=1, s1=4, s2=24, n1=16, d=512, dr=64, k=1024, pattern="end"),
-    "mla_n64": dict(layout="TND", lens_q=[2], lens_kv=[300], n1=64, d=512, dr=64, k=1024, mode=0),
+    "mla_n64": dict(layout="TND", lens_q=[2], lens_kv=[150], n1=64, d=512, dr=64, k=1024, mode=0),
 }
 
 

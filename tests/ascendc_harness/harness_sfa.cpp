@@ -5,6 +5,7 @@
 #include "harness_common.h"
 
 #include "../../ascendc/sparse_flash_attention/op_kernel/sparse_flash_attention.cpp"
+#include "../../ascendc/sparse_flash_attention_grad/op_kernel/sparse_flash_attention_grad.cpp"
 
 namespace {
 
@@ -136,6 +137,64 @@ int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const void* q, cons
                                  a->dr > 0 ? u8(kr) : nullptr, a->layout == 1 ? u8(lens_q) : nullptr,
                                  a->layout == 1 ? u8(lens_kv) : nullptr, u8(out), u8(smax), u8(ssum), ws.data(),
                                  tiling_gm.data());
+        });
+    FillInfo(info, stats, tiling.result);
+    return harness::kOk;
+  });
+}
+
+int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const void* q, const void* k, const void* v,
+                                     const int32_t* idx, const void* d_out, const void* out, const float* smax,
+                                     const float* ssum, const int32_t* lens_q, const int32_t* lens_kv, const void* qr,
+                                     const void* kr, void* dq, void* dk, void* dv, void* dqr, void* dkr,
+                                     harness::RunInfo* info, char* err, int64_t err_len) {
+  return harness::Guarded(err, err_len, [&]() -> int {
+    const HostLens lens(*a, lens_q, lens_kv);
+    const auto tiling = mgo::tiling::ComputeSparseFlashAttentionGradTiling(
+        Shape(*a), Attrs(*a), static_cast<DType>(dtype), lens.view, Platform(*a));
+    if (!tiling.result.ok) {
+      harness::CopyMessage(tiling.result.error, err, err_len);
+      return harness::kTilingError;
+    }
+    const uint64_t q_rows = static_cast<uint64_t>(a->t1 * a->n1);
+    const uint64_t k_rows = static_cast<uint64_t>(a->t2 * a->n2);
+    std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
+    auto tiling_gm = harness::TilingBytes(tiling.result.data);
+    harness::GmScope gm;
+    gm.Input(q, q_rows * a->d * 2, "query");
+    gm.Input(k, k_rows * a->d * 2, "key");
+    gm.Input(v, k_rows * a->d * 2, "value");
+    gm.Input(idx, static_cast<uint64_t>(a->t1 * a->n2 * a->k) * 4, "sparse_indices");
+    gm.Input(d_out, q_rows * a->d * 2, "d_out");
+    gm.Input(out, q_rows * a->d * 2, "out");
+    gm.Input(smax, q_rows * 4, "softmax_max");
+    gm.Input(ssum, q_rows * 4, "softmax_sum");
+    if (a->layout == 1) {
+      gm.Input(lens_q, static_cast<uint64_t>(a->batch) * 4, "actual_seq_lengths_query");
+      gm.Input(lens_kv, static_cast<uint64_t>(a->batch) * 4, "actual_seq_lengths_kv");
+    }
+    gm.Output(dq, q_rows * a->d * 2, "d_query");
+    gm.Output(dk, k_rows * a->d * 2, "d_key");
+    gm.Output(dv, k_rows * a->d * 2, "d_value");
+    if (a->dr > 0) {
+      gm.Input(qr, q_rows * a->dr * 2, "query_rope");
+      gm.Input(kr, k_rows * a->dr * 2, "key_rope");
+      gm.Output(dqr, q_rows * a->dr * 2, "d_query_rope");
+      gm.Output(dkr, k_rows * a->dr * 2, "d_key_rope");
+    }
+    gm.Workspace(ws.data(), ws.size(), "workspace");
+    gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
+    auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
+    const bool rope = a->dr > 0;
+    const bool tnd = a->layout == 1;
+    const auto stats = AscendC::twin::LaunchMix(
+        tiling.result.data.usedAicNum, tiling.tilingKey, static_cast<uint64_t>(a->ub_bytes),
+        static_cast<uint64_t>(a->seed), [&] {
+          sparse_flash_attention_grad(u8(q), u8(k), u8(v), u8(idx), u8(d_out), u8(out), u8(smax), u8(ssum),
+                                      tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr,
+                                      rope ? u8(qr) : nullptr, rope ? u8(kr) : nullptr, u8(dq), u8(dk), u8(dv),
+                                      rope ? u8(dqr) : nullptr, rope ? u8(dkr) : nullptr, ws.data(),
+                                      tiling_gm.data());
         });
     FillInfo(info, stats, tiling.result);
     return harness::kOk;

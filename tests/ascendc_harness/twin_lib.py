@@ -328,3 +328,26 @@ def sfa_schedule(kernel: str, p: SfaProblem, core_num: int, ub_bytes: int = DEFA
     _raise_for(code, err)
     aiv = int(out[1])
     return SfaSchedule(*(int(x) for x in out), starts[: aiv + 1].copy(), kstarts[: aiv + 1].copy())
+
+
+def sparse_flash_attention_grad(p: SfaProblem, d_out: np.ndarray, out: np.ndarray, softmax_max: np.ndarray,
+                                softmax_sum: np.ndarray, core_num: int, seed: int = 0,
+                                deterministic: bool = False) -> KernelRun:
+    """(d_query, d_key, d_value, d_query_rope, d_key_rope) of the grad kernel on the twin
+    (rope gradients None without rope)."""
+    args = p.args(core_num, seed, deterministic)
+    ins = [to_bits(a, p.dtype) for a in (p.query, p.key, p.value)]
+    grads = [to_bits(d_out, p.dtype), to_bits(out, p.dtype)]
+    stats = [np.ascontiguousarray(softmax_max, np.float32), np.ascontiguousarray(softmax_sum, np.float32)]
+    ropes = [_bits_or_none(p.query_rope, p.dtype), _bits_or_none(p.key_rope, p.dtype)]
+    idx = np.ascontiguousarray(p.sparse_indices, np.int32)
+    lq, lkv, keep = p.lens_ptrs()
+    outs = [poisoned(p.query.shape), poisoned(p.key.shape), poisoned(p.value.shape)]
+    rope_outs = [None, None] if p.query_rope is None else [poisoned(p.query_rope.shape), poisoned(p.key_rope.shape)]
+    info = _call("twin_sparse_flash_attention_grad", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
+                 *(_P(_ptr(a)) for a in ins), _P(_ptr(idx)), *(_P(_ptr(a)) for a in grads),
+                 *(_P(_ptr(a)) for a in stats), lq, lkv, _p(ropes[0]), _p(ropes[1]),
+                 *(_P(_ptr(a)) for a in outs), _p(rope_outs[0]), _p(rope_outs[1]))
+    del keep
+    values = [from_bits(o, p.dtype) for o in outs] + [None if o is None else from_bits(o, p.dtype) for o in rope_outs]
+    return KernelRun(tuple(values), info)
