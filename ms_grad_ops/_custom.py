@@ -14,6 +14,9 @@ Primitives are built lazily (first use) and cached per (op, device target, attri
   attribute of the spec by name. The reg_info names come from the same table as the OpDef's,
   with the dtypes the OpDef declares. Ops in ``_specs.ASCEND_KERNEL_PENDING`` build a primitive
   but raise when used on Ascend: the package has no kernel for them yet.
+
+Either way the primitive of a differentiable forward op carries our fused grad kernel as its
+``bprop`` (``_bprops.py``), so ``ms.grad`` works through the functional ops as through the Cells.
 """
 from __future__ import annotations
 
@@ -106,6 +109,8 @@ def ascend_infer(spec: OpSpec, attrs: dict[str, object]) -> tuple:
 
 @functools.cache
 def _build(name: str, target: str, attr_items: tuple[tuple[str, object], ...]) -> ops.Custom:
+    from ._bprops import bprop_of
+
     spec = OP_SPECS[name]
     attrs = dict(attr_items)
     if target == "Ascend":
@@ -113,10 +118,10 @@ def _build(name: str, target: str, attr_items: tuple[tuple[str, object], ...]) -
             raise RuntimeError(f"{name}: not registered for Ascend (CPU only); see the README support matrix")
         out_shape, out_dtype = ascend_infer(spec, attrs)
         return ops.Custom(spec.op_type, out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
-                          reg_info=reg_info(spec, target, attrs))
+                          reg_info=reg_info(spec, target, attrs), bprop=bprop_of(name, attrs))
     if target == "CPU":
         return ops.Custom(f"{cpu_library()}:{spec.op_type}", out_shape=None, out_dtype=None, func_type="aot",
-                          reg_info=reg_info(spec, target, attrs))
+                          reg_info=reg_info(spec, target, attrs), bprop=bprop_of(name, attrs))
     raise RuntimeError(f"{name}: device target {target!r} is not supported (CPU and Ascend are)")
 
 

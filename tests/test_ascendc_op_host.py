@@ -141,9 +141,9 @@ def test_op_host_instantiates_the_shared_adapter(op: str) -> None:
         assert f"mgo::op_host::{adapter}<Host>" in src
     assert "Context" not in src, "context handling belongs in common/op_host_adapter.h"
     assert name == spec.op_type
-    # The adapter reads input i as OPTIONAL exactly when the OpDef declares it so.
+    # OPTIONAL in the OpDef exactly for the spec's optional inputs, and the adapter reads them so.
+    assert d["input_params"] == tuple("OPTIONAL" if i in spec.optional else "REQUIRED" for i in spec.inputs)
     assert tuple("OPTIONAL" if o else "REQUIRED" for o in optional) == d["input_params"]
-    assert len(optional) == len(spec.inputs)
     assert set(d["output_params"]) == {"REQUIRED"}
 
 

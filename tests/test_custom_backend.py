@@ -36,10 +36,10 @@ ASCEND_OPS = sorted(name for name, spec in OP_SPECS.items() if spec.ascend_dtype
 
 
 def test_every_operator_is_registered_for_ascend() -> None:
-    # The eight operators (the deprecated *_no_rope variants aside) all have an Ascend reg_info.
-    operators = {name for name in OP_SPECS if not name.endswith("_no_rope")}
-    assert len(operators) == 8 and operators <= set(ASCEND_OPS)
+    # One op per operator (no variants): all eight have an Ascend reg_info.
+    assert len(OP_SPECS) == 8 and set(OP_SPECS) == set(ASCEND_OPS)
     assert ASCEND_KERNEL_PENDING <= set(ASCEND_OPS)
+    assert all(spec.optional <= set(spec.inputs) for spec in OP_SPECS.values())
 
 
 @pytest.mark.parametrize("name", ASCEND_OPS)
@@ -114,7 +114,7 @@ INFER_CASES = {
 
 
 def test_infer_cases_cover_every_ascend_operator() -> None:
-    assert set(INFER_CASES) == {name for name in ASCEND_OPS if not name.endswith("_no_rope")}
+    assert set(INFER_CASES) == set(ASCEND_OPS)
 
 
 @pytest.mark.parametrize("name", sorted(INFER_CASES))
