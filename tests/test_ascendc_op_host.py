@@ -204,8 +204,10 @@ def rules(op: str, inputs: list[Input], attrs: dict[str, object]) -> tuple[list,
     """The pybind11 rules on the same inputs, an omitted one being the Python placeholder."""
     from ms_grad_ops import _validate
 
+    # The placeholder has its slot's dtype: int32 for lengths, query's for the float inputs.
+    slot = {name: "int32" if name.startswith("actual_seq_lengths") else inputs[0][1] for name in OP_SPECS[op].inputs}
     shapes = [x[0] if x is not None else [0] for x in inputs]
-    dtypes = [x[1] if x is not None else "float16" for x in inputs]
+    dtypes = [x[1] if x is not None else slot[name] for x, name in zip(inputs, OP_SPECS[op].inputs)]
     return getattr(_validate, op)(shapes, dtypes, *(attrs[a.name] for a in OP_SPECS[op].attrs))
 
 
