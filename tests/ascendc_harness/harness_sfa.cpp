@@ -70,7 +70,7 @@ extern "C" {
 
 // kernel: 0 forward, 1 grad. Writes the tiling's scalars and per-AIV ranges (arrays of
 // 2 * core_num + 1 entries): out = {usedAicNum, aivNum, keyChunk, rowChunk, ubBytes,
-// workspaceBytes, tilingKey, ubTileRows, gatherRows, chunkCols, mRows}.
+// workspaceBytes, tilingKey, ubTileRows, gatherRows, chunkCols, mRows, aivWsBytes, wsDelta}.
 int twin_sfa_schedule(int kernel, int dtype, const SfaArgs* a, const int32_t* lens_q, const int32_t* lens_kv,
                       int64_t* out, int64_t* row_start, int64_t* key_row_start, char* err, int64_t err_len) {
   const HostLens lens(*a, lens_q, lens_kv);
@@ -86,7 +86,7 @@ int twin_sfa_schedule(int kernel, int dtype, const SfaArgs* a, const int32_t* le
                                   : static_cast<int64_t>(dtype);
   const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.rowChunk, static_cast<int64_t>(r.ubBytes),
                           static_cast<int64_t>(r.workspaceBytes), key, t.ubTileRows, t.gatherRows, t.chunkCols,
-                          t.mRows};
+                          t.mRows, static_cast<int64_t>(t.aivWsBytes), static_cast<int64_t>(t.wsDelta)};
   for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
   for (uint32_t i = 0; i <= t.aivNum; ++i) {
     row_start[i] = t.rowStart[i];

@@ -245,6 +245,7 @@ class SfaProblem:
     scale: float
     block_size: int
     sparse_mode: int
+    lens_hidden: bool = False  # TND lengths unknown to the host tiling (no value-depend input)
 
     def args(self, core_num: int, seed: int = 0, deterministic: bool = False, ub_bytes: int = DEFAULT_UB) -> SfaArgs:
         q, k = self.query, self.key
@@ -262,7 +263,7 @@ class SfaProblem:
                        self.sparse_mode, int(deterministic), self.scale, core_num, ub_bytes, seed)
 
     def lens_ptrs(self) -> tuple[object, object, list[np.ndarray]]:
-        if self.lens_q is None:
+        if self.lens_q is None or self.lens_hidden:
             return None, None, []
         lq = np.ascontiguousarray(self.lens_q, np.int32)
         lkv = np.ascontiguousarray(self.lens_kv, np.int32)
@@ -308,6 +309,8 @@ class SfaSchedule:
     gather_rows: int
     chunk_cols: int
     m_rows: int
+    aiv_ws_bytes: int
+    ws_delta: int
     row_start: np.ndarray
     key_row_start: np.ndarray
 
@@ -317,7 +320,7 @@ def sfa_schedule(kernel: str, p: SfaProblem, core_num: int, ub_bytes: int = DEFA
     """The pure tiling of "forward" or "grad" for problem ``p`` on ``core_num`` AI cores."""
     args = p.args(core_num, 0, deterministic, ub_bytes)
     lq, lkv, keep = p.lens_ptrs()
-    out = np.zeros(11, np.int64)
+    out = np.zeros(13, np.int64)
     starts = np.zeros(2 * max(core_num, 1) + 1, np.int64)
     kstarts = np.zeros_like(starts)
     err = ctypes.create_string_buffer(_ERR_LEN)
