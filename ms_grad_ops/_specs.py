@@ -30,7 +30,7 @@ class OpSpec:
     """Accepted dtype combinations on CPU, one per row, over inputs then outputs (reg_info dtype_format)."""
     ascend_dtypes: tuple[tuple[str, ...], ...] = ()
     """The combinations the Ascend OpDef declares (16-bit floats, float32 statistics/weights, int32
-    indices and lengths)."""
+    indices; lengths int32, or int32/int64 where the kernel reads both)."""
     optional: frozenset[str] = frozenset()
     """Inputs that may be absent: Python passes the zero-size placeholder of ``ops/_optional.py``,
     the Ascend OpDef declares them OPTIONAL (CANN may omit them)."""
@@ -99,14 +99,14 @@ _SFA_SPECS = (
            ("query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query",
             "actual_seq_lengths_kv"), ("out", "softmax_max", "softmax_sum"), _SFA_ATTRS,
            tuple((x, x, x, "int32", x, x, i, j, x, _F32, _F32) for x in FLOATS for i in INTS for j in INTS),
-           tuple((x, x, x, "int32", x, x, "int32", "int32", x, _F32, _F32) for x in ASCEND_FLOATS), _SFA_OPTIONAL),
+           tuple((x, x, x, "int32", x, x, i, i, x, _F32, _F32) for i in INTS for x in ASCEND_FLOATS), _SFA_OPTIONAL),
     OpSpec("sparse_flash_attention_grad", "SparseFlashAttentionGrad",
            ("query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum",
             "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope"),
            ("d_query", "d_key", "d_value", "d_query_rope", "d_key_rope"), _SFA_GRAD_ATTRS,
            tuple((x, x, x, "int32", x, x, _F32, _F32, i, j, x, x) + (x,) * 5
                  for x in FLOATS for i in INTS for j in INTS),
-           tuple((x, x, x, "int32", x, x, _F32, _F32, "int32", "int32", x, x) + (x,) * 5 for x in ASCEND_FLOATS),
+           tuple((x, x, x, "int32", x, x, _F32, _F32, i, i, x, x) + (x,) * 5 for i in INTS for x in ASCEND_FLOATS),
            _SFA_OPTIONAL),
 )
 

@@ -71,9 +71,8 @@ def test_opdef_dtype_combinations_are_spec_combinations(op: str) -> None:
     assert len({len(row) for row in d["dtypes"]}) == 1, "every DataType list needs the same length"
     assert all(len(row) == len(d["dtypes"][0]) for row in d["formats"])
     assert all(f == "ge::FORMAT_ND" for row in d["formats"] for f in row)
-    extra = set(columns) - set(spec.dtypes)
-    assert not extra, f"{op}: OpDef dtype combinations outside OP_SPECS: {extra}"
-    assert {"float16", "bfloat16"} <= {c[0] for c in columns}
+    assert len(columns) == len(set(columns)) and set(columns) == set(spec.ascend_dtypes)  # the Ascend reg_info's
+    assert set(columns) <= set(spec.dtypes)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -237,14 +236,14 @@ def defaults(op: str, **changes: object) -> dict[str, object]:
 
 
 def sfa_inputs(op: str, layout: str, dtype: str, *, rope: bool, lengths: bool, value: bool = True,
-               omit: bool = True) -> list[Input]:
+               omit: bool = True, lens_dtype: str = "int32") -> list[Input]:
     """Inputs of the SFA ops: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10, T2 = 14), N1 = 4, N2 = 2,
     D = 32, Dr = 16, K = 3. `omit`: absent inputs omitted (CANN) rather than placeholders."""
     lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
     q, k = ([*lead_q, 4, 32], dtype), ([*lead_k, 2, 32], dtype)
     absent: Input = None if omit else ([0], dtype)
     qr, kr = (([*lead_q, 4, 16], dtype), ([*lead_k, 2, 16], dtype)) if rope else (absent, absent)
-    lq, lkv = (([2], "int32"), ([2], "int32")) if lengths else (None if omit else ([0], "int32"),) * 2
+    lq, lkv = (([2], lens_dtype), ([2], lens_dtype)) if lengths else (None if omit else ([0], "int32"),) * 2
     idx = ([*lead_q, 2, 3], "int32")
     v = k if value else absent
     if op == "sparse_flash_attention":
@@ -284,8 +283,9 @@ def test_omitted_optional_inputs_are_the_placeholder(driver: Path, op: str) -> N
     # adapter must give both the same outputs, dtypes included (an absent input's gradient is
     # empty, in query's dtype).
     attrs = defaults(op, layout="TND")
-    omitted = adapter_infer(driver, op, sfa_inputs(op, "TND", "float16", rope=False, lengths=False), attrs)
-    placeholder = sfa_inputs(op, "TND", "float16", rope=False, lengths=False, omit=False)
+    omitted = adapter_infer(driver, op, sfa_inputs(op, "TND", "bfloat16", rope=False, lengths=False, value=False),
+                            attrs)
+    placeholder = sfa_inputs(op, "TND", "bfloat16", rope=False, lengths=False, value=False, omit=False)
     assert omitted[0] == adapter_infer(driver, op, placeholder, attrs)[0] == rules(op, placeholder, attrs)[0]
     assert omitted[1] == rules(op, placeholder, attrs)[1]
 
@@ -311,12 +311,12 @@ def test_sfa_tiling_adapter_passes_the_inputs(driver: Path, op: str, layout: str
     attrs = defaults(op, layout=layout, scale_value=0.125, sparse_block_size=2, sparse_mode=0,
                      **({"deterministic": True} if grad else {}))
     t = tiling(driver, op, sfa_inputs(op, layout, dtype, rope=rope, lengths=lengths), attrs)
-    # TND without lengths is one sequence: tiled as BSND with B = 1 (same memory, same causality).
+    # TND without lengths is one sequence: the pure tiling lays it out as BSND with B = 1.
     as_bsnd = layout == "BSND" or not lengths
     batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
     expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n1": 4,
                 "n2": 2, "d": 32, "dr": 16 if rope else 0, "has_rope": int(rope), "k": 3, "block_size": 2,
-                "sparse_mode": 0, "scale": 0.125, "deterministic": int(grad)}
+                "sparse_mode": 0, "scale": 0.125, "deterministic": int(grad), "has_value": 1, "seq_lens_int64": 0}
     assert {key: t[key] for key in expected} == expected
     assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype]
     assert t["block_dim"] == t["used_aic"] >= 1
@@ -325,14 +325,21 @@ def test_sfa_tiling_adapter_passes_the_inputs(driver: Path, op: str, layout: str
 
 
 @pytest.mark.parametrize("op", SFA_OPS)
-def test_sfa_tiling_adapter_refuses_what_the_kernel_cannot_do(driver: Path, op: str) -> None:
+@pytest.mark.parametrize("omit", [True, False])
+def test_sfa_tiling_adapter_value_absent_and_int64_lengths(driver: Path, op: str, omit: bool) -> None:
+    # value=None (key is value) and int64 lengths are tiling fields the kernels read; an omitted
+    # input and the placeholder tile alike.
     attrs = defaults(op, layout="TND")
-    out, err = run_adapter(driver, op, "tiling", sfa_inputs(op, "TND", "float16", rope=True, lengths=True,
-                                                             value=False), attrs)
-    assert out == "failed" and "needs 'value'" in err
+    inputs = sfa_inputs(op, "TND", "bfloat16", rope=True, lengths=True, value=False, omit=omit, lens_dtype="int64")
+    t = tiling(driver, op, inputs, attrs)
+    assert (t["has_value"], t["seq_lens_int64"], t["layout"], t["batch"]) == (0, 1, 1, 2)
+
+
+@pytest.mark.parametrize("op", SFA_OPS)
+def test_sfa_tiling_adapter_refuses_other_dtypes(driver: Path, op: str) -> None:
     inputs = sfa_inputs(op, "TND", "float32", rope=True, lengths=True)
-    out, err = run_adapter(driver, op, "tiling", inputs, attrs)
-    assert out == "failed" and "float16 or bfloat16" in err
+    out, err = run_adapter(driver, op, "tiling", inputs, defaults(op, layout="TND"))
+    assert out == "failed" and err.endswith("the kernel takes float16 or bfloat16 inputs only")
 
 
 @pytest.mark.parametrize("mode, key", [("atb", 1), ("vjp", 11)])

@@ -52,10 +52,9 @@ def test_ascend_branch_builds_the_aclnn_primitive(name: str) -> None:
     assert [i["name"] for i in info["inputs"]] == list(spec.inputs)
     assert [o["name"] for o in info["outputs"]] == list(spec.outputs)
     assert [a["name"] for a in info["attr"]] == [a.name for a in spec.attrs]
-    # Exactly what the Ascend OpDef declares: 16-bit floats, int32 indices and lengths.
+    # Exactly what the Ascend OpDef declares (tests/test_ascendc_op_host.py): 16-bit float inputs.
     declared = {tuple(d[0] for d in row) for row in info["dtype_format"]}
-    assert declared == set(spec.ascend_dtypes)
-    assert not any("int64" in row or "float64" in row for row in declared)
+    assert declared == set(spec.ascend_dtypes) and declared <= set(spec.dtypes)
     assert {row[0] for row in declared} == {"float16", "bfloat16"}
 
 

@@ -14,8 +14,8 @@
 //   Attrs       a struct, and static Attrs ReadAttrs(const gert::RuntimeAttrs*) using the readers
 //               below (OpDef attribute order);
 //   Infer       static InferResult Infer(const std::vector<TensorDesc>&, const Attrs&): the rule;
-//   Tile        static TilingPlan<Data> Tile(const std::vector<Shape>&, tiling::DType, const Attrs&,
-//               const Platform&): the pure tiling, through Plan();
+//   Tile        static TilingPlan<Data> Tile(const std::vector<TensorDesc>&, tiling::DType,
+//               const Attrs&, const Platform&): the pure tiling, through Plan();
 // and registers `InferShape<Op>`, `InferDataType<Op>`, `Tiling<Op>` in its OpDef.
 #pragma once
 
@@ -74,6 +74,18 @@ std::vector<mgo::infer::Shape> ReadShapes(Ctx* ctx) {
     shapes[i] = s == nullptr ? AbsentInput().shape : FromGe(*s);
   }
   return shapes;
+}
+
+// Shapes and dtypes, for the tiling.
+template <typename Op>
+std::vector<mgo::infer::TensorDesc> InputDescs(gert::TilingContext* ctx) {
+  const std::vector<mgo::infer::Shape> shapes = ReadShapes<Op>(ctx);
+  std::vector<mgo::infer::TensorDesc> in(shapes.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const auto* desc = Op::kOptional[i] ? ctx->GetOptionalInputDesc(i) : ctx->GetRequiredInputDesc(i);
+    in[i] = desc == nullptr ? AbsentInput() : mgo::infer::TensorDesc{shapes[i], FromGe(desc->GetDataType())};
+  }
+  return in;
 }
 
 // Shapes with unknown dtypes: InferShape gets no dtypes.
@@ -158,12 +170,13 @@ auto Plan(const Pure& t, uint32_t block_dim, uint64_t user_workspace = 0, bool a
 template <typename Op>
 ge::graphStatus Tiling(gert::TilingContext* ctx) {
   return Guarded(Op::kName, [ctx] {
+    const std::vector<mgo::infer::TensorDesc> in = InputDescs<Op>(ctx);
     mgo::tiling::DType dtype;
-    if (!KernelDtype(ctx->GetInputDesc(0)->GetDataType(), &dtype)) {
+    if (!KernelDtype(in.at(0).dtype, &dtype)) {
       throw std::invalid_argument("the kernel takes float16 or bfloat16 inputs only");
     }
     const Platform platform = QueryPlatform(ctx);
-    const auto plan = Op::Tile(ReadShapes<Op>(ctx), dtype, Op::ReadAttrs(ctx->GetAttrs()), platform);
+    const auto plan = Op::Tile(in, dtype, Op::ReadAttrs(ctx->GetAttrs()), platform);
     if (!plan.ok) throw std::invalid_argument(plan.error);
     *ctx->template GetTilingData<decltype(plan.data)>() = plan.data;
     ctx->SetBlockDim(plan.blockDim);
@@ -175,6 +188,9 @@ ge::graphStatus Tiling(gert::TilingContext* ctx) {
 }
 
 // Dim `i` of a tiling input as the pure tiling functions take it.
-inline uint64_t Dim(const mgo::infer::Shape& s, size_t i) { return static_cast<uint64_t>(s.at(i)); }
+inline uint64_t Dim(const mgo::infer::TensorDesc& t, size_t i) {
+  if (i >= t.shape.size() || t.shape[i] < 0) throw std::invalid_argument("tiling needs known input shapes");
+  return static_cast<uint64_t>(t.shape[i]);
+}
 
 }  // namespace mgo::op_host

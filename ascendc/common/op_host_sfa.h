@@ -29,52 +29,44 @@ inline SfaHostAttrs ReadSfaAttrs(const gert::RuntimeAttrs* a) {
   return r;
 }
 
-// Shapes of the inputs the tiling reads. Absent optional inputs are the zero-size placeholder.
+// The inputs the tiling reads. Absent optional inputs are the zero-size placeholder.
 struct SfaTilingInputs {
-  const mgo::infer::Shape& query;           // TND [T1, N1, D] / BSND [B, S1, N1, D]
-  const mgo::infer::Shape& key;             // [T2, N2, D] / [B, S2, N2, D]
-  const mgo::infer::Shape& value;           // like key, or absent (key is value)
-  const mgo::infer::Shape& sparse_indices;  // [T1, N2, K] / [B, S1, N2, K]
-  const mgo::infer::Shape& query_rope;      // [..., Dr] or absent
-  const mgo::infer::Shape& lens_q;          // TND: [B] cumulative, or absent (one sequence)
+  const mgo::infer::TensorDesc& query;           // TND [T1, N1, D] / BSND [B, S1, N1, D]
+  const mgo::infer::TensorDesc& key;             // [T2, N2, D] / [B, S2, N2, D]
+  const mgo::infer::TensorDesc& value;           // like key, or absent (key is value)
+  const mgo::infer::TensorDesc& sparse_indices;  // [T1, N2, K] / [B, S1, N2, K]
+  const mgo::infer::TensorDesc& query_rope;      // [..., Dr] or absent
+  const mgo::infer::TensorDesc& lens_q;          // TND: [B] int32/int64 cumulative, or absent
 };
 
-inline uint64_t SfaDim(const mgo::infer::Shape& s, size_t i) {
-  if (i >= s.size() || s[i] < 0) throw std::invalid_argument("tiling needs known input shapes");
-  return static_cast<uint64_t>(s[i]);
-}
-
-// The tiling's view of the shapes. TND without lengths is one sequence of T1 queries and T2 keys,
-// which has the memory layout and the causal alignment of BSND with B = 1, so it is tiled as
-// that and the kernel needs no third case.
+// The pure tiling's view of the shapes. TND without lengths (one sequence) is batch 0: the pure
+// tiling lays it out as BSND with B = 1.
 inline mgo::tiling::SfaShape SfaTilingShape(const SfaTilingInputs& in, const std::string& layout) {
-  if (mgo::infer::is_absent(in.value)) {
-    // The kernels gather V from `value`; key-is-value needs a kernel path that reads key instead.
-    throw std::invalid_argument("the Ascend kernel needs 'value' (value=None, key is value, runs on CPU only)");
-  }
   const bool bsnd = layout == "BSND";
   const size_t r = bsnd ? 4 : 3;  // the head-dim axis is r - 1, the head axis r - 2
-  if (in.query.size() != r || in.key.size() != r || in.sparse_indices.size() != r) {
+  if (in.query.shape.size() != r || in.key.shape.size() != r || in.sparse_indices.shape.size() != r) {
     throw std::invalid_argument("query/key/sparse_indices must have rank " + std::to_string(r) + " in " + layout);
   }
   mgo::tiling::SfaShape s{};
-  s.n1 = SfaDim(in.query, r - 2);
-  s.n2 = SfaDim(in.key, r - 2);
-  s.d = SfaDim(in.query, r - 1);
-  s.k = SfaDim(in.sparse_indices, r - 1);
-  s.dr = mgo::infer::is_absent(in.query_rope) ? 0 : SfaDim(in.query_rope, r - 1);
-  if (bsnd || mgo::infer::is_absent(in.lens_q)) {
+  s.n1 = Dim(in.query, r - 2);
+  s.n2 = Dim(in.key, r - 2);
+  s.d = Dim(in.query, r - 1);
+  s.k = Dim(in.sparse_indices, r - 1);
+  s.dr = mgo::infer::is_absent(in.query_rope.shape) ? 0 : Dim(in.query_rope, r - 1);
+  s.valueAbsent = mgo::infer::is_absent(in.value.shape);
+  s.seqLensInt64 = in.lens_q.dtype == mgo::infer::DType::kInt64;
+  if (bsnd) {
     s.layout = mgo::tiling::SfaLayout::kBSND;
-    s.batch = bsnd ? SfaDim(in.query, 0) : 1;
-    s.s1 = SfaDim(in.query, bsnd ? 1 : 0);
-    s.s2 = SfaDim(in.key, bsnd ? 1 : 0);
+    s.batch = Dim(in.query, 0);
+    s.s1 = Dim(in.query, 1);
+    s.s2 = Dim(in.key, 1);
     s.t1 = s.batch * s.s1;
     s.t2 = s.batch * s.s2;
   } else {
     s.layout = mgo::tiling::SfaLayout::kTND;
-    s.batch = SfaDim(in.lens_q, 0);
-    s.t1 = SfaDim(in.query, 0);
-    s.t2 = SfaDim(in.key, 0);
+    s.batch = mgo::infer::is_absent(in.lens_q.shape) ? 0 : Dim(in.lens_q, 0);
+    s.t1 = Dim(in.query, 0);
+    s.t2 = Dim(in.key, 0);
   }
   return s;
 }

@@ -28,7 +28,8 @@ void Describe(const mgo::tiling::ClaGateTilingData& t) {
 
 void Describe(const mgo::tiling::SfaTilingData& t) {
   std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " block_size=" << t.blockSize
-            << " has_rope=" << t.hasRope << " deterministic=" << t.deterministic << " batch=" << t.batch
+            << " has_rope=" << t.hasRope << " deterministic=" << t.deterministic << " has_value=" << t.hasValue
+            << " seq_lens_int64=" << t.seqLensInt64 << " batch=" << t.batch
             << " s1=" << t.s1 << " s2=" << t.s2 << " t1=" << t.t1 << " t2=" << t.t2 << " n1=" << t.n1
             << " n2=" << t.n2 << " d=" << t.d << " dr=" << t.dr << " k=" << t.k << " scale=" << t.scaleValue
             << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;

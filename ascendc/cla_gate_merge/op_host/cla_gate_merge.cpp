@@ -17,7 +17,7 @@ struct ClaGateMergeHost {
     return mgo::infer::cla_gate_merge(in);
   }
   // Input 0: global_attn [T, N, D].
-  static auto Tile(const std::vector<mgo::infer::Shape>& in, mgo::tiling::DType dtype, const Attrs&,
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs&,
                    const Platform& p) {
     const mgo::tiling::ClaGateShape shape{Dim(in[0], 0), Dim(in[0], 1), Dim(in[0], 2)};
     const auto t = mgo::tiling::ComputeClaGateMergeTiling(shape, dtype, p.aivNum, p.ubBytes);

@@ -16,7 +16,7 @@ struct RopeHost {
     return mgo::infer::rope(in);
   }
   // Inputs: q [n_tokens, hidden], k, cos [max_seq_len, 128], sin, q_seq_len [batch].
-  static auto Tile(const std::vector<mgo::infer::Shape>& in, mgo::tiling::DType dtype, const Attrs&,
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs&,
                    const Platform& p) {
     const mgo::tiling::RopeShape shape{Dim(in[0], 0), Dim(in[0], 1), Dim(in[2], 0), Dim(in[4], 0)};
     const auto t = mgo::tiling::ComputeRopeTiling(shape, dtype, p.aivNum, p.ubBytes);
