@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Ascend C custom op package of ms_grad_ops (Rope, RopeGrad, ClaGateMerge,
-# ClaGateBackward) and installs it into ms_grad_ops/vendors/<vendor>/, which
+# ClaGateBackward, SparseFlashAttention, SparseFlashAttentionGrad) and installs it into ms_grad_ops/vendors/<vendor>/, which
 # ms_grad_ops/__init__.py puts on ASCEND_CUSTOM_OPP_PATH at import.
 #
 # Needs the CANN toolkit: ASCEND_HOME_PATH must point at it (e.g. after
@@ -31,7 +31,7 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OPS=(rope rope_grad cla_gate_merge cla_gate_backward)
+OPS=(rope rope_grad cla_gate_merge cla_gate_backward sparse_flash_attention sparse_flash_attention_grad)
 SOCS="${MGO_SOC_VERSIONS:-ascend910b;ascend910_93;ascend950}"
 VENDOR="${MGO_VENDOR:-ms_grad_ops}"
 BUILD_DIR="${MGO_BUILD_DIR:-$REPO/build/ascend}"
@@ -58,12 +58,11 @@ stage_flat() {
 
 stage() {
   local dest="$1" op
-  local host=("$REPO"/ascendc/common/tiling_common.h "$REPO"/ascendc/common/rope_tiling_common.h
-              "$REPO"/ascendc/common/cla_gate_tiling_common.h "$REPO"/ascendc/common/op_host_common.h
-              "$REPO"/infer_shape/*.h)
-  local kernel=("$REPO"/ascendc/common/tiling_common.h "$REPO"/ascendc/common/rope_tiling_common.h
-                "$REPO"/ascendc/common/cla_gate_tiling_common.h "$REPO"/ascendc/common/kernel_helpers.h
-                "$REPO"/ascendc/common/rope_kernel.h)
+  # Every shared header (the op_host glue only to op_host/): a new one cannot be forgotten.
+  local host=("$REPO"/ascendc/common/*.h "$REPO"/infer_shape/*.h) kernel=() f
+  for f in "$REPO"/ascendc/common/*.h; do
+    [[ "$(basename "$f")" == op_host_* ]] || kernel+=("$f")
+  done
   for op in "${OPS[@]}"; do
     host+=("$REPO/ascendc/$op/op_host/$op.cpp" "$REPO/ascendc/$op/${op}_tiling.h")
     kernel+=("$REPO/ascendc/$op/op_kernel/$op.cpp" "$REPO/ascendc/$op/${op}_tiling.h")
