@@ -168,6 +168,16 @@ def test_cla_gate_merge(mode: str, dtype: str) -> None:
 # ----------------------------------------------------------------------------------- sparse attention
 
 
+def _geometry(layout: str, lens_q: list[int], lens_k: list[int]) -> tuple[list, tuple, tuple, tuple]:
+    """(per-batch (S1, S2), query token dims, key token dims, cumulative lengths or Nones): TND
+    packs batches of ``lens_q``/``lens_k`` tokens; BSND has len(lens_q) batches of max lengths."""
+    if layout == "TND":
+        cum = (list(np.cumsum(lens_q)), list(np.cumsum(lens_k)))
+        return list(zip(lens_q, lens_k)), (sum(lens_q),), (sum(lens_k),), cum
+    b, s1, s2 = len(lens_q), max(lens_q), max(lens_k)
+    return [(s1, s2)] * b, (b, s1), (b, s2), (None, None)
+
+
 def _sfa_indices(rng: np.random.Generator, batches: list[tuple[int, int]], k: int) -> np.ndarray:
     """One row of K token indices per query (-1 slots anywhere, a few causally hidden keys)."""
     rows = []
@@ -211,7 +221,7 @@ class _SfaBody(nn.Cell):
 SFA_CASES = [
     # mode, layout, dtype, rope, kv, lengths
     ("graph", "TND", "bfloat16", True, "none", "list"),
-    ("graph", "BSND", "float32", True, "twice", None),
+    ("graph", "BSND", "float16", True, "twice", None),
     ("graph", "BSND", "bfloat16", False, "twice", None),
     ("graph", "TND", "float16", False, "separate", "int64"),
     ("graph", "BSND", "bfloat16", False, "none", None),
@@ -226,16 +236,7 @@ def test_sparse_flash_attention(mode: str, layout: str, dtype: str, rope: bool, 
                                 ) -> None:
     rng = np.random.default_rng(3)
     n1, d, dr, k = 4, 16, 8, 5
-    if layout == "TND":
-        lq, lkv = [4, 5], [6, 3]
-        batches = list(zip(lq, lkv))
-        tq, tk = (sum(lq),), (sum(lkv),)
-        cum = (list(np.cumsum(lq)), list(np.cumsum(lkv)))
-    else:
-        b, s1, s2 = 2, 4, 6
-        batches = [(s1, s2)] * b
-        tq, tk = (b, s1), (b, s2)
-        cum = (None, None)
+    batches, tq, tk, cum = _geometry(layout, [4, 5], [6, 3])
     shapes = [(*tq, n1, d), (*tk, 1, d)] + ([(*tk, 1, d)] if kv == "separate" else [])
     shapes += [(*tq, n1, dr), (*tk, 1, dr)] if rope else []
     up = Upstream.make(rng, shapes, dtype)
@@ -287,15 +288,7 @@ class _KLBody(nn.Cell):
 def test_indexer_kl_loss(mode: str, layout: str, dtype: str, rope: bool, lens_kind: str | None) -> None:
     rng = np.random.default_rng(4)
     n1, d, dr, nidx, didx, k = 4, 16, 8, 2, 8, 5
-    if layout == "TND":
-        lq, lk = [4, 5], [6, 3]
-        batches = list(zip(lq, lk))
-        tq, tk = (sum(lq),), (sum(lk),)
-        cum = (list(np.cumsum(lq)), list(np.cumsum(lk)))
-    else:
-        batches = [(4, 6)] * 2
-        tq, tk = (2, 4), (2, 6)
-        cum = (None, None)
+    batches, tq, tk, cum = _geometry(layout, [4, 5], [6, 3])
     shapes = [(*tq, n1, d), (*tk, 1, d), (*tq, nidx, didx), (*tk, 1, didx), (*tq, nidx)]
     shapes += [(*tq, n1, dr), (*tk, 1, dr)] if rope else []
     up = Upstream.make(rng, shapes, dtype)
@@ -347,13 +340,7 @@ def test_dsa_chain(mode: str, layout: str, dtype: str, lens_kind: str | None) ->
     lists and int32/int64 tensors pass through all three Cells, forward and backward."""
     rng = np.random.default_rng(5)
     n1, d, dr, nidx, didx, k = 4, 16, 8, 2, 8, 4
-    if layout == "TND":
-        lq = [5, 6]
-        tq = (sum(lq),)
-        cum = (list(np.cumsum(lq)), list(np.cumsum(lq)))
-    else:
-        tq = (2, 6)
-        cum = (None, None)
+    _, tq, _, cum = _geometry(layout, [5, 6], [5, 6])
     shapes = [(*tq, n1, d), (*tq, 1, d), (*tq, n1, dr), (*tq, 1, dr), (*tq, nidx, didx), (*tq, 1, didx),
               (*tq, nidx)]
     up = Upstream.make(rng, shapes, dtype)

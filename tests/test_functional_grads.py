@@ -5,7 +5,7 @@ from __future__ import annotations
 import mindspore as ms
 import numpy as np
 import pytest
-from _util import assert_close, to_np
+from _util import assert_close, quantize, to_ms, to_np
 from mindspore import Tensor
 
 import ms_grad_ops as mgo
@@ -63,6 +63,28 @@ def test_sparse_flash_attention(exec_mode: str) -> None:
                                                            **attrs)
     for g, want, what in zip(got, (dq, dk + dv, dqr, dkr), ("d_query", "d_kv", "d_query_rope", "d_key_rope")):
         assert_close(to_np(g), want, "float32", "attention", what)
+
+
+def test_sparse_flash_attention_bf16_kv_passed_twice(exec_mode: str) -> None:
+    """One bfloat16 tensor as key and as value: MindSpore adds the two gradients (no bfloat16 AddN
+    on CPU), so they reach it in float32."""
+    rng = np.random.default_rng(5)
+    q, w = quantize(_f32(rng, 2, 5, 4, 8), "bfloat16"), _f32(rng, 2, 5, 4, 8)
+    kv = quantize(_f32(rng, 2, 6, 1, 8), "bfloat16")
+    idx = np.stack([rng.permutation(6)[:3] for _ in range(10)]).astype(np.int32).reshape(2, 5, 1, 3)
+    attrs = {"scale_value": 0.35, "layout": "BSND"}
+
+    def loss(q: Tensor, kv: Tensor) -> Tensor:
+        out, _, _ = mgo.ops.sparse_flash_attention(q, kv, kv, Tensor(idx), **attrs)
+        return (out.astype(ms.float32) * Tensor(w)).sum()
+
+    got = ms.grad(loss, grad_position=(0, 1))(to_ms(q, "bfloat16"), to_ms(kv, "bfloat16"))
+    assert got[1].dtype == ms.float32
+    out, smax, ssum = ref.sparse_flash_attention(q, kv, kv, idx, **attrs)
+    dq, dk, dv, _, _ = ref.sparse_flash_attention_grad(q, kv, kv, idx, quantize(w, "bfloat16"), out, smax, ssum,
+                                                       **attrs)
+    assert_close(to_np(got[0]), dq, "bfloat16", "attention", "d_query")
+    assert_close(to_np(got[1]), dk + dv, "bfloat16", "attention", "d_key + d_value")
 
 
 def test_lightning_indexer_has_no_gradient(exec_mode: str) -> None:
