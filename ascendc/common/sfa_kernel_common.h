@@ -57,10 +57,20 @@ class SfaGeometry {
  public:
   __aicore__ inline void Init(const SfaTilingData& t, GM_ADDR lens_q, GM_ADDR lens_kv) {
     t_ = t;
-    if (t.layout == static_cast<uint32_t>(mgo::tiling::SfaLayout::kTND)) {
+    if (!Tnd()) return;
+    if (t.seqLensInt64) {
+      lensQ64_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(lens_q), t.batch);
+      lensKv64_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(lens_kv), t.batch);
+    } else {
       lensQ_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(lens_q), t.batch);
       lensKv_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(lens_kv), t.batch);
     }
+  }
+
+  // Cumulative length b of the query (or key) sequences, whichever integer type they have.
+  __aicore__ inline int64_t Cum(uint32_t b, bool keys) const {
+    if (t_.seqLensInt64) return (keys ? lensKv64_ : lensQ64_).GetValue(b);
+    return (keys ? lensKv_ : lensQ_).GetValue(b);
   }
 
   __aicore__ inline bool Tnd() const { return t_.layout == static_cast<uint32_t>(mgo::tiling::SfaLayout::kTND); }
@@ -74,20 +84,19 @@ class SfaGeometry {
       *s2_len = t_.s2;
       return;
     }
-    const int32_t q_prev = b == 0 ? 0 : lensQ_.GetValue(b - 1);
-    const int32_t kv_prev = b == 0 ? 0 : lensKv_.GetValue(b - 1);
+    const int64_t q_prev = b == 0 ? 0 : Cum(b - 1, false);
+    const int64_t kv_prev = b == 0 ? 0 : Cum(b - 1, true);
     *q0 = static_cast<uint64_t>(q_prev);
     *kv0 = static_cast<uint64_t>(kv_prev);
-    *s1_len = static_cast<uint32_t>(lensQ_.GetValue(b) - q_prev);
-    *s2_len = static_cast<uint32_t>(lensKv_.GetValue(b) - kv_prev);
+    *s1_len = static_cast<uint32_t>(Cum(b, false) - q_prev);
+    *s2_len = static_cast<uint32_t>(Cum(b, true) - kv_prev);
   }
 
   // The batch holding query token t (or key token t when `keys`).
   __aicore__ inline uint32_t BatchOf(uint64_t token, bool keys) const {
     if (!Tnd()) return static_cast<uint32_t>(token / (keys ? t_.s2 : t_.s1));
-    const GlobalTensor<int32_t>& lens = keys ? lensKv_ : lensQ_;
     uint32_t b = 0;
-    while (b + 1 < t_.batch && static_cast<uint64_t>(lens.GetValue(b)) <= token) ++b;
+    while (b + 1 < t_.batch && static_cast<uint64_t>(Cum(b, keys)) <= token) ++b;
     return b;
   }
 
@@ -139,6 +148,8 @@ class SfaGeometry {
   SfaTilingData t_{};
   GlobalTensor<int32_t> lensQ_;
   GlobalTensor<int32_t> lensKv_;
+  GlobalTensor<int64_t> lensQ64_;
+  GlobalTensor<int64_t> lensKv64_;
 };
 
 // Copies `rows` rows of cat(main, rope) (row widths d and dr; consecutive source rows are

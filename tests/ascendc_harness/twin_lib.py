@@ -224,19 +224,21 @@ class SfaArgs(ctypes.Structure):
     _fields_ = [("layout", _I64), ("batch", _I64), ("s1", _I64), ("s2", _I64), ("t1", _I64), ("t2", _I64),
                 ("n1", _I64), ("n2", _I64), ("d", _I64), ("dr", _I64), ("k", _I64), ("block_size", _I64),
                 ("sparse_mode", _I64), ("deterministic", _I64), ("scale", ctypes.c_double),
-                ("core_num", _I64), ("ub_bytes", _I64), ("seed", _I64)]
+                ("core_num", _I64), ("ub_bytes", _I64), ("seed", _I64), ("value_absent", _I64),
+                ("lens_int64", _I64)]
 
 
 @dataclass
 class SfaProblem:
     """Inputs of one sparse_flash_attention(_grad) call in their SPEC layouts (float arrays
-    already rounded to ``dtype``); lengths cumulative (TND) or None (BSND)."""
+    already rounded to ``dtype``); lengths cumulative (TND; None = one sequence) or None (BSND);
+    value None = key is value."""
 
     dtype: str
     layout: str
     query: np.ndarray
     key: np.ndarray
-    value: np.ndarray
+    value: np.ndarray | None
     sparse_indices: np.ndarray
     query_rope: np.ndarray | None
     key_rope: np.ndarray | None
@@ -245,6 +247,8 @@ class SfaProblem:
     scale: float
     block_size: int
     sparse_mode: int
+    lens_hidden: bool = False  # TND lengths unknown to the host tiling (no value-depend input)
+    lens_dtype: str = "int32"
 
     def args(self, core_num: int, seed: int = 0, deterministic: bool = False, ub_bytes: int = DEFAULT_UB) -> SfaArgs:
         q, k = self.query, self.key
@@ -256,16 +260,25 @@ class SfaProblem:
         else:
             t1, n1, d = q.shape
             t2, n2 = k.shape[0], k.shape[1]
-            b, s1, s2 = len(self.lens_q), 0, 0
+            b, s1, s2 = 0 if self.lens_q is None else len(self.lens_q), 0, 0
         kslots = self.sparse_indices.shape[-1]
         return SfaArgs(1 if self.layout == "TND" else 0, b, s1, s2, t1, t2, n1, n2, d, dr, kslots, self.block_size,
-                       self.sparse_mode, int(deterministic), self.scale, core_num, ub_bytes, seed)
+                       self.sparse_mode, int(deterministic), self.scale, core_num, ub_bytes, seed,
+                       int(self.value is None), int(self.lens_dtype == "int64"))
+
+    def reference_args(self) -> tuple:
+        """(value, lens_q, lens_kv) as the float64 reference takes them: key for an absent value,
+        one sequence [T1] / [T2] for TND without lengths."""
+        value = self.key if self.value is None else self.value
+        if self.layout == "TND" and self.lens_q is None:
+            return value, [self.query.shape[0]], [self.key.shape[0]]
+        return value, self.lens_q, self.lens_kv
 
     def lens_ptrs(self) -> tuple[object, object, list[np.ndarray]]:
-        if self.lens_q is None:
+        if self.lens_q is None or self.lens_hidden:
             return None, None, []
-        lq = np.ascontiguousarray(self.lens_q, np.int32)
-        lkv = np.ascontiguousarray(self.lens_kv, np.int32)
+        lq = np.ascontiguousarray(self.lens_q, self.lens_dtype)
+        lkv = np.ascontiguousarray(self.lens_kv, self.lens_dtype)
         return _P(_ptr(lq)), _P(_ptr(lkv)), [lq, lkv]
 
 
@@ -280,11 +293,11 @@ def _p(a: np.ndarray | None) -> object:
 def sparse_flash_attention(p: SfaProblem, core_num: int, seed: int = 0) -> KernelRun:
     """(out, softmax_max, softmax_sum) of the forward kernel on the twin."""
     args = p.args(core_num, seed)
-    ins = [to_bits(a, p.dtype) for a in (p.query, p.key, p.value)]
+    ins = [to_bits(a, p.dtype) for a in (p.query, p.key, p.key if p.value is None else p.value)]
     ropes = [_bits_or_none(p.query_rope, p.dtype), _bits_or_none(p.key_rope, p.dtype)]
     idx = np.ascontiguousarray(p.sparse_indices, np.int32)
     lq, lkv, keep = p.lens_ptrs()
-    out = poisoned(p.query.shape[:-1] + (p.value.shape[-1],))
+    out = poisoned(p.query.shape)
     stats_shape = (args.t1 * args.n1,)
     smax = np.full(stats_shape, np.nan, np.float32)
     ssum = np.full(stats_shape, np.nan, np.float32)
@@ -308,6 +321,8 @@ class SfaSchedule:
     gather_rows: int
     chunk_cols: int
     m_rows: int
+    aiv_ws_bytes: int
+    ws_delta: int
     row_start: np.ndarray
     key_row_start: np.ndarray
 
@@ -317,7 +332,7 @@ def sfa_schedule(kernel: str, p: SfaProblem, core_num: int, ub_bytes: int = DEFA
     """The pure tiling of "forward" or "grad" for problem ``p`` on ``core_num`` AI cores."""
     args = p.args(core_num, 0, deterministic, ub_bytes)
     lq, lkv, keep = p.lens_ptrs()
-    out = np.zeros(11, np.int64)
+    out = np.zeros(13, np.int64)
     starts = np.zeros(2 * max(core_num, 1) + 1, np.int64)
     kstarts = np.zeros_like(starts)
     err = ctypes.create_string_buffer(_ERR_LEN)
@@ -336,13 +351,13 @@ def sparse_flash_attention_grad(p: SfaProblem, d_out: np.ndarray, out: np.ndarra
     """(d_query, d_key, d_value, d_query_rope, d_key_rope) of the grad kernel on the twin
     (rope gradients None without rope)."""
     args = p.args(core_num, seed, deterministic)
-    ins = [to_bits(a, p.dtype) for a in (p.query, p.key, p.value)]
+    ins = [to_bits(a, p.dtype) for a in (p.query, p.key, p.key if p.value is None else p.value)]
     grads = [to_bits(d_out, p.dtype), to_bits(out, p.dtype)]
     stats = [np.ascontiguousarray(softmax_max, np.float32), np.ascontiguousarray(softmax_sum, np.float32)]
     ropes = [_bits_or_none(p.query_rope, p.dtype), _bits_or_none(p.key_rope, p.dtype)]
     idx = np.ascontiguousarray(p.sparse_indices, np.int32)
     lq, lkv, keep = p.lens_ptrs()
-    outs = [poisoned(p.query.shape), poisoned(p.key.shape), poisoned(p.value.shape)]
+    outs = [poisoned(p.query.shape), poisoned(p.key.shape), poisoned(p.key.shape)]
     rope_outs = [None, None] if p.query_rope is None else [poisoned(p.query_rope.shape), poisoned(p.key_rope.shape)]
     info = _call("twin_sparse_flash_attention_grad", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
                  *(_P(_ptr(a)) for a in ins), _P(_ptr(idx)), *(_P(_ptr(a)) for a in grads),
@@ -350,4 +365,7 @@ def sparse_flash_attention_grad(p: SfaProblem, d_out: np.ndarray, out: np.ndarra
                  *(_P(_ptr(a)) for a in outs), _p(rope_outs[0]), _p(rope_outs[1]))
     del keep
     values = [from_bits(o, p.dtype) for o in outs] + [None if o is None else from_bits(o, p.dtype) for o in rope_outs]
+    if p.value is None:  # key is value: no d_value (its poisoned buffer must stay untouched)
+        assert np.all(outs[2] == NAN16), "d_value written although value is absent"
+        values[2] = None
     return KernelRun(tuple(values), info)

@@ -52,7 +52,8 @@ class SparseFlashAttentionKernel {
     const uint64_t k_rows = uint64_t{t_.t2} * t_.n2;
     qGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(query), q_rows * t_.d);
     kGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key), k_rows * t_.d);
-    vGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(value), k_rows * t_.d);
+    // Without value, key is value (shared latent KV): V rows are the key rows.
+    vGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(t_.hasValue ? value : key), k_rows * t_.d);
     if (t_.hasRope) {
       qrGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(query_rope), q_rows * t_.dr);
       krGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key_rope), k_rows * t_.dr);
