@@ -47,8 +47,9 @@ def _run_rules(op: str, shapes: tuple, dtypes: tuple, attrs: tuple) -> bool:
 
 def validate(op: str, names: tuple[str, ...], tensors: tuple[Tensor, ...], attrs: tuple = ()) -> bool:
     """Runs the C++ rules of ``op`` on ``tensors`` (input order, argument ``names``) with the
-    attribute values ``attrs``; raises ``ValueError``/``TypeError`` naming the op, the argument
-    and the shapes. Works eagerly and inside a GRAPH-mode construct or bprop."""
+    attribute values ``attrs`` (all of the op's spec attributes, in spec order); raises
+    ``ValueError``/``TypeError`` naming the op, the argument and the shapes. Works eagerly and
+    inside a GRAPH-mode construct or bprop."""
     for name, value in zip(names, tensors):
         check_tensor(op, name, value)
     return _run_rules(op, tuple(t.shape for t in tensors), tuple(t.dtype for t in tensors), attrs)
