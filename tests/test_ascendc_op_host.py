@@ -278,6 +278,16 @@ def test_infer_adapters_agree_with_the_rules(driver: Path, case: tuple) -> None:
 
 
 @pytest.mark.parametrize("op", SFA_OPS)
+def test_infer_adapters_pass_unknown_dims_through(driver: Path, op: str) -> None:
+    # GRAPH compile with dynamic shapes: -1 dims and -2 (unknown rank) reach the rules unchanged.
+    inputs = sfa_inputs(op, "TND", "float16", rope=True, lengths=True)
+    inputs[0] = ([-1, 4, 32], "float16")
+    inputs[3] = ([-2], "int32")
+    attrs = defaults(op, layout="TND")
+    assert adapter_infer(driver, op, inputs, attrs) == tuple(rules(op, inputs, attrs))
+
+
+@pytest.mark.parametrize("op", SFA_OPS)
 def test_omitted_optional_inputs_are_the_placeholder(driver: Path, op: str) -> None:
     # CANN omits an absent OPTIONAL input; the Python layer passes a zero-size placeholder. The
     # adapter must give both the same outputs, dtypes included (an absent input's gradient is
