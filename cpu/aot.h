@@ -47,41 +47,60 @@ using infer::DType;
 using infer::Shape;
 using infer::TensorDesc;
 
-// MindSpore's TypeId values for the dtypes this library handles.
+// MindSpore's TypeId values (mindapi/base/type_id.h) of the number dtypes, in TypeId order.
 enum TypeId : int {
   kTypeUnknown = 0,
   kNumberTypeBool = 30,
+  kNumberTypeInt8 = 32,
+  kNumberTypeInt16 = 33,
   kNumberTypeInt32 = 34,
   kNumberTypeInt64 = 35,
+  kNumberTypeUInt8 = 37,
+  kNumberTypeUInt16 = 38,
+  kNumberTypeUInt32 = 39,
+  kNumberTypeUInt64 = 40,
   kNumberTypeFloat16 = 42,
   kNumberTypeFloat32 = 43,
   kNumberTypeFloat64 = 44,
   kNumberTypeBFloat16 = 45,
+  kNumberTypeFloat8E4M3FN = 46,
+  kNumberTypeFloat8E5M2 = 47,
+  kNumberTypeHiFloat8 = 48,
+  kNumberTypeComplex64 = 51,
+  kNumberTypeComplex128 = 52,
+  kNumberTypeInt4 = 53,
 };
 
+struct TypeIdName {
+  TypeId id;
+  DType dtype;
+};
+
+inline constexpr TypeIdName kTypeIds[] = {
+    {kNumberTypeBool, DType::kBool},           {kNumberTypeInt8, DType::kInt8},
+    {kNumberTypeInt16, DType::kInt16},         {kNumberTypeInt32, DType::kInt32},
+    {kNumberTypeInt64, DType::kInt64},         {kNumberTypeUInt8, DType::kUInt8},
+    {kNumberTypeUInt16, DType::kUInt16},       {kNumberTypeUInt32, DType::kUInt32},
+    {kNumberTypeUInt64, DType::kUInt64},       {kNumberTypeFloat16, DType::kFloat16},
+    {kNumberTypeFloat32, DType::kFloat32},     {kNumberTypeFloat64, DType::kFloat64},
+    {kNumberTypeBFloat16, DType::kBFloat16},   {kNumberTypeFloat8E4M3FN, DType::kFloat8E4M3FN},
+    {kNumberTypeFloat8E5M2, DType::kFloat8E5M2}, {kNumberTypeHiFloat8, DType::kHiFloat8},
+    {kNumberTypeComplex64, DType::kComplex64}, {kNumberTypeComplex128, DType::kComplex128},
+    {kNumberTypeInt4, DType::kInt4},
+};
+
+// An unlisted TypeId is a dtype the rules reject (kOther), never one they skip (kUnknown).
 inline DType from_type_id(TypeId t) {
-  switch (t) {
-    case kNumberTypeBool: return DType::kBool;
-    case kNumberTypeInt32: return DType::kInt32;
-    case kNumberTypeInt64: return DType::kInt64;
-    case kNumberTypeFloat16: return DType::kFloat16;
-    case kNumberTypeFloat32: return DType::kFloat32;
-    case kNumberTypeFloat64: return DType::kFloat64;
-    case kNumberTypeBFloat16: return DType::kBFloat16;
-    default: return DType::kUnknown;
+  if (t == kTypeUnknown) return DType::kUnknown;
+  for (const TypeIdName& e : kTypeIds) {
+    if (e.id == t) return e.dtype;
   }
+  return DType::kOther;
 }
 
 inline TypeId to_type_id(DType t) {
-  switch (t) {
-    case DType::kBool: return kNumberTypeBool;
-    case DType::kInt32: return kNumberTypeInt32;
-    case DType::kInt64: return kNumberTypeInt64;
-    case DType::kFloat16: return kNumberTypeFloat16;
-    case DType::kFloat32: return kNumberTypeFloat32;
-    case DType::kFloat64: return kNumberTypeFloat64;
-    case DType::kBFloat16: return kNumberTypeBFloat16;
-    case DType::kUnknown: break;
+  for (const TypeIdName& e : kTypeIds) {
+    if (e.dtype == t) return e.id;
   }
   return kTypeUnknown;
 }

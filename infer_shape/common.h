@@ -21,8 +21,17 @@ using Shape = std::vector<int64_t>;
 
 constexpr int64_t kUnknownDim = -1;
 constexpr int64_t kUnknownRank = -2;
+// The largest value of an int attribute (they are int32; ms_grad_ops/ops/_checks.py rejects larger
+// Python ints before they reach these rules).
+constexpr int64_t kMaxIntAttr = 2147483647;
 
-enum class DType { kUnknown, kBool, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64 };
+// Every MindSpore number dtype has a name here, so a wrong one is reported as what it is (the rules
+// accept only a few); kOther is any other dtype name, kUnknown a dtype not known yet (GRAPH infer).
+enum class DType {
+  kUnknown, kBool, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64,
+  kInt8, kInt16, kUInt8, kUInt16, kUInt32, kUInt64, kComplex64, kComplex128, kFloat8E4M3FN, kFloat8E5M2,
+  kHiFloat8, kInt4, kOther
+};
 
 // Bad shape or attribute: Python sees ValueError.
 class ValueError : public std::invalid_argument {
@@ -56,17 +65,31 @@ inline const char* dtype_name(DType t) {
     case DType::kBFloat16: return "bfloat16";
     case DType::kFloat32: return "float32";
     case DType::kFloat64: return "float64";
+    case DType::kInt8: return "int8";
+    case DType::kInt16: return "int16";
+    case DType::kUInt8: return "uint8";
+    case DType::kUInt16: return "uint16";
+    case DType::kUInt32: return "uint32";
+    case DType::kUInt64: return "uint64";
+    case DType::kComplex64: return "complex64";
+    case DType::kComplex128: return "complex128";
+    case DType::kFloat8E4M3FN: return "float8_e4m3fn";
+    case DType::kFloat8E5M2: return "float8_e5m2";
+    case DType::kHiFloat8: return "hifloat8";
+    case DType::kInt4: return "int4";
+    case DType::kOther: return "an unsupported dtype";
     case DType::kUnknown: break;
   }
   return "unknown";
 }
 
+// The dtype called `name` ("float16", ...); "unknown" (or "") is kUnknown, any other name kOther.
 inline DType parse_dtype(const std::string& name) {
-  for (DType t : {DType::kBool, DType::kInt32, DType::kInt64, DType::kFloat16, DType::kBFloat16,
-                  DType::kFloat32, DType::kFloat64}) {
-    if (name == dtype_name(t)) return t;
+  if (name.empty() || name == "unknown") return DType::kUnknown;
+  for (int i = static_cast<int>(DType::kBool); i < static_cast<int>(DType::kOther); ++i) {
+    if (name == dtype_name(static_cast<DType>(i))) return static_cast<DType>(i);
   }
-  return DType::kUnknown;
+  return DType::kOther;
 }
 
 inline std::string shape_str(const Shape& s) {
@@ -153,6 +176,14 @@ class Checker {
     if (t.dtype == DType::kUnknown || ref.dtype == DType::kUnknown || t.dtype == ref.dtype) return;
     type_error(std::string("argument '") + arg + "' must have the dtype of '" + ref_arg + "' (" +
                dtype_name(ref.dtype) + "), got " + dtype_name(t.dtype));
+  }
+
+  // An int attribute (int32 everywhere: the Ascend attributes and the int32 index outputs) in [lo, hi].
+  void int_attr(const char* name, int64_t value, int64_t lo, int64_t hi = kMaxIntAttr) const {
+    if (value < lo || value > hi) {
+      value_error(std::string("attribute '") + name + "' must be in [" + std::to_string(lo) + ", " +
+                  std::to_string(hi) + "], got " + std::to_string(value));
+    }
   }
 
   void arity(const std::vector<TensorDesc>& in, size_t want) const {

@@ -41,9 +41,7 @@ inline void check_sfa_attrs(const Checker& c, const SfaAttrs& a) {
   if (a.sparse_mode != 0 && a.sparse_mode != 3) {
     c.value_error("attribute 'sparse_mode' must be 0 or 3, got " + std::to_string(a.sparse_mode));
   }
-  if (a.sparse_block_size < 1) {
-    c.value_error("attribute 'sparse_block_size' must be >= 1, got " + std::to_string(a.sparse_block_size));
-  }
+  c.int_attr("sparse_block_size", a.sparse_block_size, 1);
   if (a.pre_tokens != kSfaDefaultTokens || a.next_tokens != kSfaDefaultTokens) {
     c.value_error("attributes 'pre_tokens'/'next_tokens' must keep their default 2147483647 in sparse_mode " +
                   std::to_string(a.sparse_mode) + ", got " + std::to_string(a.pre_tokens) + "/" +

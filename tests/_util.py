@@ -66,3 +66,16 @@ class Fn(nn.Cell):
 
     def construct(self, *args: object) -> object:
         return self.fn(*args)
+
+
+class OpCell(nn.Cell):
+    """``op(*tensors, **kwargs)`` inside a compiled graph: the tensors are graph inputs, the keyword
+    arguments (attributes, Python lengths, None) constants."""
+
+    def __init__(self, op: Callable[..., object], kwargs: dict) -> None:
+        super().__init__()
+        self.op = op
+        self.kw = kwargs
+
+    def construct(self, *tensors: object) -> object:
+        return self.op(*tensors, **self.kw)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import mindspore as ms
 import numpy as np
 import pytest
-from _util import Fn
+from _util import Fn, OpCell
 from mindspore import Tensor
 
 import ms_grad_ops as mgo
@@ -27,7 +27,7 @@ ROPE_CASES = [
     (dict(cos=t((4, 128, 1))), ValueError, r"argument 'cos' must be 2-D"),
     (dict(sin=t((5, 128))), ValueError, r"argument 'sin' must have the shape of 'cos' \[4, 128\], got \[5, 128\]"),
     (dict(q_seq_len=Tensor(np.ones((2, 2), np.int32))), ValueError, r"argument 'q_seq_len' must be 1-D"),
-    (dict(q_grad=t((0, 256)), k_grad=t((0, 256)), q_seq_len=[1]), ValueError, r"sum\(q_seq_len\) = 1 must equal n_tokens = 0"),
+    (dict(q_grad=t((0, 256)), k_grad=t((0, 256)), q_seq_len=[1]), ValueError, r"argument 'q_grad' must not be empty, got shape \[0, 256\]"),
     (dict(q_grad=t((11, 256), ms.int32)), TypeError, r"argument 'q_grad' must be float16, bfloat16 or float32, got int32"),
     (dict(k_grad=t((11, 256), ms.float16)), TypeError, r"argument 'k_grad' must have the dtype of 'q_grad' \(float32\), got float16"),
     (dict(cos=t((4, 128), ms.int32)), TypeError, r"argument 'cos' must be float16, bfloat16 or float32, got int32"),
@@ -147,3 +147,148 @@ def test_graph_mode_raises_value_error_at_compile(exec_mode: str) -> None:
 def test_unknown_attribute_is_a_type_error() -> None:
     with pytest.raises(TypeError, match=r"rope_grad: unknown attribute\(s\) \['scale'\]"):
         mgo._custom.primitive("rope_grad", mode="atb", scale=1.0)
+
+
+# --- issue 13: dtypes that skip no check, exact attribute types and ranges, rank errors first ---
+# Each case: (op, positional tensors, keyword arguments); GRAPH mode passes the tensors as graph inputs.
+
+def _modes(cases: list, graph: set[int]) -> list:
+    """Every case in PyNative; the cases at indices ``graph`` also in GRAPH mode (a GRAPH-mode
+    error costs a compile, 2-6 s here, so one representative per rule and op family)."""
+    return [pytest.param("pynative", *c, id=f"pynative-{i}") for i, c in enumerate(cases)] + \
+        [pytest.param("graph", *cases[i], id=f"graph-{i}") for i in sorted(graph)]
+
+
+def _run(exec_mode: str, op: object, tensors: list, kwargs: dict) -> object:
+    if exec_mode == "graph":
+        ms.set_context(mode=ms.GRAPH_MODE)
+        try:
+            return OpCell(op, kwargs)(*tensors)
+        finally:
+            ms.set_context(mode=ms.PYNATIVE_MODE)
+    return op(*tensors, **kwargs)
+
+
+def _case(op_name: str, **over: object) -> tuple:
+    """A valid small TND call of ``op_name`` with ``over`` replacing arguments (by name)."""
+    idx = Tensor(np.full((4, 1, 3), -1, np.int32))
+    tables = {
+        "rope_grad": ([("q_grad", t((11, 256))), ("k_grad", t((11, 256))), ("cos", t((4, 128))), ("sin", t((4, 128)))],
+                      dict(q_seq_len=[2, 1, 4, 4], mode="atb")),
+        "cla_gate_backward": ([("grad_merged", t((5, 3, 8))), ("global_attn", t((5, 3, 8))),
+                               ("local_attn", t((5, 3, 8))), ("global_gate_logits", t((5, 3))),
+                               ("local_gate_logits", t((5, 3)))], dict(input_attn_layout="TND")),
+        "cla_gate_merge": ([("global_attn", t((5, 3, 8))), ("local_attn", t((5, 3, 8))),
+                            ("global_gate_logits", t((5, 3))), ("local_gate_logits", t((5, 3)))], {}),
+        "sparse_flash_attention": ([("query", t((4, 2, 8))), ("key", t((6, 1, 8))), ("value", t((6, 1, 8))),
+                                    ("sparse_indices", idx)],
+                                   dict(actual_seq_lengths_query=[4], actual_seq_lengths_kv=[6], scale_value=0.5,
+                                        layout="TND")),
+        "sparse_flash_attention_grad": ([("query", t((4, 2, 8))), ("key", t((6, 1, 8))), ("value", t((6, 1, 8))),
+                                         ("sparse_indices", idx), ("d_out", t((4, 2, 8))), ("out", t((4, 2, 8))),
+                                         ("softmax_max", t((1, 4, 2))), ("softmax_sum", t((1, 4, 2)))],
+                                        dict(scale_value=0.5, layout="TND")),
+        "lightning_indexer": ([("query_index", t((4, 2, 8))), ("key_index", t((6, 1, 8))), ("weights", t((4, 2)))],
+                              dict(actual_seq_lengths_query=[4], actual_seq_lengths_key=[6], sparse_count=3,
+                                   layout="TND")),
+        "sparse_lightning_indexer_grad_kl_loss": (
+            [("query", t((4, 2, 8))), ("key", t((6, 1, 8))), ("query_index", t((4, 2, 8))),
+             ("key_index", t((6, 1, 8))), ("weights", t((4, 2))), ("sparse_indices", idx),
+             ("softmax_max", t((1, 4, 2))), ("softmax_sum", t((1, 4, 2)))], dict(scale_value=0.5, layout="TND")),
+    }
+    tensors, kwargs = tables[op_name]
+    tensors = [over.pop(n, x) for n, x in tensors]
+    kwargs = {**kwargs, **over}
+    return getattr(mgo.ops, op_name), tensors, kwargs
+
+
+_DTYPE_CASES = [("rope_grad", "q_grad", (11, 256)), ("cla_gate_backward", "global_attn", (5, 3, 8)),
+                ("sparse_flash_attention", "key", (6, 1, 8)), ("lightning_indexer", "weights", (4, 2)),
+                ("sparse_lightning_indexer_grad_kl_loss", "query_index", (4, 2, 8))]
+
+
+_DTYPE_CASES = [(*c, d) for c in _DTYPE_CASES for d in (ms.int8, ms.uint8, ms.int16, ms.complex64)]
+
+
+@pytest.mark.parametrize("exec_mode,op,arg,shape,dtype", _modes(_DTYPE_CASES, {0, 7, 10}))
+def test_unsupported_dtypes_get_the_packages_message(exec_mode: str, op: str, arg: str, shape: tuple,
+                                                     dtype: ms.dtype) -> None:
+    name = {ms.int8: "int8", ms.uint8: "uint8", ms.int16: "int16", ms.complex64: "complex64"}[dtype]
+    with pytest.raises(TypeError, match=rf"{op}: argument '{arg}' must (be float16, bfloat16 or float32|have the "
+                                        rf"dtype of '\w+' \(float32\)), got {name}"):
+        _run(exec_mode, *_case(op, **{arg: Tensor(np.ones(shape), dtype)}))
+
+
+ATTRIBUTE_CASES = [
+    ("sparse_flash_attention", dict(sparse_block_size=1.5), TypeError,
+     r"sparse_flash_attention: attribute 'sparse_block_size' must be an int, got float 1.5"),
+    ("sparse_flash_attention", dict(sparse_block_size=True), TypeError,
+     r"attribute 'sparse_block_size' must be an int, got bool"),
+    ("sparse_flash_attention", dict(sparse_block_size=2**64), ValueError,
+     r"attribute 'sparse_block_size' must be an int32 \(at most 2147483647.*got 18446744073709551616"),
+    ("sparse_flash_attention", dict(sparse_block_size=0), ValueError,
+     r"attribute 'sparse_block_size' must be in \[1, 2147483647\], got 0"),
+    ("sparse_flash_attention", dict(scale_value="0.2"), TypeError,
+     r"attribute 'scale_value' must be a float \(or int\), got str '0.2'"),
+    ("sparse_flash_attention", dict(scale_value=float("nan")), ValueError,
+     r"attribute 'scale_value' must be a finite float32 \(\|x\| <= 3.4028235e\+38\), got nan"),
+    ("sparse_flash_attention", dict(layout=None), TypeError, r"attribute 'layout' must be a str, got NoneType None"),
+    ("sparse_flash_attention", dict(sparse_mode="3"), TypeError, r"attribute 'sparse_mode' must be an int, got str"),
+    ("sparse_flash_attention_grad", dict(deterministic=1), TypeError,
+     r"sparse_flash_attention_grad: attribute 'deterministic' must be a bool \(True or False\), got int 1"),
+    ("sparse_flash_attention_grad", dict(pre_tokens=2**40), ValueError,
+     r"sparse_flash_attention_grad: attribute 'pre_tokens' must be an int32 \(at most 2147483647"),
+    ("lightning_indexer", dict(sparse_count=4.7), TypeError, r"lightning_indexer: attribute 'sparse_count' must be an int"),
+    ("lightning_indexer", dict(sparse_count=2**31), ValueError,
+     r"attribute 'sparse_count' must be an int32 \(at most 2147483647"),
+    ("lightning_indexer", dict(sparse_count=-5), ValueError,
+     r"attribute 'sparse_count' must be in \[1, 2147483647\], got -5"),
+    ("sparse_lightning_indexer_grad_kl_loss", dict(deterministic="no"), TypeError,
+     r"sparse_lightning_indexer_grad_kl_loss: attribute 'deterministic' must be a bool \(True or False\), got str"),
+    ("sparse_lightning_indexer_grad_kl_loss", dict(scale_value=1e39), ValueError,
+     r"attribute 'scale_value' must be a finite float32"),
+    ("rope_grad", dict(mode=None), TypeError, r"rope_grad: attribute 'mode' must be a str, got NoneType None"),
+    ("cla_gate_backward", dict(input_attn_layout=None), TypeError,
+     r"cla_gate_backward: attribute 'input_attn_layout' must be a str, got NoneType None"),
+]
+
+
+@pytest.mark.parametrize("exec_mode,op,over,exc,match", _modes(ATTRIBUTE_CASES, {0, 2, 4, 11, 13, 15}))
+def test_attributes_have_exact_types_and_stated_ranges(exec_mode: str, op: str, over: dict, exc: type,
+                                                       match: str) -> None:
+    if exec_mode == "graph" and any(isinstance(v, int) and abs(v) >= 2**63 for v in over.values()):
+        # MindSpore's graph parser converts every Python int constant to int64 before any op code
+        # runs; beyond that it fails itself (no op name is possible there).
+        exc, match = RuntimeError, r"Unable to cast Python instance of type <class 'int'>"
+    with pytest.raises(exc, match=match):
+        _run(exec_mode, *_case(op, **over))
+
+
+_RANK_CASES = [
+    ("rope_grad", dict(q_grad=t((11,)), k_grad=t((11,))), r"rope_grad: argument 'q_grad' must be 2-D, got shape \[11\]"),
+    ("rope_grad", dict(q_grad=t(()), k_grad=t(())), r"rope_grad: argument 'q_grad' must be 2-D, got shape \[\]"),
+    ("sparse_flash_attention", dict(query=t(())), r"sparse_flash_attention: argument 'query' must be 3-D, got shape \[\]"),
+    ("sparse_flash_attention", dict(key=t(())), r"argument 'key' must be 3-D, got shape \[\]"),
+    ("sparse_flash_attention_grad", dict(query=t((4, 2, 8, 1))), r"argument 'query' must be 3-D, got shape \[4, 2, 8, 1\]"),
+    ("lightning_indexer", dict(query_index=t(())), r"lightning_indexer: argument 'query_index' must be 3-D, got shape \[\]"),
+    ("sparse_lightning_indexer_grad_kl_loss", dict(key=t(())), r"argument 'key' must be 3-D, got shape \[\]"),
+    ("cla_gate_merge", dict(global_gate_logits=t(())), r"argument 'global_gate_logits' must be 2-D, got shape \[\]"),
+]
+
+
+@pytest.mark.parametrize("exec_mode,op,over,match", _modes(_RANK_CASES, {1, 2}))
+def test_wrong_rank_is_reported_as_a_rank_error(exec_mode: str, op: str, over: dict, match: str) -> None:
+    """Checked before any lengths value (the lengths rule used to speak first), never an IndexError."""
+    with pytest.raises(ValueError, match=match):
+        _run(exec_mode, *_case(op, **over))
+
+
+@pytest.mark.parametrize("op", ["rope_grad", "cla_gate_backward", "cla_gate_merge", "sparse_flash_attention",
+                                "sparse_flash_attention_grad", "lightning_indexer",
+                                "sparse_lightning_indexer_grad_kl_loss"])
+def test_the_error_cases_start_from_a_valid_call(op: str) -> None:
+    """The cases above break one rule each: the unbroken call runs."""
+    out = _run("pynative", *_case(op))
+    for x in out if isinstance(out, tuple) else (out,):
+        if x is not None:
+            x.asnumpy()

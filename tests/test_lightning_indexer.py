@@ -130,7 +130,7 @@ def _graph_call(qi: ms.Tensor, ki: ms.Tensor, w: ms.Tensor) -> tuple:
 
 
 @pytest.mark.parametrize("kw,lens,exc,match", [
-    ({"sparse_count": 0}, (), ValueError, "attribute 'sparse_count' must be >= 1, got 0"),
+    ({"sparse_count": 0}, (), ValueError, "attribute 'sparse_count' must be in [1, 2147483647], got 0"),
     ({"sparse_count": 4, "layout": "SBH"}, (), ValueError, "attribute 'layout' must be \"TND\" or \"BSND\""),
     ({"sparse_count": 4, "sparse_mode": 2}, (), ValueError, "attribute 'sparse_mode' must be 0"),
     ({"sparse_count": 4}, ([2, 1], [3, 5]), ValueError, "must be non-decreasing cumulative lengths"),

@@ -7,7 +7,8 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
-from ..ops._optional import Lengths, lengths_pair, rope_pair
+from ..ops._checks import attributes
+from ..ops._optional import Lengths, check_lengths_pair, lengths_pair, rope_pair
 
 
 def _scaled(grad: Tensor, dout: Tensor) -> Tensor:
@@ -26,9 +27,8 @@ class _IndexerKLLossCore(nn.Cell):
 
     def __init__(self, scale_value: float, layout: str, sparse_mode: int) -> None:
         super().__init__()
-        self.scale_value = float(scale_value)
-        self.layout = layout
-        self.sparse_mode = int(sparse_mode)
+        self.scale_value, self.layout, self.sparse_mode, _ = attributes(
+            "sparse_lightning_indexer_grad_kl_loss", (scale_value, layout, sparse_mode, False))
 
     def construct(self, query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor,
                   sparse_indices: Tensor, softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor,
@@ -77,7 +77,7 @@ class IndexerKLLoss(nn.Cell):
                   actual_seq_lengths_key: Lengths = None) -> Tensor:
         op = "IndexerKLLoss"
         query_rope, key_rope = rope_pair(op, query_rope, key_rope, query.dtype)
-        lens_q, lens_k = lengths_pair(op, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key,
-                                      self.core.layout, query.shape[0], key.shape[0])
+        lens_q, lens_k = lengths_pair(op, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key)
+        check_lengths_pair(op, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query, key)
         return self.core(query, key, query_index, key_index, weights, sparse_indices, softmax_max, softmax_sum,
                          query_rope, key_rope, lens_q, lens_k)[3]

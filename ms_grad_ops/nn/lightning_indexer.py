@@ -5,6 +5,7 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
+from ..ops._checks import attributes
 
 
 class LightningIndexer(nn.Cell):
@@ -20,9 +21,8 @@ class LightningIndexer(nn.Cell):
 
     def __init__(self, sparse_count: int, layout: str = "BSND", sparse_mode: int = 3) -> None:
         super().__init__()
-        self.sparse_count = int(sparse_count)
-        self.layout = layout
-        self.sparse_mode = int(sparse_mode)
+        self.sparse_count, self.layout, self.sparse_mode = attributes("lightning_indexer",
+                                                                      (sparse_count, layout, sparse_mode))
 
     def construct(self, query_index: Tensor, key_index: Tensor, weights: Tensor,
                   actual_seq_lengths_query: Tensor | None = None,

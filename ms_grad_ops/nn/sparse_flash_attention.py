@@ -5,6 +5,7 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
+from ..ops._checks import attributes
 from ..ops._optional import Lengths
 
 
@@ -37,9 +38,12 @@ class SparseFlashAttention(nn.Cell):
     def __init__(self, scale_value: float, sparse_block_size: int = 1, layout: str = "BSND",
                  sparse_mode: int = 3, return_softmax_lse: bool = False) -> None:
         super().__init__()
-        self.attrs = {"scale_value": float(scale_value), "sparse_block_size": int(sparse_block_size),
-                      "layout": layout, "sparse_mode": int(sparse_mode)}
-        self.return_softmax_lse = bool(return_softmax_lse)
+        values = attributes("sparse_flash_attention", (scale_value, sparse_block_size, layout, sparse_mode))
+        self.attrs = dict(zip(("scale_value", "sparse_block_size", "layout", "sparse_mode"), values))
+        if not isinstance(return_softmax_lse, bool):
+            raise TypeError("SparseFlashAttention: argument 'return_softmax_lse' must be a bool, got "
+                            f"{type(return_softmax_lse).__name__} {return_softmax_lse!r}")
+        self.return_softmax_lse = return_softmax_lse
 
     def construct(self, query: Tensor, key: Tensor, value: Tensor | None, sparse_indices: Tensor,
                   query_rope: Tensor | None = None, key_rope: Tensor | None = None,

@@ -5,6 +5,8 @@ through the ``_validate`` pybind11 module, so Python, GRAPH-mode infer and the k
 """
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 
 import mindspore as ms
@@ -15,18 +17,19 @@ from mindspore.ops import constexpr
 
 from .. import _validate
 from .._custom import reads_int64
+from .._specs import OP_SPECS, AttrSpec
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
-_DTYPE_NAMES = {
-    ms.float16: "float16",
-    ms.bfloat16: "bfloat16",
-    ms.float32: "float32",
-    ms.float64: "float64",
-    ms.int32: "int32",
-    ms.int64: "int64",
-    ms.bool_: "bool",
-}
+# MindSpore dtype -> the name infer_shape/common.h gives it (every number dtype, so a wrong one is
+# reported by name; anything else becomes "an unsupported dtype" there).
+_DTYPE_NAMES = {getattr(ms, attr): name for attr, name in (
+    ("bool_", "bool"), ("int8", "int8"), ("int16", "int16"), ("int32", "int32"), ("int64", "int64"),
+    ("uint8", "uint8"), ("uint16", "uint16"), ("uint32", "uint32"), ("uint64", "uint64"),
+    ("float16", "float16"), ("bfloat16", "bfloat16"), ("float32", "float32"), ("float64", "float64"),
+    ("complex64", "complex64"), ("complex128", "complex128"), ("float8_e4m3fn", "float8_e4m3fn"),
+    ("float8_e5m2", "float8_e5m2"), ("hifloat8", "hifloat8"), ("qint4x2", "int4")) if hasattr(ms, attr)}
 
 
 def dtype_name(dtype: object) -> str:
@@ -47,6 +50,51 @@ def _run_rules(op: str, shapes: tuple, dtypes: tuple, attrs: tuple) -> bool:
     dims = [[-1 if d is None else int(d) for d in s] for s in shapes]
     getattr(_validate, op)(dims, [dtype_name(t) for t in dtypes], *attrs)
     return True
+
+
+def _attribute(op: str, spec: AttrSpec, value: object) -> object:
+    """``value`` checked against the exact type of attribute ``spec`` and returned as that Python
+    type. int attributes are int32 and take integers (not bool, float or str); float attributes
+    are float32 and take ints or floats (not bool or str), finite; bool takes bools; str takes str.
+    The value ranges of each attribute are the op's rules in ``infer_shape/``."""
+    seen = f"got {type(value).__name__} {value!r}"
+    is_bool = isinstance(value, (bool, np.bool_))
+    if spec.type == "int":
+        if is_bool or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{op}: attribute '{spec.name}' must be an int, {seen}")
+        if not INT32_MIN <= int(value) <= INT32_MAX:
+            raise ValueError(f"{op}: attribute '{spec.name}' must be an int32 (at most {INT32_MAX}, at least "
+                             f"{INT32_MIN}), got {int(value)}")
+        return int(value)
+    if spec.type == "float":
+        if is_bool or not isinstance(value, numbers.Real):
+            raise TypeError(f"{op}: attribute '{spec.name}' must be a float (or int), {seen}")
+        try:
+            x = float(value)
+        except OverflowError:  # an int beyond float64
+            x = math.copysign(math.inf, value)
+        if not (math.isfinite(x) and abs(x) <= FLOAT32_MAX):
+            raise ValueError(f"{op}: attribute '{spec.name}' must be a finite float32 (|x| <= {FLOAT32_MAX:.8g}), "
+                             f"got {value!r}")
+        return x
+    if spec.type == "bool":
+        if not is_bool:
+            raise TypeError(f"{op}: attribute '{spec.name}' must be a bool (True or False), {seen}")
+        return bool(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{op}: attribute '{spec.name}' must be a str, {seen}")
+    return value
+
+
+@constexpr
+def attributes(op: str, values: tuple) -> tuple:
+    """The attribute ``values`` of ``op`` (every spec attribute, in spec order) checked for their
+    exact types (``TypeError``/``ValueError`` naming the op, the attribute and the value) and
+    returned as plain Python values. constexpr: in GRAPH mode the check runs at compile time."""
+    specs = OP_SPECS[op].attrs
+    if len(values) != len(specs):
+        raise TypeError(f"{op}: expected {len(specs)} attributes {[a.name for a in specs]}, got {len(values)}")
+    return tuple(_attribute(op, a, v) for a, v in zip(specs, values))
 
 
 def validate(op: str, names: tuple[str, ...], tensors: tuple[Tensor, ...], attrs: tuple = ()) -> bool:
@@ -79,29 +127,37 @@ def kernel_lengths(op: str, arg: str, value: Tensor) -> Tensor:
     return value
 
 
-def seq_lengths(op: str, arg: str, value: object, n_tokens: int, max_seq_len: int) -> Tensor:
-    """``value`` (a Python sequence, NumPy array or int tensor of per-sequence lengths) as an
-    int tensor input. Python values are checked here (``ValueError``); tensor values are checked
-    by the kernel when it runs (``RuntimeError`` naming the op), since inside a compiled graph
-    they are not known before."""
+def seq_lengths(op: str, arg: str, value: object) -> Tensor:
+    """``value`` (a Python sequence, NumPy array or int tensor of per-sequence lengths) as an int
+    tensor input. Only its structure is checked here; call :func:`check_seq_length_values` after
+    the shape rules, so a wrong rank is reported as such and not as a lengths mismatch."""
     if isinstance(value, Tensor):
         return kernel_lengths(op, arg, value)
-    if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)):
-        lens = np.asarray(value)
-        if lens.ndim != 1 or lens.size == 0:
-            raise ValueError(f"{op}: argument '{arg}' must be a non-empty 1-D list of lengths, "
-                             f"got shape {list(lens.shape)}")
-        if lens.dtype.kind not in "iu":
-            raise TypeError(f"{op}: argument '{arg}' must hold integers, got {lens.dtype}")
-        _check_length_values(op, arg, lens, n_tokens, max_seq_len)
-        return Tensor(lens.astype(np.int32))
-    raise TypeError(f"{op}: argument '{arg}' must be a sequence of ints or an int tensor, got {type(value).__name__}")
+    return Tensor(_length_list(op, arg, value, "lengths").astype(np.int32))
+
+
+def check_seq_length_values(op: str, arg: str, value: object, n_tokens: int, max_seq_len: int) -> None:
+    """Python lengths: every entry in [1, max_seq_len], sum = n_tokens (``ValueError``). Tensor
+    values are checked by the kernel when it runs (``RuntimeError`` naming the op), since inside a
+    compiled graph they are not known before."""
+    if not isinstance(value, Tensor):
+        _check_length_values(op, arg, _length_list(op, arg, value, "lengths"), n_tokens, max_seq_len)
+
+
+def _length_list(op: str, arg: str, value: object, what: str) -> np.ndarray:
+    """A Python sequence / NumPy array of lengths as a 1-D integer array (``TypeError``/``ValueError``)."""
+    if not isinstance(value, (Sequence, np.ndarray)) or isinstance(value, (str, bytes)):
+        raise TypeError(f"{op}: argument '{arg}' must be a sequence of ints or an int tensor, "
+                        f"got {type(value).__name__}")
+    lens = np.asarray(value)
+    if lens.ndim != 1 or lens.size == 0:
+        raise ValueError(f"{op}: argument '{arg}' must be a non-empty 1-D list of {what}, got shape {list(lens.shape)}")
+    if lens.dtype.kind not in "iu":
+        raise TypeError(f"{op}: argument '{arg}' must hold integers, got {lens.dtype}")
+    return lens
 
 
 def _check_cumulative_values(op: str, arg: str, lens: np.ndarray, total: int) -> None:
-    if lens.ndim != 1 or lens.size == 0:
-        raise ValueError(f"{op}: argument '{arg}' must be a non-empty 1-D list of cumulative lengths, "
-                         f"got shape {list(lens.shape)}")
     steps = np.diff(np.concatenate([[0], lens.astype(np.int64)]))
     if (steps < 0).any():
         i = int(np.flatnonzero(steps < 0)[0])
@@ -112,17 +168,18 @@ def _check_cumulative_values(op: str, arg: str, lens: np.ndarray, total: int) ->
                          f"{total} (lengths are cumulative, without a leading 0)")
 
 
-def cumulative_lengths(op: str, arg: str, value: object, total: int | None) -> Tensor:
-    """``actual_seq_lengths_*`` (cumulative, no leading 0) as a kernel input. A Python sequence or
-    NumPy array is checked here (``ValueError``/``TypeError``) and becomes an int32 tensor; an int
-    tensor is passed as is and its values are checked by the kernel (``RuntimeError``), since
-    inside a compiled graph they are not known before. ``total``: the token count, or None."""
+def cumulative_lengths(op: str, arg: str, value: object) -> Tensor:
+    """``actual_seq_lengths_*`` (cumulative, no leading 0) as a kernel input: an int tensor as it
+    is, a Python sequence or NumPy array (structure checked here) as an int32 tensor. Call
+    :func:`check_cumulative_values` after the shape rules."""
     if isinstance(value, Tensor):
         return value
-    if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)):
-        lens = np.asarray(value)
-        if lens.size and lens.dtype.kind not in "iu":
-            raise TypeError(f"{op}: argument '{arg}' must hold integers, got {lens.dtype}")
+    return Tensor(_length_list(op, arg, value, "cumulative lengths").astype(np.int32))
+
+
+def check_cumulative_values(op: str, arg: str, value: object, total: int | None) -> None:
+    """Python cumulative lengths: non-decreasing, last entry = ``total`` tokens (when not None)
+    (``ValueError``). Tensor values are checked by the kernel (``RuntimeError``)."""
+    if value is not None and not isinstance(value, Tensor):
+        lens = _length_list(op, arg, value, "cumulative lengths")
         _check_cumulative_values(op, arg, lens, -1 if total is None else int(total))
-        return Tensor(lens.astype(np.int32))
-    raise TypeError(f"{op}: argument '{arg}' must be a sequence of ints or an int tensor, got {type(value).__name__}")

@@ -15,7 +15,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor
 
-from ._checks import check_tensor, cumulative_lengths
+from ._checks import check_cumulative_values, check_tensor, cumulative_lengths
 
 Lengths = Sequence[int] | np.ndarray | Tensor | None
 
@@ -38,13 +38,19 @@ def rope_pair(op: str, query_rope: Tensor | None, key_rope: Tensor | None, dtype
     return optional(op, "query_rope", query_rope, dtype), optional(op, "key_rope", key_rope, dtype)
 
 
-def lengths_pair(op: str, kv_arg: str, lens_q: Lengths, lens_kv: Lengths, layout: str, t1: int | None,
-                t2: int | None) -> tuple[Tensor, Tensor]:
+def lengths_pair(op: str, kv_arg: str, lens_q: Lengths, lens_kv: Lengths) -> tuple[Tensor, Tensor]:
     """``actual_seq_lengths_query`` and ``kv_arg`` as kernel inputs: None is the placeholder, a
-    Python sequence is checked (``_checks.cumulative_lengths``, against the token counts ``t1`` /
-    ``t2`` in TND) and becomes an int32 tensor, a tensor is passed as is. The rule itself (TND
-    without lengths = one sequence; BSND takes none) is checked once, in ``infer_shape/seq_lengths.h``."""
-    tnd = layout == "TND"
-    q = absent() if lens_q is None else cumulative_lengths(op, "actual_seq_lengths_query", lens_q, t1 if tnd else None)
-    kv = absent() if lens_kv is None else cumulative_lengths(op, kv_arg, lens_kv, t2 if tnd else None)
+    Python sequence becomes an int32 tensor, a tensor is passed as is. The rule itself (TND
+    without lengths = one sequence; BSND takes none) is checked once, in ``infer_shape/seq_lengths.h``;
+    the values of Python lengths by :func:`check_lengths_pair` after it."""
+    q = absent() if lens_q is None else cumulative_lengths(op, "actual_seq_lengths_query", lens_q)
+    kv = absent() if lens_kv is None else cumulative_lengths(op, kv_arg, lens_kv)
     return q, kv
+
+
+def check_lengths_pair(op: str, kv_arg: str, lens_q: Lengths, lens_kv: Lengths, query: Tensor, key: Tensor) -> None:
+    """Values of Python lengths (``_checks.check_cumulative_values``): the last entries must be the
+    token counts of query and key (their first dim). Call it after the shape rules, so a wrong
+    rank is reported as such (a rank-0 query or key only skips the token-count check)."""
+    check_cumulative_values(op, "actual_seq_lengths_query", lens_q, query.shape[0] if query.shape else None)
+    check_cumulative_values(op, kv_arg, lens_kv, key.shape[0] if key.shape else None)

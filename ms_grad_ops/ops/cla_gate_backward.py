@@ -4,7 +4,7 @@ from __future__ import annotations
 from mindspore import Tensor
 
 from .._custom import primitive
-from ._checks import validate
+from ._checks import attributes, validate
 
 
 def cla_gate_backward(grad_merged: Tensor, global_attn: Tensor, local_attn: Tensor, global_gate_logits: Tensor,
@@ -25,6 +25,7 @@ def cla_gate_backward(grad_merged: Tensor, global_attn: Tensor, local_attn: Tens
         ``(grad_global_attn, grad_local_attn, grad_global_gate_logits, grad_local_gate_logits)``:
         two ``[T, N, D]`` and two ``[T, N]`` tensors in the input dtype.
     """
+    (input_attn_layout,) = attributes("cla_gate_backward", (input_attn_layout,))
     validate("cla_gate_backward",
              ("grad_merged", "global_attn", "local_attn", "global_gate_logits", "local_gate_logits"),
              (grad_merged, global_attn, local_attn, global_gate_logits, local_gate_logits), (input_attn_layout,))

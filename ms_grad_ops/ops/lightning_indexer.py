@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from mindspore import Tensor
 
 from .._custom import primitive
-from ._checks import check_tensor, validate
-from ._optional import lengths_pair
+from ._checks import attributes, check_tensor, validate
+from ._optional import check_lengths_pair, lengths_pair
 
 _OP = "lightning_indexer"
 
@@ -40,12 +40,14 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
     """
     query_index = check_tensor(_OP, "query_index", query_index)
     key_index = check_tensor(_OP, "key_index", key_index)
-    lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key,
-                                 layout, query_index.shape[0], key_index.shape[0])
+    lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key)
     args = (("query_index", query_index), ("key_index", key_index), ("weights", weights),
             ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))
     names = tuple(n for n, _ in args)
     tensors = tuple(t for _, t in args)
-    validate(_OP, names, tensors, (int(sparse_count), layout, int(sparse_mode)))
-    prim = primitive(_OP, sparse_count=int(sparse_count), layout=layout, sparse_mode=int(sparse_mode))
+    sparse_count, layout, sparse_mode = attributes(_OP, (sparse_count, layout, sparse_mode))
+    validate(_OP, names, tensors, (sparse_count, layout, sparse_mode))
+    check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query_index,
+                       key_index)
+    prim = primitive(_OP, sparse_count=sparse_count, layout=layout, sparse_mode=sparse_mode)
     return prim(*tensors)

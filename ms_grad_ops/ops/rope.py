@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from mindspore import Tensor
 
 from .._custom import primitive
-from ._checks import check_tensor, seq_lengths, validate
+from ._checks import check_seq_length_values, seq_lengths, validate
 
 
 def rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, q_seq_len: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
@@ -21,7 +21,7 @@ def rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, q_seq_len: Sequence[int
     Returns:
         ``(q_embed, k_embed)``, shaped and typed like q.
     """
-    q, cos = check_tensor("rope", "q", q), check_tensor("rope", "cos", cos)
-    lens = seq_lengths("rope", "q_seq_len", q_seq_len, q.shape[0], cos.shape[0])
+    lens = seq_lengths("rope", "q_seq_len", q_seq_len)
     validate("rope", ("q", "k", "cos", "sin", "q_seq_len"), (q, k, cos, sin, lens))
+    check_seq_length_values("rope", "q_seq_len", q_seq_len, q.shape[0], cos.shape[0])
     return primitive("rope")(q, k, cos, sin, lens)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from mindspore import Tensor
 
 from .._custom import primitive
-from ._checks import check_tensor, seq_lengths, validate
+from ._checks import attributes, check_seq_length_values, seq_lengths, validate
 
 
 def rope_grad(q_grad: Tensor, k_grad: Tensor, cos: Tensor, sin: Tensor, q_seq_len: Sequence[int] | Tensor,
@@ -28,7 +28,8 @@ def rope_grad(q_grad: Tensor, k_grad: Tensor, cos: Tensor, sin: Tensor, q_seq_le
     Returns:
         ``(q_grad_out, k_grad_out)``, shaped and typed like q_grad.
     """
-    q_grad, cos = check_tensor("rope_grad", "q_grad", q_grad), check_tensor("rope_grad", "cos", cos)
-    lens = seq_lengths("rope_grad", "q_seq_len", q_seq_len, q_grad.shape[0], cos.shape[0])
+    (mode,) = attributes("rope_grad", (mode,))
+    lens = seq_lengths("rope_grad", "q_seq_len", q_seq_len)
     validate("rope_grad", ("q_grad", "k_grad", "cos", "sin", "q_seq_len"), (q_grad, k_grad, cos, sin, lens), (mode,))
+    check_seq_length_values("rope_grad", "q_seq_len", q_seq_len, q_grad.shape[0], cos.shape[0])
     return primitive("rope_grad", mode=mode)(q_grad, k_grad, cos, sin, lens)

@@ -8,8 +8,8 @@ from mindspore import Tensor
 from mindspore import ops as msops
 
 from .._custom import primitive
-from ._checks import check_tensor, validate
-from ._optional import Lengths, lengths_pair, optional, rope_pair
+from ._checks import attributes, check_tensor, validate
+from ._optional import Lengths, check_lengths_pair, lengths_pair, optional, rope_pair
 
 _OP = "sparse_flash_attention"
 _NAMES = ("query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query",
@@ -32,15 +32,15 @@ def _float32_grad() -> msops.InsertGradientOf:
 
 
 def sfa_inputs(op: str, query: Tensor, key: Tensor, value: Tensor | None, sparse_indices: Tensor,
-               query_rope: Tensor | None, key_rope: Tensor | None, lens_q: Lengths, lens_kv: Lengths,
-               layout: str) -> tuple[Tensor, ...]:
+               query_rope: Tensor | None, key_rope: Tensor | None, lens_q: Lengths, lens_kv: Lengths
+               ) -> tuple[Tensor, ...]:
     """The eight kernel inputs in the forward's order (absent ones as placeholders), as shared by
     ``sparse_flash_attention`` and ``sparse_flash_attention_grad``."""
     query = check_tensor(op, "query", query)
     key = check_tensor(op, "key", key)
     value = optional(op, "value", value, query.dtype)
     query_rope, key_rope = rope_pair(op, query_rope, key_rope, query.dtype)
-    lq, lkv = lengths_pair(op, "actual_seq_lengths_kv", lens_q, lens_kv, layout, query.shape[0], key.shape[0])
+    lq, lkv = lengths_pair(op, "actual_seq_lengths_kv", lens_q, lens_kv)
     return query, key, value, sparse_indices, query_rope, key_rope, lq, lkv
 
 
@@ -78,9 +78,10 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor | None, spa
         give out 0, softmax_max -3.4028235e38, softmax_sum 0.
     """
     inputs = sfa_inputs(_OP, query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query,
-                        actual_seq_lengths_kv, layout)
+                        actual_seq_lengths_kv)
     if value is not None and inputs[0].dtype == ms.bfloat16:
         inputs = (inputs[0], _float32_grad()(inputs[1]), _float32_grad()(inputs[2]), *inputs[3:])
-    scale, bs, mode = float(scale_value), int(sparse_block_size), int(sparse_mode)
+    scale, bs, layout, mode = attributes(_OP, (scale_value, sparse_block_size, layout, sparse_mode))
     validate(_OP, _NAMES, inputs, (scale, bs, layout, mode))
+    check_lengths_pair(_OP, "actual_seq_lengths_kv", actual_seq_lengths_query, actual_seq_lengths_kv, query, key)
     return primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode)(*inputs)

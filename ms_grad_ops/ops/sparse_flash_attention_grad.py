@@ -4,8 +4,8 @@ from __future__ import annotations
 from mindspore import Tensor
 
 from .._custom import primitive
-from ._checks import validate
-from ._optional import Lengths
+from ._checks import attributes, validate
+from ._optional import Lengths, check_lengths_pair
 from .sparse_flash_attention import sfa_inputs
 
 _OP = "sparse_flash_attention_grad"
@@ -39,13 +39,15 @@ def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor | None
         None when the rope inputs are None.
     """
     q, k, v, idx, qr, kr, lq, lkv = sfa_inputs(_OP, query, key, value, sparse_indices, query_rope, key_rope,
-                                               actual_seq_lengths_query, actual_seq_lengths_kv, layout)
+                                               actual_seq_lengths_query, actual_seq_lengths_kv)
     inputs = (q, k, v, idx, d_out, out, softmax_max, softmax_sum, lq, lkv, qr, kr)
-    scale, bs, mode, pre, nxt = float(scale_value), int(sparse_block_size), int(sparse_mode), int(pre_tokens), \
-        int(next_tokens)
-    validate(_OP, _NAMES, inputs, (scale, bs, layout, mode, pre, nxt, bool(deterministic)))
+    attrs = attributes(_OP, (scale_value, sparse_block_size, layout, sparse_mode, pre_tokens, next_tokens,
+                             deterministic))
+    validate(_OP, _NAMES, inputs, attrs)
+    check_lengths_pair(_OP, "actual_seq_lengths_kv", actual_seq_lengths_query, actual_seq_lengths_kv, q, k)
+    scale, bs, layout, mode, pre, nxt, det = attrs
     prim = primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode,
-                     pre_tokens=pre, next_tokens=nxt, deterministic=bool(deterministic))
+                     pre_tokens=pre, next_tokens=nxt, deterministic=det)
     d_query, d_key, d_value, d_query_rope, d_key_rope = prim(*inputs)
     rope = query_rope is not None
     return (d_query, d_key, d_value if value is not None else None, d_query_rope if rope else None,

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from mindspore import Tensor
 
 from .._custom import primitive
-from ._checks import check_tensor, validate
-from ._optional import lengths_pair, rope_pair
+from ._checks import attributes, check_tensor, validate
+from ._optional import check_lengths_pair, lengths_pair, rope_pair
 
 _OP = "sparse_lightning_indexer_grad_kl_loss"
 
@@ -48,15 +48,17 @@ def sparse_lightning_indexer_grad_kl_loss(
     query = check_tensor(_OP, "query", query)
     key = check_tensor(_OP, "key", key)
     query_rope, key_rope = rope_pair(_OP, query_rope, key_rope, query.dtype)
-    lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key,
-                                 layout, query.shape[0], key.shape[0])
+    lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key)
     args = (("query", query), ("key", key), ("query_index", query_index), ("key_index", key_index),
             ("weights", weights), ("sparse_indices", sparse_indices), ("softmax_max", softmax_max),
             ("softmax_sum", softmax_sum), ("query_rope", query_rope), ("key_rope", key_rope),
             ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))
     names = tuple(n for n, _ in args)
     tensors = tuple(t for _, t in args)
-    validate(_OP, names, tensors, (float(scale_value), layout, int(sparse_mode), bool(deterministic)))
-    prim = primitive(_OP, scale_value=float(scale_value), layout=layout, sparse_mode=int(sparse_mode),
-                     deterministic=bool(deterministic))
+    attrs = attributes(_OP, (scale_value, layout, sparse_mode, deterministic))
+    validate(_OP, names, tensors, attrs)
+    check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query, key)
+    scale_value, layout, sparse_mode, deterministic = attrs
+    prim = primitive(_OP, scale_value=scale_value, layout=layout, sparse_mode=sparse_mode,
+                     deterministic=deterministic)
     return prim(*tensors)
