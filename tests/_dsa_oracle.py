@@ -86,8 +86,10 @@ def unary(v: Var, f: Callable, df: Callable) -> Var:
 
 def concat(vs: Sequence[Var], axis: int) -> Var:
     sizes = np.cumsum([v.value.shape[axis] for v in vs])[:-1]
-    return Var(np.concatenate([v.value for v in vs], axis),
-               tuple((v, (lambda i: lambda g: np.split(g, sizes, axis)[i])(i)) for i, v in enumerate(vs)))
+
+    def part(i: int) -> Callable:
+        return lambda g: np.split(g, sizes, axis)[i]
+    return Var(np.concatenate([v.value for v in vs], axis), tuple((v, part(i)) for i, v in enumerate(vs)))
 
 
 def backward(root: Var, seed: np.ndarray) -> None:

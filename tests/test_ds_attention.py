@@ -2,15 +2,14 @@
 (dense attention with mask = selected & causal, the selection taken from the layer's forward)."""
 from __future__ import annotations
 
+import _dsa_oracle as oracle
 import mindspore as ms
 import numpy as np
 import pytest
+from _util import MS_DTYPES, TOLERANCES, rel_l2
 from mindspore import Tensor, nn
 
 import ms_grad_ops as mgo
-
-import _dsa_oracle as oracle
-from _util import MS_DTYPES, TOLERANCES, rel_l2
 
 CFG = {"dim": 20, "n_heads": 2, "q_lora_rank": 12, "kv_lora_rank": 10, "qk_nope_head_dim": 6,
        "qk_rope_head_dim": 4, "v_head_dim": 5, "index_n_heads": 3, "index_head_dim": 8, "index_topk": 3}

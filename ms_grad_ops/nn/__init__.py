@@ -6,4 +6,5 @@ from .lightning_indexer import LightningIndexer
 from .rotary_embedding import RotaryEmbedding
 from .sparse_flash_attention import SparseFlashAttention
 
-__all__ = ["ClaGateMerge", "DSAttention", "IndexerKLLoss", "LightningIndexer", "RotaryEmbedding", "SparseFlashAttention"]
+__all__ = ["ClaGateMerge", "DSAttention", "IndexerKLLoss", "LightningIndexer", "RotaryEmbedding",
+           "SparseFlashAttention"]
