@@ -109,11 +109,13 @@ class TrainStep(nn.Cell):
     the predictions and the top-k keys *before* the update: every batch is new, so these measure
     the model on unseen data."""
 
-    def __init__(self, loss: Loss, lr: float) -> None:
+    def __init__(self, loss: Loss, lr: float, data_parallel: bool = False) -> None:
         super().__init__()
         self.loss = loss
         self.optimizer = nn.Adam(loss.trainable_params(), learning_rate=lr)
         self.grad = ms.value_and_grad(self._total, None, self.optimizer.parameters, has_aux=True)
+        # Data parallel: every rank applies the mean of all ranks' gradients (AllReduce).
+        self.reducer = nn.DistributedGradReducer(self.optimizer.parameters, mean=True) if data_parallel else None
 
     def _total(self, tokens: Tensor, labels: Tensor) -> tuple[Tensor, ...]:
         task, kl, pred, top = self.loss(tokens, labels)
@@ -121,6 +123,8 @@ class TrainStep(nn.Cell):
 
     def construct(self, tokens: Tensor, labels: Tensor) -> tuple[Tensor, ...]:
         (_, task, kl, pred, top), grads = self.grad(tokens, labels)
+        if self.reducer is not None:
+            grads = self.reducer(grads)
         self.optimizer(grads)
         return task, kl, pred, top
 
@@ -151,8 +155,8 @@ def copy_parameters(src: nn.Cell, dst: nn.Cell) -> None:
         q.set_data(p.data.copy())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def task_arguments(parser: argparse.ArgumentParser) -> None:
+    """The task, model and optimiser options shared with ``dsa_data_parallel.py``."""
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--topk", type=int, default=8)
     parser.add_argument("--needles", type=int, default=2)
@@ -161,9 +165,18 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=8)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=1e-2)
+
+
+def make_task(args: argparse.Namespace, seed: int = 0) -> Task:
+    return Task(args.seq_len, args.needles, args.values, args.noise, args.queries, seed=seed)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    task_arguments(parser)
     parser.add_argument("--warmup-steps", type=int, default=100)
     parser.add_argument("--sparse-steps", type=int, default=60)
-    parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--log-every", type=int, default=20)
     args = parser.parse_args()
 
@@ -171,7 +184,7 @@ def main() -> None:
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     ms.set_seed(0)
-    task = Task(args.seq_len, args.needles, args.values, args.noise, args.queries, seed=0)
+    task = make_task(args)
 
     dense = Model(task.vocab, task.classes, args.dim, args.seq_len, topk=args.seq_len)
     dense_step = TrainStep(Loss(dense, args.queries, args.topk), args.lr)
