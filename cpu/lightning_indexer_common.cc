@@ -5,32 +5,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "seq_lengths.h"
+
 namespace mgo::cpu {
 namespace {
-
-template <typename I>
-std::vector<int64_t> read_lengths(const I* p, int64_t n) {
-  return std::vector<int64_t>(p, p + n);
-}
-
-std::vector<int64_t> cumulative(const char* op, const char* arg, const aot::KernelArgs& args, int i, int64_t total) {
-  const int64_t n = args.numel(i);
-  std::vector<int64_t> c = args.dtype(i) == infer::DType::kInt64 ? read_lengths(args.as<const int64_t>(i), n)
-                                                                 : read_lengths(args.as<const int32_t>(i), n);
-  int64_t prev = 0;
-  for (int64_t b = 0; b < n; ++b) {
-    if (c[b] < prev) {
-      throw std::runtime_error(std::string(op) + ": " + arg + " must be non-decreasing cumulative lengths, but entry " +
-                               std::to_string(b) + " = " + std::to_string(c[b]) + " < " + std::to_string(prev));
-    }
-    prev = c[b];
-  }
-  if (prev != total) {
-    throw std::runtime_error(std::string(op) + ": the last entry of " + arg + " (" + std::to_string(prev) +
-                             ") must equal the token count " + std::to_string(total));
-  }
-  return c;
-}
 
 // Bit-exact exp for the vectorised loops: Cody-Waite reduction and a degree-6 polynomial.
 inline float fast_exp(float x) {
@@ -60,34 +38,17 @@ RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi
                   int lens_k_arg, int64_t sparse_mode) {
   const int64_t t1 = token_count(args, qi_arg, bsnd);
   const int64_t t2 = token_count(args, ki_arg, bsnd);
-  std::vector<int64_t> cq, ck;
-  if (bsnd) {
-    for (int64_t b = 1; b <= args.dim(qi_arg, 0); ++b) {
-      cq.push_back(b * args.dim(qi_arg, 1));
-      ck.push_back(b * args.dim(ki_arg, 1));
-    }
-  } else if (args.numel(lens_q_arg) == 0 && args.numel(lens_k_arg) == 0) {
-    cq = {t1};
-    ck = {t2};
-  } else {
-    if (args.numel(lens_q_arg) != args.numel(lens_k_arg)) {
-      throw std::runtime_error(std::string(op) + ": actual_seq_lengths_query and actual_seq_lengths_key must have "
-                               "the same number of batches");
-    }
-    cq = cumulative(op, "actual_seq_lengths_query", args, lens_q_arg, t1);
-    ck = cumulative(op, "actual_seq_lengths_key", args, lens_k_arg, t2);
-  }
+  const Batches bat = read_batches(op, args, bsnd, bsnd ? args.dim(qi_arg, 0) : 0, t1, t2, lens_q_arg, lens_k_arg,
+                                   "actual_seq_lengths_key");
   RowPlan plan{std::vector<int64_t>(t1), std::vector<int64_t>(t1), std::vector<int64_t>(t1)};
-  int64_t q0 = 0, k0 = 0;
-  for (size_t b = 0; b < cq.size(); ++b) {
-    const int64_t s1 = cq[b] - q0, s2 = ck[b] - k0;
+  for (size_t b = 0; b + 1 < bat.q.size(); ++b) {
+    const int64_t q0 = bat.q[b], k0 = bat.kv[b];
+    const int64_t s1 = bat.q[b + 1] - q0, s2 = bat.kv[b + 1] - k0;
     for (int64_t i = 0; i < s1; ++i) {
       plan.key_base[q0 + i] = k0;
       plan.key_count[q0 + i] = s2;
       plan.limit[q0 + i] = sparse_mode == 3 ? std::clamp<int64_t>(i + s2 - s1 + 1, 0, s2) : s2;
     }
-    q0 = cq[b];
-    k0 = ck[b];
   }
   return plan;
 }

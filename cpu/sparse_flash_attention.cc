@@ -3,8 +3,8 @@
 // Per query row and key group: gather the visible selected keys into a tile (chunks of kChunk),
 // S = scale * Q Kf^T and O += P V on the GEMM wrapper, online softmax across chunks. Never forms a
 // [T, K, D] gather or a [T, S2] score matrix. Rows are independent, so any schedule is
-// deterministic. Two exported variants: with rope (SparseFlashAttention) and without
-// (SparseFlashAttentionNoRope), because an AOT op cannot take None inputs.
+// deterministic. Absent optional inputs are zero-size placeholders: value (key is value), the
+// rope pair, the lengths.
 #include "../infer_shape/sparse_flash_attention.h"
 
 #include <cmath>
@@ -22,24 +22,23 @@ namespace {
 
 constexpr const char* kOp = "sparse_flash_attention";
 
-struct Slots {
-  int q, k, v, idx, qr, kr, lq, lkv, out, smax, ssum;
-};
-constexpr Slots kWithRope{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-constexpr Slots kNoRope{0, 1, 2, 3, -1, -1, 4, 5, 6, 7, 8};
+constexpr int kInputs = 8;
+constexpr Slots kSlots{0, 1, 2, 3, 4, 5, 6, 7};
+constexpr int kOut = 8, kMax = 9, kSum = 10;
 
 template <typename T, typename Op>
-void forward(const aot::KernelArgs& args, const Problem& p, const Slots& s, const std::vector<int64_t>& counts) {
+void forward(const aot::KernelArgs& args, const Problem& p, const std::vector<int64_t>& counts) {
+  const Slots& s = kSlots;
   const T* query = args.as<const T>(s.q);
   const T* key = args.as<const T>(s.k);
-  const T* value = args.as<const T>(s.v);
-  const T* query_rope = s.qr >= 0 ? args.as<const T>(s.qr) : nullptr;
-  const T* key_rope = s.kr >= 0 ? args.as<const T>(s.kr) : nullptr;
+  const T* value = p.shared_kv ? key : args.as<const T>(s.v);
+  const T* query_rope = p.dr > 0 ? args.as<const T>(s.qr) : nullptr;
+  const T* key_rope = p.dr > 0 ? args.as<const T>(s.kr) : nullptr;
   const int32_t* indices = args.as<const int32_t>(s.idx);
-  T* out = args.as<T>(s.out);
-  float* smax = args.as<float>(s.smax);
-  float* ssum = args.as<float>(s.ssum);
-  // MLA passes one tensor as key and value: then V is the first dv columns of the key tile.
+  T* out = args.as<T>(kOut);
+  float* smax = args.as<float>(kMax);
+  float* ssum = args.as<float>(kSum);
+  // Key is value (absent value, or one tensor passed twice): V is the first dv columns of the key tile.
   const bool v_in_k = static_cast<const void*>(value) == static_cast<const void*>(key) && p.dv <= p.d;
   const int64_t ldv = v_in_k ? p.dq : p.dv;
   const int64_t g = p.g;
@@ -125,17 +124,16 @@ void forward(const aot::KernelArgs& args, const Problem& p, const Slots& s, cons
   if (failed) throw std::runtime_error(std::string(kOp) + ": " + error);
 }
 
-void run(const aot::KernelArgs& args, AotExtra* extra, const Slots& s) {
+void run(const aot::KernelArgs& args, AotExtra* extra) {
   const infer::SfaAttrs attrs = read_attrs(extra, false);
-  const int n_in = s.qr >= 0 ? 8 : 6;
   std::vector<infer::TensorDesc> in;
-  for (int i = 0; i < n_in; ++i) in.push_back(args.desc(i));
+  for (int i = 0; i < kInputs; ++i) in.push_back(args.desc(i));
   infer::sparse_flash_attention(in, attrs);
-  const Problem p = make_problem(kOp, args, attrs, s.q, s.k, s.v, s.idx, s.lq, s.lkv, s.qr);
-  const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(s.idx));
-  dispatch_float(args.dtype(s.q), [&](auto tag) {
+  const Problem p = make_problem(kOp, args, attrs, kSlots);
+  const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(kSlots.idx));
+  dispatch_float(args.dtype(kSlots.q), [&](auto tag) {
     return with_operand<decltype(tag)>([&](auto, auto op) {
-      forward<decltype(tag), decltype(op)>(args, p, s, counts);
+      forward<decltype(tag), decltype(op)>(args, p, counts);
       return 0;
     });
   });
@@ -146,7 +144,7 @@ void run(const aot::KernelArgs& args, AotExtra* extra, const Slots& s) {
 
 extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionInferShape(int* ndims, int64_t** shapes,
                                                                             AotExtra* extra) {
-  return mgo::infer::sparse_flash_attention(mgo::aot::shape_descs(8, ndims, shapes),
+  return mgo::infer::sparse_flash_attention(mgo::aot::shape_descs(mgo::cpu::sfa::kInputs, ndims, shapes),
                                             mgo::cpu::sfa::read_attrs(extra, false))
       .shapes;
 }
@@ -156,28 +154,9 @@ extern "C" std::vector<TypeId> SparseFlashAttentionInferType(std::vector<TypeId>
       mgo::infer::sparse_flash_attention(mgo::aot::type_descs(types), mgo::cpu::sfa::read_attrs(extra, false)));
 }
 
-extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionNoRopeInferShape(int* ndims, int64_t** shapes,
-                                                                                  AotExtra* extra) {
-  return mgo::infer::sparse_flash_attention(mgo::aot::shape_descs(6, ndims, shapes),
-                                            mgo::cpu::sfa::read_attrs(extra, false))
-      .shapes;
-}
-
-extern "C" std::vector<TypeId> SparseFlashAttentionNoRopeInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::type_ids(
-      mgo::infer::sparse_flash_attention(mgo::aot::type_descs(types), mgo::cpu::sfa::read_attrs(extra, false)));
-}
-
 extern "C" int SparseFlashAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
                                     void*, void* extra) {
   const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  mgo::cpu::sfa::run(args, static_cast<AotExtra*>(extra), mgo::cpu::sfa::kWithRope);
-  return 0;
-}
-
-extern "C" int SparseFlashAttentionNoRope(int nparam, void** params, int* ndims, int64_t** shapes,
-                                          const char** dtypes, void*, void* extra) {
-  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  mgo::cpu::sfa::run(args, static_cast<AotExtra*>(extra), mgo::cpu::sfa::kNoRope);
+  mgo::cpu::sfa::run(args, static_cast<AotExtra*>(extra));
   return 0;
 }

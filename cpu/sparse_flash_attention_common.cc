@@ -5,6 +5,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "seq_lengths.h"
+
 namespace mgo::cpu::sfa {
 
 infer::SfaAttrs read_attrs(aot::AotExtra* extra, bool grad) {
@@ -20,80 +22,32 @@ infer::SfaAttrs read_attrs(aot::AotExtra* extra, bool grad) {
   return a;
 }
 
-namespace {
-
-std::vector<int64_t> read_lengths(const aot::KernelArgs& args, int i) {
-  const int64_t n = args.numel(i);
-  std::vector<int64_t> out(static_cast<size_t>(n));
-  if (args.dtype(i) == infer::DType::kInt64) {
-    const int64_t* src = args.as<const int64_t>(i);
-    for (int64_t j = 0; j < n; ++j) out[j] = src[j];
-  } else {
-    const int32_t* src = args.as<const int32_t>(i);
-    for (int64_t j = 0; j < n; ++j) out[j] = src[j];
-  }
-  return out;
-}
-
-// Cumulative lengths (no leading 0) -> with leading 0; checks non-decreasing and last == total.
-std::vector<int64_t> cumulative(const char* op, const char* arg, const std::vector<int64_t>& lens, int64_t total) {
-  std::vector<int64_t> c{0};
-  for (size_t i = 0; i < lens.size(); ++i) {
-    if (lens[i] < c.back()) {
-      throw std::runtime_error(std::string(op) + ": " + arg + " must be cumulative (non-decreasing, >= 0), got " +
-                               arg + "[" + std::to_string(i) + "] = " + std::to_string(lens[i]) + " after " +
-                               std::to_string(c.back()));
-    }
-    c.push_back(lens[i]);
-  }
-  if (c.back() != total) {
-    throw std::runtime_error(std::string(op) + ": the last entry of " + arg + " (" + std::to_string(c.back()) +
-                             ") must equal the number of tokens " + std::to_string(total));
-  }
-  return c;
-}
-
-}  // namespace
-
-Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::SfaAttrs& attrs, int q, int k,
-                     int v, int idx, int lq, int lkv, int qr) {
+Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::SfaAttrs& attrs, const Slots& s) {
   Problem p;
   p.bsnd = attrs.layout == "BSND";
   p.bs = attrs.sparse_block_size;
   p.mode = attrs.sparse_mode;
   p.scale = static_cast<float>(attrs.scale_value);
+  p.shared_kv = args.numel(s.v) == 0;
   const int r = p.bsnd ? 4 : 3;
-  p.n1 = args.dim(q, r - 2);
-  p.n2 = args.dim(k, r - 2);
+  p.n1 = args.dim(s.q, r - 2);
+  p.n2 = args.dim(s.k, r - 2);
   p.g = p.n1 / p.n2;
-  p.d = args.dim(q, r - 1);
-  p.dv = args.dim(v, r - 1);
-  p.dr = qr >= 0 ? args.dim(qr, r - 1) : 0;
+  p.d = args.dim(s.q, r - 1);
+  p.dv = p.shared_kv ? p.d : args.dim(s.v, r - 1);
+  p.dr = args.numel(s.qr) > 0 ? args.dim(s.qr, r - 1) : 0;
   p.dq = p.d + p.dr;
-  p.k = args.dim(idx, r - 1);
-  p.t1 = args.numel(q) / (p.n1 * p.d);
-  p.t2 = args.numel(k) / (p.n2 * p.d);
-  if (p.bsnd) {
-    p.batch = args.dim(q, 0);
-    const int64_t s1 = args.dim(q, 1);
-    const int64_t s2 = args.dim(k, 1);
-    for (int64_t b = 0; b <= p.batch; ++b) {
-      p.cq.push_back(b * s1);
-      p.ckv.push_back(b * s2);
-    }
-  } else {
-    p.cq = cumulative(op, "actual_seq_lengths_query", read_lengths(args, lq), p.t1);
-    p.ckv = cumulative(op, "actual_seq_lengths_kv", read_lengths(args, lkv), p.t2);
-    if (p.cq.size() != p.ckv.size()) {
-      throw std::runtime_error(std::string(op) + ": actual_seq_lengths_query and actual_seq_lengths_kv must have " +
-                               "the same number of batches, got " + std::to_string(p.cq.size() - 1) + " and " +
-                               std::to_string(p.ckv.size() - 1));
-    }
-    p.batch = static_cast<int64_t>(p.cq.size()) - 1;
-  }
+  p.k = args.dim(s.idx, r - 1);
+  p.t1 = args.numel(s.q) / (p.n1 * p.d);
+  p.t2 = args.numel(s.k) / (p.n2 * p.d);
+  const Batches b = read_batches(op, args, p.bsnd, p.bsnd ? args.dim(s.q, 0) : 0, p.t1, p.t2, s.lq, s.lkv,
+                                 "actual_seq_lengths_kv");
+  p.cq = b.q;
+  p.ckv = b.kv;
+  p.batch = static_cast<int64_t>(p.cq.size()) - 1;
   p.row_batch.resize(static_cast<size_t>(p.t1));
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t t = p.cq[b]; t < p.cq[b + 1]; ++t) p.row_batch[t] = static_cast<int32_t>(b);
+  for (int64_t i = 0; i < p.batch; ++i) {
+    for (int64_t t = p.cq[i]; t < p.cq[i + 1]; ++t) p.row_batch[t] = static_cast<int32_t>(i);
   }
   return p;
 }

@@ -40,6 +40,7 @@ struct Problem {
   int64_t n1 = 0, n2 = 0, g = 0;
   int64_t d = 0, dr = 0, dq = 0, dv = 0;  // D, Dr, D + Dr, value D
   int64_t k = 0;               // index slots per row
+  bool shared_kv = false;      // value absent: key is value (DeepSeek's shared latent KV)
   int64_t bs = 1;
   int64_t mode = 3;
   float scale = 1.0f;
@@ -64,10 +65,14 @@ struct Problem {
   }
 };
 
-// Builds the geometry from the launch arguments. `q, k, v, idx, lq, lkv, qr` are parameter
-// positions (qr < 0: no rope). Throws std::runtime_error naming `op` on bad length values.
-Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::SfaAttrs& attrs, int q, int k,
-                     int v, int idx, int lq, int lkv, int qr);
+// Parameter positions of the inputs both kernels share.
+struct Slots {
+  int q, k, v, idx, qr, kr, lq, lkv;
+};
+
+// Builds the geometry from the launch arguments; an absent (zero-size) value means key is value,
+// absent ropes mean Dr = 0. Throws std::runtime_error naming `op` on bad length values.
+Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::SfaAttrs& attrs, const Slots& s);
 
 // Checks every index (-1 or a block of its batch) and returns the number of visible keys of
 // every (row, group), [t1 * n2]. Throws std::runtime_error naming `op` on the first bad index.

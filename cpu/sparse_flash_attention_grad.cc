@@ -9,6 +9,10 @@
 // processed in row order by one thread and scatter-adds its key gradients into its own float32
 // buffer covering just the key rows it can reach; the buffers are then summed per key row in
 // partition order. So every output bit is the same for any OMP_NUM_THREADS.
+//
+// Shared latent KV (value absent: key is value): dV is added to dK in the same float32 partition
+// buffers, so d_key = dK + dV is rounded once and d_value is absent (zero-size). Absent ropes give
+// absent rope gradients.
 #include "../infer_shape/sparse_flash_attention_grad.h"
 
 #include <algorithm>
@@ -32,11 +36,10 @@ constexpr int64_t kMaxPartitions = 8;
 // key tile and dK/dV rows stay in L2 for the scatter-add.
 constexpr int64_t kBlock = 256;
 
-struct Slots {
-  int q, k, v, idx, dout, out, smax, ssum, lq, lkv, qr, kr, dq, dk, dv, dqr, dkr;
-};
-constexpr Slots kWithRope{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-constexpr Slots kNoRope{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, -1, -1, 10, 11, 12, -1, -1};
+constexpr int kInputs = 12;
+constexpr Slots kSlots{0, 1, 2, 3, 10, 11, 8, 9};
+constexpr int kDOut = 4, kOut = 5, kMax = 6, kSum = 7;
+constexpr int kDQuery = 12, kDKey = 13, kDValue = 14, kDQueryRope = 15, kDKeyRope = 16;
 
 // Contiguous query rows [r0, r1) and the key rows [k0, k1) they can reach.
 struct Partition {
@@ -53,7 +56,7 @@ std::vector<Partition> make_partitions(const aot::KernelArgs& args, const Proble
                                        const std::vector<int64_t>& counts) {
   int64_t io_bytes = 0;
   for (int i = 0; i < args.count(); ++i) io_bytes += args.numel(i) * elem_bytes(args.dtype(i));
-  const int64_t buf_bytes = std::max<int64_t>(1, p.t2 * p.n2 * (p.dq + p.dv) * 4);
+  const int64_t buf_bytes = std::max<int64_t>(1, p.t2 * p.n2 * (p.dq + (p.shared_kv ? 0 : p.dv)) * 4);
   int64_t parts = std::clamp<int64_t>(io_bytes / 4 / buf_bytes, 1, kMaxPartitions);
   parts = std::max<int64_t>(1, std::min(parts, p.t1));
   std::vector<int64_t> work(static_cast<size_t>(p.t1));
@@ -90,23 +93,24 @@ std::vector<Partition> make_partitions(const aot::KernelArgs& args, const Proble
 }
 
 template <typename T, typename Op>
-void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, const std::vector<int64_t>& counts) {
+void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<int64_t>& counts) {
   constexpr bool kF32 = std::is_same_v<Op, float>;
+  const Slots& s = kSlots;
   const T* query = args.as<const T>(s.q);
   const T* key = args.as<const T>(s.k);
-  const T* value = args.as<const T>(s.v);
-  const T* d_out = args.as<const T>(s.dout);
-  const T* out = args.as<const T>(s.out);
-  const T* query_rope = s.qr >= 0 ? args.as<const T>(s.qr) : nullptr;
-  const T* key_rope = s.kr >= 0 ? args.as<const T>(s.kr) : nullptr;
-  const float* smax = args.as<const float>(s.smax);
-  const float* ssum = args.as<const float>(s.ssum);
+  const T* value = p.shared_kv ? key : args.as<const T>(s.v);
+  const T* d_out = args.as<const T>(kDOut);
+  const T* out = args.as<const T>(kOut);
+  const T* query_rope = p.dr > 0 ? args.as<const T>(s.qr) : nullptr;
+  const T* key_rope = p.dr > 0 ? args.as<const T>(s.kr) : nullptr;
+  const float* smax = args.as<const float>(kMax);
+  const float* ssum = args.as<const float>(kSum);
   const int32_t* indices = args.as<const int32_t>(s.idx);
-  T* d_query = args.as<T>(s.dq);
-  T* d_key = args.as<T>(s.dk);
-  T* d_value = args.as<T>(s.dv);
-  T* d_query_rope = s.dqr >= 0 ? args.as<T>(s.dqr) : nullptr;
-  T* d_key_rope = s.dkr >= 0 ? args.as<T>(s.dkr) : nullptr;
+  T* d_query = args.as<T>(kDQuery);
+  T* d_key = args.as<T>(kDKey);
+  T* d_value = p.shared_kv ? nullptr : args.as<T>(kDValue);
+  T* d_query_rope = p.dr > 0 ? args.as<T>(kDQueryRope) : nullptr;
+  T* d_key_rope = p.dr > 0 ? args.as<T>(kDKeyRope) : nullptr;
   const bool v_in_k = static_cast<const void*>(value) == static_cast<const void*>(key) && p.dv <= p.d;
   const int64_t ldv = v_in_k ? p.dq : p.dv;
   const int64_t g = p.g;
@@ -130,7 +134,10 @@ void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, con
         std::vector<float>& dkb = dk_buf[pi];
         std::vector<float>& dvb = dv_buf[pi];
         dkb.assign((part.k1 - part.k0) * p.n2 * p.dq, 0.0f);
-        dvb.assign((part.k1 - part.k0) * p.n2 * p.dv, 0.0f);
+        dvb.assign(p.shared_kv ? 0 : (part.k1 - part.k0) * p.n2 * p.dv, 0.0f);
+        // Shared KV: dV goes into the first dv (= D) columns of the dK row, in float32.
+        float* dv_rows = p.shared_kv ? dkb.data() : dvb.data();
+        const int64_t ld_dv = p.shared_kv ? p.dq : p.dv;
         for (int64_t t = part.r0; t < part.r1; ++t) {
           for (int64_t grp = 0; grp < p.n2; ++grp) {
             const int64_t head0 = t * p.n1 + grp * g;
@@ -184,7 +191,7 @@ void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, con
                 for (int64_t r = 0; r < nc; ++r) {
                   const int64_t local = (keys[c0 + r] - part.k0) * p.n2 + grp;
                   add_to(dkb.data() + local * p.dq, dkc.data() + r * p.dq, p.dq);
-                  add_to(dvb.data() + local * p.dv, dvc.data() + r * p.dv, p.dv);
+                  add_to(dv_rows + local * ld_dv, dvc.data() + r * p.dv, p.dv);
                 }
               }
             }
@@ -215,27 +222,26 @@ void backward(const aot::KernelArgs& args, const Problem& p, const Slots& s, con
         if (j < part.k0 || j >= part.k1) continue;
         const int64_t local = row - part.k0 * p.n2;
         add_to(kacc.data(), dk_buf[pi].data() + local * p.dq, p.dq);
-        add_to(vacc.data(), dv_buf[pi].data() + local * p.dv, p.dv);
+        if (d_value != nullptr) add_to(vacc.data(), dv_buf[pi].data() + local * p.dv, p.dv);
       }
       store(kacc.data(), d_key + row * p.d, p.d);
       if (p.dr > 0) store(kacc.data() + p.d, d_key_rope + row * p.dr, p.dr);
-      store(vacc.data(), d_value + row * p.dv, p.dv);
+      if (d_value != nullptr) store(vacc.data(), d_value + row * p.dv, p.dv);
     }
   }
   if (failed) throw std::runtime_error(std::string(kOp) + ": " + error);
 }
 
-void run(const aot::KernelArgs& args, AotExtra* extra, const Slots& s) {
+void run(const aot::KernelArgs& args, AotExtra* extra) {
   const infer::SfaAttrs attrs = read_attrs(extra, true);
-  const int n_in = s.qr >= 0 ? 12 : 10;
   std::vector<infer::TensorDesc> in;
-  for (int i = 0; i < n_in; ++i) in.push_back(args.desc(i));
+  for (int i = 0; i < kInputs; ++i) in.push_back(args.desc(i));
   infer::sparse_flash_attention_grad(in, attrs);
-  const Problem p = make_problem(kOp, args, attrs, s.q, s.k, s.v, s.idx, s.lq, s.lkv, s.qr);
-  const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(s.idx));
-  dispatch_float(args.dtype(s.q), [&](auto tag) {
+  const Problem p = make_problem(kOp, args, attrs, kSlots);
+  const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(kSlots.idx));
+  dispatch_float(args.dtype(kSlots.q), [&](auto tag) {
     return with_operand<decltype(tag)>([&](auto, auto op) {
-      backward<decltype(tag), decltype(op)>(args, p, s, counts);
+      backward<decltype(tag), decltype(op)>(args, p, counts);
       return 0;
     });
   });
@@ -246,7 +252,7 @@ void run(const aot::KernelArgs& args, AotExtra* extra, const Slots& s) {
 
 extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionGradInferShape(int* ndims, int64_t** shapes,
                                                                                 AotExtra* extra) {
-  return mgo::infer::sparse_flash_attention_grad(mgo::aot::shape_descs(12, ndims, shapes),
+  return mgo::infer::sparse_flash_attention_grad(mgo::aot::shape_descs(mgo::cpu::sfa::kInputs, ndims, shapes),
                                                  mgo::cpu::sfa::read_attrs(extra, true))
       .shapes;
 }
@@ -256,28 +262,9 @@ extern "C" std::vector<TypeId> SparseFlashAttentionGradInferType(std::vector<Typ
                                                                     mgo::cpu::sfa::read_attrs(extra, true)));
 }
 
-extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionGradNoRopeInferShape(int* ndims, int64_t** shapes,
-                                                                                      AotExtra* extra) {
-  return mgo::infer::sparse_flash_attention_grad(mgo::aot::shape_descs(10, ndims, shapes),
-                                                 mgo::cpu::sfa::read_attrs(extra, true))
-      .shapes;
-}
-
-extern "C" std::vector<TypeId> SparseFlashAttentionGradNoRopeInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::type_ids(mgo::infer::sparse_flash_attention_grad(mgo::aot::type_descs(types),
-                                                                    mgo::cpu::sfa::read_attrs(extra, true)));
-}
-
 extern "C" int SparseFlashAttentionGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
                                         void*, void* extra) {
   const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  mgo::cpu::sfa::run(args, static_cast<AotExtra*>(extra), mgo::cpu::sfa::kWithRope);
-  return 0;
-}
-
-extern "C" int SparseFlashAttentionGradNoRope(int nparam, void** params, int* ndims, int64_t** shapes,
-                                              const char** dtypes, void*, void* extra) {
-  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  mgo::cpu::sfa::run(args, static_cast<AotExtra*>(extra), mgo::cpu::sfa::kNoRope);
+  mgo::cpu::sfa::run(args, static_cast<AotExtra*>(extra));
   return 0;
 }

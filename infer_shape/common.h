@@ -81,6 +81,12 @@ inline std::string shape_str(const Shape& s) {
 inline bool rank_known(const Shape& s) { return !(s.size() == 1 && s[0] == kUnknownRank); }
 inline bool known(int64_t d) { return d >= 0; }
 
+// An absent optional input. ops.Custom AOT inputs cannot be None, so Python passes one kind of
+// placeholder for every optional input of every op: a zero-size 1-D tensor (ms_grad_ops.ops.
+// _optional.absent). No real optional input has that shape (ropes and value are 3-D/4-D, lengths
+// have at least one entry), so it needs no extra attribute. An unknown shape is not absent.
+inline bool is_absent(const Shape& s) { return s.size() == 1 && s[0] == 0; }
+
 // Dim `i` of `t`, or kUnknownDim when the rank or the dim is not known (yet).
 inline int64_t dim_or_unknown(const TensorDesc& t, size_t i) {
   return rank_known(t.shape) && i < t.shape.size() ? t.shape[i] : kUnknownDim;

@@ -20,7 +20,7 @@ inline InferResult lightning_indexer(const std::vector<TensorDesc>& in, int64_t 
   check_indexer_sparse_mode(c, sparse_mode);
   if (sparse_count < 1) c.value_error("attribute 'sparse_count' must be >= 1, got " + std::to_string(sparse_count));
   check_indexer_tensors(c, l, in[0], in[1], in[2]);
-  check_seq_lengths(c, l, in[3], in[4]);
+  check_seq_lengths(c, l == IndexerLayout::kBSND, in[3], in[4], "actual_seq_lengths_key");
   const Shape s = sparse_shape(l, in[0], sparse_count);
   return {{s, s}, {DType::kInt32, DType::kFloat32}};
 }

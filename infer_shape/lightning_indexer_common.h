@@ -1,17 +1,15 @@
 // Shape rules shared by `lightning_indexer` and `sparse_lightning_indexer_grad_kl_loss` (SPEC
 // section 4): layout/sparse_mode attributes, the indexer tensors and the optional inputs.
 //
-// Optional inputs (query_rope/key_rope, actual_seq_lengths_*) reach the kernels as zero-size 1-D
-// placeholders ("absent"), because ops.Custom AOT inputs cannot be None. A real rope tensor has
-// rank 3/4 and a real lengths tensor has at least one entry, so a placeholder is unambiguous.
-// TND without lengths means one sequence of all tokens; BSND takes no lengths (every batch has
-// the full S1 queries and S2 keys).
+// Optional inputs (query_rope/key_rope, actual_seq_lengths_*) reach the kernels as the absent
+// placeholder of common.h; the lengths follow the one rule of seq_lengths.h.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "common.h"
+#include "seq_lengths.h"
 
 namespace mgo::infer {
 
@@ -30,9 +28,6 @@ inline void check_indexer_sparse_mode(const Checker& c, int64_t sparse_mode) {
   }
 }
 
-// A zero-size 1-D placeholder standing for None.
-inline bool is_absent(const TensorDesc& t) { return rank_known(t.shape) && t.shape.size() == 1 && t.shape[0] == 0; }
-
 // Rank of a [tokens..., N, D] tensor in this layout (TND 3, BSND 4).
 inline size_t token_rank(IndexerLayout l) { return l == IndexerLayout::kTND ? 3 : 4; }
 // Number of leading token dims (TND: T; BSND: B, S).
@@ -46,24 +41,6 @@ inline void same_tokens(const Checker& c, IndexerLayout l, const char* arg, cons
     c.dim(arg, t, i, dim_or_unknown(ref, i), std::string(i == 0 && l == IndexerLayout::kBSND ? "B" : "tokens") +
                                                  " of '" + ref_arg + "'");
   }
-}
-
-// The two lengths inputs: both absent, or both 1-D int with one entry per batch (TND only).
-inline void check_seq_lengths(const Checker& c, IndexerLayout l, const TensorDesc& q, const TensorDesc& k) {
-  if (is_absent(q) != is_absent(k) && rank_known(q.shape) && rank_known(k.shape)) {
-    c.value_error("arguments 'actual_seq_lengths_query' and 'actual_seq_lengths_key' must both be given or both "
-                  "be None");
-  }
-  if (!is_absent(q) && l == IndexerLayout::kBSND && rank_known(q.shape)) {
-    c.value_error("arguments 'actual_seq_lengths_query'/'actual_seq_lengths_key' must be None in BSND layout "
-                  "(every batch has the full S1 and S2), got shape " + shape_str(q.shape));
-  }
-  if (is_absent(q)) return;
-  c.rank("actual_seq_lengths_query", q, 1);
-  c.rank("actual_seq_lengths_key", k, 1);
-  c.dim("actual_seq_lengths_key", k, 0, dim_or_unknown(q, 0), "the batch count of 'actual_seq_lengths_query'");
-  c.integer("actual_seq_lengths_query", q);
-  c.integer("actual_seq_lengths_key", k);
 }
 
 // query_index [T1, Nidx, Didx] / [B, S1, Nidx, Didx], key_index [T2, 1, Didx] / [B, S2, 1, Didx],

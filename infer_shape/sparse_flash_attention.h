@@ -1,7 +1,7 @@
 // Shape rules of `sparse_flash_attention` (SPEC section 3, forward).
 //
-// Inputs (with rope): query, key, value, sparse_indices, query_rope, key_rope,
-// actual_seq_lengths_query, actual_seq_lengths_kv; without rope the two rope tensors are left out.
+// Inputs: query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query,
+// actual_seq_lengths_kv (value, ropes and lengths may be the absent placeholder).
 // Outputs: out (shape/dtype of query), softmax_max, softmax_sum (float32 statistics).
 #pragma once
 
@@ -13,14 +13,8 @@ namespace mgo::infer {
 
 inline InferResult sparse_flash_attention(const std::vector<TensorDesc>& in, const SfaAttrs& attrs) {
   const Checker c("sparse_flash_attention");
-  if (in.size() != 8 && in.size() != 6) c.value_error("expected 8 inputs (6 without rope), got " + std::to_string(in.size()));
-  const bool rope = in.size() == 8;
-  SfaInputs s{in[0], in[1], in[2], in[3], in[rope ? 6 : 4], in[rope ? 7 : 5]};
-  if (rope) {
-    s.query_rope = &in[4];
-    s.key_rope = &in[5];
-  }
-  const Shape stats = check_sfa_inputs(c, s, attrs);
+  c.arity(in, 8);
+  const Shape stats = check_sfa_inputs(c, {in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7]}, attrs);
   return {{in[0].shape, stats, stats}, {in[0].dtype, DType::kFloat32, DType::kFloat32}};
 }
 

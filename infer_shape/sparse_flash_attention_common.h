@@ -2,18 +2,19 @@
 //
 // TND: query [T1, N1, D], key/value [T2, N2, D], sparse_indices [T1, N2, K] int32, query_rope
 // [T1, N1, Dr], key_rope [T2, N2, Dr], actual_seq_lengths_* [B] int32/int64 (cumulative).
-// BSND: [B, S1, N1, D], [B, S2, N2, D], [B, S1, N2, K], ...; the length inputs are ignored (the
-// functional op passes a 1-element placeholder). Statistics: float32 [N2, T1, G] (TND) or
-// [B, N2, S1, G] (BSND), G = N1 / N2.
+// BSND: [B, S1, N1, D], [B, S2, N2, D], [B, S1, N2, K], ... Statistics: float32 [N2, T1, G] (TND)
+// or [B, N2, S1, G] (BSND), G = N1 / N2.
 //
-// The rope inputs are optional: an AOT Custom op cannot take None, so each op has two variants
-// (with and without the two rope tensors); `has_rope` says which one is being checked.
+// Optional inputs are the absent placeholder of common.h: value (absent = key is value, DeepSeek's
+// shared latent KV), the rope pair (rope_pair.h) and the lengths (the rule of seq_lengths.h).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "common.h"
+#include "rope_pair.h"
+#include "seq_lengths.h"
 
 namespace mgo::infer {
 
@@ -28,11 +29,9 @@ struct SfaAttrs {
   int64_t next_tokens = kSfaDefaultTokens;
 };
 
-// The named inputs of either op (rope may be absent).
+// The named inputs common to both ops (value, the ropes and the lengths may be absent).
 struct SfaInputs {
-  TensorDesc query, key, value, sparse_indices, lens_q, lens_kv;
-  const TensorDesc* query_rope = nullptr;
-  const TensorDesc* key_rope = nullptr;
+  const TensorDesc &query, &key, &value, &sparse_indices, &query_rope, &key_rope, &lens_q, &lens_kv;
 };
 
 inline void check_sfa_attrs(const Checker& c, const SfaAttrs& a) {
@@ -62,7 +61,7 @@ inline Shape check_sfa_inputs(const Checker& c, const SfaInputs& in, const SfaAt
   c.rank("query", q, r);
   c.rank("key", k, r);
   c.rank("sparse_indices", in.sparse_indices, r);
-  c.same_shape("value", in.value, "key", k);
+  if (!is_absent(in.value.shape)) c.same_shape("value", in.value, "key", k);
   c.floating("query", q);
   c.same_dtype("key", k, "query", q);
   c.same_dtype("value", in.value, "query", q);
@@ -85,31 +84,8 @@ inline Shape check_sfa_inputs(const Checker& c, const SfaInputs& in, const SfaAt
   c.dim("sparse_indices", in.sparse_indices, n_ax, n2, "N2 of 'key'");
   c.positive("sparse_indices", in.sparse_indices);
   c.positive("query", q);
-  if ((in.query_rope == nullptr) != (in.key_rope == nullptr)) {
-    c.value_error("arguments 'query_rope' and 'key_rope' must be given together");
-  }
-  if (in.query_rope != nullptr) {
-    const TensorDesc& qr = *in.query_rope;
-    const TensorDesc& kr = *in.key_rope;
-    c.rank("query_rope", qr, r);
-    c.rank("key_rope", kr, r);
-    for (size_t i = 0; i + 1 < r; ++i) {
-      c.dim("query_rope", qr, i, dim_or_unknown(q, i), "the matching dim of 'query'");
-      c.dim("key_rope", kr, i, dim_or_unknown(k, i), "the matching dim of 'key'");
-    }
-    c.dim("key_rope", kr, r - 1, dim_or_unknown(qr, r - 1), "the rope size Dr of 'query_rope'");
-    c.positive("query_rope", qr);
-    c.same_dtype("query_rope", qr, "query", q);
-    c.same_dtype("key_rope", kr, "query", q);
-  }
-  c.rank("actual_seq_lengths_query", in.lens_q, 1);
-  c.rank("actual_seq_lengths_kv", in.lens_kv, 1);
-  c.integer("actual_seq_lengths_query", in.lens_q);
-  c.integer("actual_seq_lengths_kv", in.lens_kv);
-  if (!bsnd) {
-    c.positive("actual_seq_lengths_query", in.lens_q);
-    c.same_shape("actual_seq_lengths_kv", in.lens_kv, "actual_seq_lengths_query", in.lens_q);
-  }
+  check_rope_pair(c, r, q, k, in.query_rope, in.key_rope);
+  check_seq_lengths(c, bsnd, in.lens_q, in.lens_kv, "actual_seq_lengths_kv");
   const int64_t g = known(n1) && known(n2) && n2 > 0 ? n1 / n2 : kUnknownDim;
   if (bsnd) return {dim_or_unknown(q, 0), n2, dim_or_unknown(q, 1), g};
   return {n2, dim_or_unknown(q, 0), g};

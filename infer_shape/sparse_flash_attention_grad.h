@@ -1,9 +1,10 @@
 // Shape rules of `sparse_flash_attention_grad` (SPEC section 3, backward).
 //
-// Inputs (with rope): query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum,
-// actual_seq_lengths_query, actual_seq_lengths_kv, query_rope, key_rope; without rope the last two
-// are left out. Outputs: d_query, d_key, d_value (+ d_query_rope, d_key_rope with rope), shaped
-// and typed like their inputs.
+// Inputs: query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum,
+// actual_seq_lengths_query, actual_seq_lengths_kv, query_rope, key_rope (value, lengths and ropes
+// may be the absent placeholder). Outputs: d_query, d_key, d_value, d_query_rope, d_key_rope,
+// each shaped and typed like its input: an absent input has an absent (zero-size) gradient, and
+// with value absent d_key holds the fused gradient of the shared key/value.
 #pragma once
 
 #include <vector>
@@ -14,16 +15,8 @@ namespace mgo::infer {
 
 inline InferResult sparse_flash_attention_grad(const std::vector<TensorDesc>& in, const SfaAttrs& attrs) {
   const Checker c("sparse_flash_attention_grad");
-  if (in.size() != 12 && in.size() != 10) {
-    c.value_error("expected 12 inputs (10 without rope), got " + std::to_string(in.size()));
-  }
-  const bool rope = in.size() == 12;
-  SfaInputs s{in[0], in[1], in[2], in[3], in[8], in[9]};
-  if (rope) {
-    s.query_rope = &in[10];
-    s.key_rope = &in[11];
-  }
-  const Shape stats = check_sfa_inputs(c, s, attrs);
+  c.arity(in, 12);
+  const Shape stats = check_sfa_inputs(c, {in[0], in[1], in[2], in[3], in[10], in[11], in[8], in[9]}, attrs);
   c.same_shape("d_out", in[4], "query", in[0]);
   c.same_shape("out", in[5], "query", in[0]);
   c.same_dtype("d_out", in[4], "query", in[0]);
@@ -37,12 +30,10 @@ inline InferResult sparse_flash_attention_grad(const std::vector<TensorDesc>& in
       c.type_error(std::string("argument '") + name + "' must be float32, got " + dtype_name(in[i].dtype));
     }
   }
-  InferResult r{{in[0].shape, in[1].shape, in[2].shape}, {in[0].dtype, in[1].dtype, in[2].dtype}};
-  if (rope) {
-    r.shapes.push_back(in[10].shape);
-    r.shapes.push_back(in[11].shape);
-    r.dtypes.push_back(in[10].dtype);
-    r.dtypes.push_back(in[11].dtype);
+  InferResult r;
+  for (size_t i : {size_t{0}, size_t{1}, size_t{2}, size_t{10}, size_t{11}}) {
+    r.shapes.push_back(in[i].shape);
+    r.dtypes.push_back(in[i].dtype);
   }
   return r;
 }

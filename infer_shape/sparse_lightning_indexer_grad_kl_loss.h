@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lightning_indexer_common.h"
+#include "rope_pair.h"
 
 namespace mgo::infer {
 
@@ -49,26 +50,12 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   }
   c.dim("softmax_max", mx, r - 1, dim_or_unknown(q, r - 2), "N1 of 'query'");
   c.same_shape("softmax_sum", sm, "softmax_max", mx);
-  // Rope: both or neither.
-  if (rank_known(qr.shape) && rank_known(kr.shape) && is_absent(qr) != is_absent(kr)) {
-    c.value_error("arguments 'query_rope' and 'key_rope' must both be given or both be None");
-  }
-  if (!is_absent(qr)) {
-    c.rank("query_rope", qr, r);
-    c.rank("key_rope", kr, r);
-    for (size_t i = 0; i + 1 < r; ++i) c.dim("query_rope", qr, i, dim_or_unknown(q, i), "the matching dim of 'query'");
-    for (size_t i = 0; i + 1 < r; ++i) c.dim("key_rope", kr, i, dim_or_unknown(k, i), "the matching dim of 'key'");
-    c.dim("key_rope", kr, r - 1, dim_or_unknown(qr, r - 1), "Dr of 'query_rope'");
-  }
-  check_seq_lengths(c, l, in[10], in[11]);
+  check_rope_pair(c, r, q, k, qr, kr);
+  check_seq_lengths(c, l == IndexerLayout::kBSND, in[10], in[11], "actual_seq_lengths_key");
   // Dtypes.
   c.floating("query", q);
   c.same_dtype("key", k, "query", q);
   c.same_dtype("query_index", qi, "query", q);
-  if (!is_absent(qr)) {
-    c.same_dtype("query_rope", qr, "query", q);
-    c.same_dtype("key_rope", kr, "query", q);
-  }
   if (si.dtype != DType::kUnknown && si.dtype != DType::kInt32) {
     c.type_error(std::string("argument 'sparse_indices' must be int32, got ") + dtype_name(si.dtype));
   }

@@ -12,6 +12,9 @@ Primitives are built lazily (first use) and cached per (op, device target, attri
   ``aclnn<OpType>``. MindSpore requires Python ``out_shape``/``out_dtype`` callables for such
   ops; they call the same ``infer_shape/`` rules through the ``_validate`` module. The reg_info
   names come from the same table as the OpDef's, with the dtypes the OpDef declares.
+
+Either way the primitive of a differentiable forward op carries our fused grad kernel as its
+``bprop`` (``_bprops.py``), so ``ms.grad`` works through the functional ops as through the Cells.
 """
 from __future__ import annotations
 
@@ -103,6 +106,8 @@ def ascend_infer(spec: OpSpec, attrs: dict[str, object]) -> tuple:
 
 @functools.cache
 def _build(name: str, target: str, attr_items: tuple[tuple[str, object], ...]) -> ops.Custom:
+    from ._bprops import bprop_of
+
     spec = OP_SPECS[name]
     attrs = dict(attr_items)
     if target == "Ascend":
@@ -110,10 +115,10 @@ def _build(name: str, target: str, attr_items: tuple[tuple[str, object], ...]) -
             raise RuntimeError(f"{name}: no Ascend kernel exists yet (CPU only); see the README support matrix")
         out_shape, out_dtype = ascend_infer(spec, attrs)
         return ops.Custom(spec.op_type, out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
-                          reg_info=reg_info(spec, target, attrs))
+                          reg_info=reg_info(spec, target, attrs), bprop=bprop_of(name, attrs))
     if target == "CPU":
         return ops.Custom(f"{cpu_library()}:{spec.op_type}", out_shape=None, out_dtype=None, func_type="aot",
-                          reg_info=reg_info(spec, target, attrs))
+                          reg_info=reg_info(spec, target, attrs), bprop=bprop_of(name, attrs))
     raise RuntimeError(f"{name}: device target {target!r} is not supported (CPU and Ascend are)")
 
 

@@ -75,9 +75,8 @@ _SPECS = (
 )
 
 # sparse_flash_attention(_grad): one float dtype for all float tensors, int32 indices, float32
-# statistics, int32/int64 lengths. An AOT op cannot take None, so each op also has a "_no_rope"
-# variant without the two rope inputs (and rope outputs); BSND passes a 1-element placeholder for
-# the (ignored) lengths.
+# statistics, int32/int64 lengths. value, the rope pair and the lengths are optional: an absent one
+# is the zero-size placeholder of ops/_optional.py (in the slot's dtype), and so is its gradient.
 _SFA_ATTRS = (AttrSpec("scale_value", "float", 1.0), AttrSpec("sparse_block_size", "int", 1),
               AttrSpec("layout", "str", "BSND"), AttrSpec("sparse_mode", "int", 3))
 _SFA_GRAD_ATTRS = (*_SFA_ATTRS, AttrSpec("pre_tokens", "int", 2147483647),
@@ -88,21 +87,12 @@ _SFA_SPECS = (
            ("query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query",
             "actual_seq_lengths_kv"), ("out", "softmax_max", "softmax_sum"), _SFA_ATTRS,
            tuple((x, x, x, "int32", x, x, i, j, x, _F32, _F32) for x in FLOATS for i in INTS for j in INTS)),
-    OpSpec("sparse_flash_attention_no_rope", "SparseFlashAttentionNoRope",
-           ("query", "key", "value", "sparse_indices", "actual_seq_lengths_query", "actual_seq_lengths_kv"),
-           ("out", "softmax_max", "softmax_sum"), _SFA_ATTRS,
-           tuple((x, x, x, "int32", i, j, x, _F32, _F32) for x in FLOATS for i in INTS for j in INTS)),
     OpSpec("sparse_flash_attention_grad", "SparseFlashAttentionGrad",
            ("query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum",
             "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope"),
            ("d_query", "d_key", "d_value", "d_query_rope", "d_key_rope"), _SFA_GRAD_ATTRS,
            tuple((x, x, x, "int32", x, x, _F32, _F32, i, j, x, x) + (x,) * 5
                  for x in FLOATS for i in INTS for j in INTS)),
-    OpSpec("sparse_flash_attention_grad_no_rope", "SparseFlashAttentionGradNoRope",
-           ("query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum",
-            "actual_seq_lengths_query", "actual_seq_lengths_kv"),
-           ("d_query", "d_key", "d_value"), _SFA_GRAD_ATTRS,
-           tuple((x, x, x, "int32", x, x, _F32, _F32, i, j) + (x,) * 3 for x in FLOATS for i in INTS for j in INTS)),
 )
 
 OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (*_SPECS, *_SFA_SPECS)}

@@ -58,12 +58,11 @@ stage_flat() {
 
 stage() {
   local dest="$1" op
-  local host=("$REPO"/ascendc/common/tiling_common.h "$REPO"/ascendc/common/rope_tiling_common.h
-              "$REPO"/ascendc/common/cla_gate_tiling_common.h "$REPO"/ascendc/common/op_host_common.h
-              "$REPO"/infer_shape/*.h)
-  local kernel=("$REPO"/ascendc/common/tiling_common.h "$REPO"/ascendc/common/rope_tiling_common.h
-                "$REPO"/ascendc/common/cla_gate_tiling_common.h "$REPO"/ascendc/common/kernel_helpers.h
-                "$REPO"/ascendc/common/rope_kernel.h)
+  # Every shared header (the op_host glue only to op_host/): a new one cannot be forgotten.
+  local host=("$REPO"/ascendc/common/*.h "$REPO"/infer_shape/*.h) kernel=() f
+  for f in "$REPO"/ascendc/common/*.h; do
+    [[ "$(basename "$f")" == op_host_* ]] || kernel+=("$f")
+  done
   for op in "${OPS[@]}"; do
     host+=("$REPO/ascendc/$op/op_host/$op.cpp" "$REPO/ascendc/$op/${op}_tiling.h")
     kernel+=("$REPO/ascendc/$op/op_kernel/$op.cpp" "$REPO/ascendc/$op/${op}_tiling.h")

@@ -7,6 +7,8 @@ parsing: a renamed input in either place fails this test instead of failing on a
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,8 @@ GE_DTYPES = {"DT_FLOAT16": "float16", "DT_BF16": "bfloat16", "DT_FLOAT": "float3
              "DT_INT64": "int64"}
 ATTR_TYPES = {"String": "str", "Int": "int", "Float": "float", "Bool": "bool", "ListInt": "listInt"}
 
-PARAM = re.compile(r'this->(Input|Output)\("(\w+)"\)\s*\.ParamType\(REQUIRED\)\s*\.DataType\(\{([^}]*)\}\)'
-                   r'\s*\.Format\(\{([^}]*)\}\)')
+PARAM = re.compile(r'this->(Input|Output)\("(\w+)"\)\s*\.ParamType\((REQUIRED|OPTIONAL)\)\s*'
+                   r'\.DataType\(\{([^}]*)\}\)\s*\.Format\(\{([^}]*)\}\)')
 ATTR = re.compile(r'this->Attr\("(\w+)"\)\s*\.AttrType\(OPTIONAL\)\s*\.(\w+)\(([^)]*)\)')
 KERNEL = re.compile(r'extern "C" __global__ __aicore__ void (\w+)\(([^)]*)\)')
 
@@ -33,10 +35,12 @@ def opdef(op: str) -> dict[str, object]:
     return {
         "class": cls.group(1) if cls else None,
         "op_add": added.group(1) if added else None,
-        "inputs": tuple(name for kind, name, _, _ in params if kind == "Input"),
-        "outputs": tuple(name for kind, name, _, _ in params if kind == "Output"),
-        "dtypes": [[GE_DTYPES[d.strip().removeprefix("ge::")] for d in dts.split(",")] for _, _, dts, _ in params],
-        "formats": [[f.strip() for f in fmts.split(",")] for _, _, _, fmts in params],
+        "inputs": tuple(name for kind, name, _, _, _ in params if kind == "Input"),
+        "outputs": tuple(name for kind, name, _, _, _ in params if kind == "Output"),
+        "input_params": tuple(param for kind, _, param, _, _ in params if kind == "Input"),
+        "output_params": tuple(param for kind, _, param, _, _ in params if kind == "Output"),
+        "dtypes": [[GE_DTYPES[d.strip().removeprefix("ge::")] for d in dts.split(",")] for *_, dts, _ in params],
+        "formats": [[f.strip() for f in fmts.split(",")] for *_, fmts in params],
         "attrs": ATTR.findall(src),
         "socs": re.findall(r'AddConfig\("(\w+)"\)', src),
     }
@@ -96,3 +100,51 @@ def test_op_host_calls_the_shared_rules(op: str) -> None:
     assert f'#include "../../../infer_shape/{op}.h"' in src
     assert f'#include "../{op}_tiling.h"' in src
     assert f"mgo::infer::{op}(" in src
+
+
+HOST_CONST = re.compile(r"static constexpr (?:const char\*|size_t) (k\w+) = ([^;]+);")
+ATTR_READ = re.compile(r'\b(Str|Int|Float|Bool)Attr\(\w+, (\d+), "(\w+)"\)')
+READER_TYPES = {"Str": "str", "Int": "int", "Float": "float", "Bool": "bool"}
+
+
+def host_struct(op: str) -> dict[str, str]:
+    src = (ASCENDC / op / "op_host" / f"{op}.cpp").read_text()
+    return {name: value.strip().strip('"') for name, value in HOST_CONST.findall(src)}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_op_host_instantiates_the_shared_adapter(op: str) -> None:
+    # One adapter for every op: the op source registers the template's instances and holds no
+    # graph-engine context code of its own (that would be a copy of the adapter).
+    src = (ASCENDC / op / "op_host" / f"{op}.cpp").read_text()
+    spec, d, host = OP_SPECS[op], opdef(op), host_struct(op)
+    assert '#include "../../common/op_host_adapter.h"' in src
+    for adapter in ("InferShape", "InferDataType", "Tiling"):
+        assert f"mgo::op_host::{adapter}<Host>" in src
+    assert "Context" not in src, "context handling belongs in common/op_host_adapter.h"
+    assert host["kName"] == spec.op_type
+    assert int(host["kInputs"]) == len(spec.inputs)
+    # Required inputs first: the adapter reads input i < kRequiredInputs as REQUIRED by IR index.
+    required = int(host["kRequiredInputs"])
+    assert d["input_params"] == ("REQUIRED",) * required + ("OPTIONAL",) * (len(spec.inputs) - required)
+    assert set(d["output_params"]) == {"REQUIRED"}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_op_host_reads_attributes_in_opdef_order(op: str) -> None:
+    src = (ASCENDC / op / "op_host" / f"{op}.cpp").read_text()
+    reads = sorted((int(i), name, READER_TYPES[kind]) for kind, i, name in ATTR_READ.findall(src))
+    assert reads == [(i, a.name, a.type) for i, a in enumerate(OP_SPECS[op].attrs)]
+
+
+def test_op_host_sources_compile_against_the_documented_api(tmp_path: Path) -> None:
+    # tests/cann_stub declares the documented CANN op_host API subset the sources use (not CANN
+    # itself): a typo or a type error in code no CI can build with CANN fails here.
+    cxx = shutil.which("g++")
+    assert cxx, "g++ is required"
+    unit = tmp_path / "all_op_host.cpp"  # one translation unit: one compiler start-up
+    unit.write_text("".join(f'#include "{ASCENDC / op / "op_host" / op}.cpp"\n' for op in OPS))
+    stub = Path(__file__).resolve().parent / "cann_stub"
+    result = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", f"-I{stub}", str(unit)],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr

@@ -218,3 +218,46 @@ def test_python_sequence_lengths_and_int64_tensors() -> None:
                                    ms.Tensor(np.asarray(case.lens_kv, np.int32)), **case.attrs())
     for u, v in zip(a, b):
         np.testing.assert_array_equal(u.asnumpy(), v.asnumpy())
+
+
+@pytest.mark.parametrize("name,dtype,exec_mode", [("tnd_uneven", "bfloat16", "pynative"),
+                                                   ("bsnd_mode0_n2", "float16", "pynative"),
+                                                   ("tnd_mla", "float32", "pynative"),
+                                                   ("tnd_block16", "bfloat16", "graph")])
+def test_shared_kv_value_none(name: str, dtype: str, exec_mode: str) -> None:
+    """value=None (key is value): the forward reads the values from key, the grad kernel returns
+    d_key = dK + dV (summed in float32, rounded once) and d_value None."""
+    case = _case(name, 30)
+    case.value = case.key
+    x = _quantized(case, dtype)
+    r_out, r_max, r_sum = reference_forward(case, dtype)
+    rng = np.random.default_rng(31)
+    d_out = quantize(rng.standard_normal(r_out.shape), dtype)
+    attrs = case.attrs()
+    lq, lkv = _lens(case)
+    rope = x["query_rope"] is not None
+
+    def fwd_bwd(q: ms.Tensor, kv: ms.Tensor, idx: ms.Tensor, do: ms.Tensor, *ropes: ms.Tensor) -> tuple:
+        qr, kr = ropes if rope else (None, None)
+        out, m, s = ops.sparse_flash_attention(q, kv, None, idx, qr, kr, lq, lkv, **attrs)
+        g = ops.sparse_flash_attention_grad(q, kv, None, idx, do, out, m, s, lq, lkv, qr, kr, **attrs)
+        return out, g[0], g[1], g[2] is None, (g[3] if rope else g[0]), (g[4] if rope else g[1])
+
+    ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "graph" else ms.PYNATIVE_MODE)
+    try:
+        args = [_ms(x["query"], dtype), _ms(x["key"], dtype), ms.Tensor(case.sparse_indices), to_ms(d_out, dtype)]
+        args += [_ms(x["query_rope"], dtype), _ms(x["key_rope"], dtype)] if rope else []
+        out, dq, dkv, no_dv, dqr, dkr = _call(fwd_bwd, exec_mode, *args)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert no_dv
+    assert_close(to_np(out), r_out, dtype, "attention", "out")
+    out_q = quantize(to_np(out), dtype)
+    want = ref.sparse_flash_attention_grad(x["query"], x["key"], x["key"], case.sparse_indices, d_out, out_q,
+                                           r_max, r_sum, case.lens_q, case.lens_kv, x["query_rope"], x["key_rope"],
+                                           **attrs)
+    assert_close(to_np(dq), want[0], dtype, "attention", "d_query")
+    assert_close(to_np(dkv), want[1] + want[2], dtype, "attention", "d_key (fused dK + dV)")
+    if rope:
+        assert_close(to_np(dqr), want[3], dtype, "attention", "d_query_rope")
+        assert_close(to_np(dkr), want[4], dtype, "attention", "d_key_rope")

@@ -56,7 +56,11 @@ def _fwd(**over: object) -> object:
     (dict(layout="BNSD"), ValueError, r"attribute 'layout' must be \"TND\" or \"BSND\", got \"BNSD\""),
     (dict(sparse_mode=1), ValueError, r"attribute 'sparse_mode' must be 0 or 3, got 1"),
     (dict(sparse_block_size=0), ValueError, r"attribute 'sparse_block_size' must be >= 1, got 0"),
-    (dict(actual_seq_lengths_query=None), ValueError, r"argument 'actual_seq_lengths_query' is required"),
+    (dict(actual_seq_lengths_query=None), ValueError,
+     r"arguments 'actual_seq_lengths_query' and 'actual_seq_lengths_kv' must both be given or both be None"),
+    (dict(layout="BSND", query=_t((1, 4, 2, 8)), key=_t((1, 6, 1, 8)), value=_t((1, 6, 1, 8)),
+          sparse_indices=Tensor(np.full((1, 4, 1, 3), -1, np.int32)), query_rope=None, key_rope=None), ValueError,
+     r"arguments 'actual_seq_lengths_query'/'actual_seq_lengths_kv' must be None in BSND layout"),
     (dict(actual_seq_lengths_kv=[2, 5]), ValueError,
      r"the last entry of 'actual_seq_lengths_kv' \(5\) must equal the number of tokens 6"),
     (dict(actual_seq_lengths_query=[3, 1, 4]), ValueError,
@@ -158,8 +162,10 @@ for dtype in ("bfloat16", "float32"):
     do = to_ms(np.random.default_rng(1).standard_normal(out.shape), dtype)
     g = ops.sparse_flash_attention_grad(t["query"], t["key"], t["key"], idx, do, out, m, s, c.lens_q, c.lens_kv,
                                         t["query_rope"], t["key_rope"], **c.attrs())
+    fused = ops.sparse_flash_attention_grad(t["query"], t["key"], None, idx, do, out, m, s, c.lens_q, c.lens_kv,
+                                            t["query_rope"], t["key_rope"], **c.attrs())
     h = hashlib.sha256()
-    for x in (out, m, s, *g):
+    for x in (out, m, s, *g, *(f for f in fused if f is not None)):
         h.update(x.asnumpy().tobytes() if x.dtype != ms.bfloat16 else x.float().asnumpy().tobytes())
     print(dtype, h.hexdigest())
 """

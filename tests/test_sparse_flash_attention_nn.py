@@ -1,5 +1,5 @@
 """nn.SparseFlashAttention: forward + bprop (the fused grad kernel) vs the float64 reference,
-PyNative, GRAPH and GRAPH with dynamic shapes; key passed as value."""
+PyNative, GRAPH and GRAPH with dynamic shapes; key is value (value=None, or one tensor twice)."""
 from __future__ import annotations
 
 import mindspore as ms
@@ -15,21 +15,30 @@ from ms_grad_ops import reference as ref
 
 
 class _Loss(nn.Cell):
-    """sum(float32(out) * w) of the attention Cell; kv_shared passes one tensor as key and value."""
+    """sum(float32(out) * w) of the attention Cell. kv: "separate" (key, value), "none" (value=None:
+    key is value) or "twice" (one tensor passed as key and as value)."""
 
-    def __init__(self, attn: nn.Cell, rope: bool, kv_shared: bool) -> None:
+    def __init__(self, attn: nn.Cell, rope: bool, kv: str, tnd: bool) -> None:
         super().__init__()
         self.attn = attn
         self.rope = rope
-        self.kv_shared = kv_shared
+        self.kv = kv
+        self.tnd = tnd
 
     def construct(self, q: Tensor, k: Tensor, v: Tensor, idx: Tensor, qr: Tensor, kr: Tensor, lq: Tensor,
                   lkv: Tensor, w: Tensor) -> Tensor:
-        value = k if self.kv_shared else v
-        if self.rope:
-            out = self.attn(q, k, value, idx, qr, kr, lq, lkv)
-        else:
-            out = self.attn(q, k, value, idx, None, None, lq, lkv)
+        value = v
+        if self.kv == "none":
+            value = None
+        if self.kv == "twice":
+            value = k
+        if not self.rope:
+            qr = None
+            kr = None
+        if not self.tnd:
+            lq = None
+            lkv = None
+        out = self.attn(q, k, value, idx, qr, kr, lq, lkv)
         return (msops.cast(out, ms.float32) * w).sum()
 
 
@@ -41,6 +50,7 @@ def _inputs(case: Case, dtype: str, rng: np.random.Generator, kv_shared: bool) -
     out_shape = case.query.shape
     w = rng.standard_normal(out_shape).astype(np.float32)
     dummy = np.zeros((1, 1, 1) if case.layout == "TND" else (1, 1, 1, 1))
+    # BSND: the Loss passes None for the lengths; these stand-ins only fill the argument list.
     lq = Tensor(np.asarray(case.lens_q if case.lens_q else [0], np.int32))
     lkv = Tensor(np.asarray(case.lens_kv if case.lens_kv else [0], np.int32))
     args = [to_ms(x["query"], dtype), to_ms(x["key"], dtype), to_ms(x["value"], dtype),
@@ -59,12 +69,13 @@ def _reference_grads(case: Case, x: dict, w: np.ndarray, dtype: str) -> tuple:
                                            x["query_rope"], x["key_rope"], **case.attrs())
 
 
-def _check_cell_grads(case: Case, dtype: str, kv_shared: bool, seed: int) -> None:
+def _check_cell_grads(case: Case, dtype: str, kv: str, seed: int) -> None:
     rng = np.random.default_rng(seed)
     rope = case.query_rope is not None
+    kv_shared = kv != "separate"
     args, x = _inputs(case, dtype, rng, kv_shared)
     attn = mgo_nn.SparseFlashAttention(case.scale_value, case.sparse_block_size, case.layout, case.sparse_mode)
-    loss = _Loss(attn, rope, kv_shared)
+    loss = _Loss(attn, rope, kv, case.layout == "TND")
     positions = (0, 1, 4, 5) if rope else (0, 1)
     if not kv_shared:
         positions = positions + (2,)
@@ -82,13 +93,13 @@ def _check_cell_grads(case: Case, dtype: str, kv_shared: bool, seed: int) -> Non
         assert_close(to_np(got[5]), want[4], dtype, "attention", "d_key_rope")
 
 
-@pytest.mark.parametrize("dtype,kv_shared,layout,rope", [
-    ("float32", False, "TND", True), ("bfloat16", True, "TND", True), ("float16", False, "BSND", False),
-    ("bfloat16", True, "BSND", True)])
-def test_cell_grads_match_reference(exec_mode: str, dtype: str, kv_shared: bool, layout: str, rope: bool) -> None:
+@pytest.mark.parametrize("dtype,kv,layout,rope", [
+    ("float32", "separate", "TND", True), ("bfloat16", "none", "TND", True), ("float16", "separate", "BSND", False),
+    ("bfloat16", "twice", "BSND", True), ("float16", "none", "BSND", False)])
+def test_cell_grads_match_reference(exec_mode: str, dtype: str, kv: str, layout: str, rope: bool) -> None:
     case = make_case(np.random.default_rng(5), layout=layout, lens_q=[5, 6], lens_kv=[9, 4], batch=2, s1=5, s2=7,
                      n1=4, d=16, dr=8 if rope else None, k=5, bs=2, pattern="mixed")
-    _check_cell_grads(case, dtype, kv_shared, 6)
+    _check_cell_grads(case, dtype, kv, 6)
 
 
 def test_cell_forward_matches_functional() -> None:
@@ -108,7 +119,7 @@ def test_graph_dynamic_shapes() -> None:
         dtype = "bfloat16"
         n1, d, dr, k = 4, 16, 8, 5
         attn = mgo_nn.SparseFlashAttention(1.0 / np.sqrt(d + dr), 1, "TND", 3)
-        loss = _Loss(attn, True, True)
+        loss = _Loss(attn, True, "none", True)
         f = MS_DTYPES[dtype]
         loss.set_inputs(Tensor(shape=[None, n1, d], dtype=f), Tensor(shape=[None, 1, d], dtype=f),
                         Tensor(shape=[None, 1, d], dtype=f), Tensor(shape=[None, 1, k], dtype=ms.int32),
@@ -131,9 +142,22 @@ def test_graph_dynamic_shapes() -> None:
         ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
-def test_cell_tnd_requires_lengths() -> None:
-    attn = mgo_nn.SparseFlashAttention(0.5, layout="TND")
-    q = Tensor(np.zeros((3, 2, 4), np.float32))
-    kv = Tensor(np.zeros((3, 1, 4), np.float32))
-    with pytest.raises(ValueError, match="SparseFlashAttention: layout \"TND\" needs"):
-        attn(q, kv, kv, Tensor(np.zeros((3, 1, 2), np.int32)))
+def test_cell_tnd_without_lengths_is_one_sequence(exec_mode: str) -> None:
+    """The lengths rule: TND without lengths = one sequence of T1 queries and T2 keys."""
+    case = make_case(np.random.default_rng(9), layout="TND", lens_q=[6], lens_kv=[9], n1=2, d=8, dr=4, k=4)
+    args, x = _inputs(case, "float32", np.random.default_rng(10), False)
+    attn = mgo_nn.SparseFlashAttention(case.scale_value, 1, "TND", 3, return_softmax_lse=True)
+    out, smax, ssum = attn(*args[:6])
+    want = ref.sparse_flash_attention(x["query"], x["key"], x["value"], case.sparse_indices, x["query_rope"],
+                                      x["key_rope"], [6], [9], **case.attrs())
+    for got, w, what in zip((out, smax, ssum), want, ("out", "softmax_max", "softmax_sum")):
+        assert_close(to_np(got), w, "float32", "attention", what)
+
+
+def test_cell_bsnd_rejects_lengths() -> None:
+    attn = mgo_nn.SparseFlashAttention(0.5, layout="BSND")
+    q = Tensor(np.zeros((1, 3, 2, 4), np.float32))
+    kv = Tensor(np.zeros((1, 3, 1, 4), np.float32))
+    with pytest.raises(ValueError, match=r"sparse_flash_attention: arguments 'actual_seq_lengths_query'/"
+                                         r"'actual_seq_lengths_kv' must be None in BSND layout"):
+        attn(q, kv, None, Tensor(np.zeros((1, 3, 1, 2), np.int32)), None, None, [3], [3])

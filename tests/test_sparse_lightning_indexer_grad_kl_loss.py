@@ -155,7 +155,7 @@ def _args():
      "argument 'sparse_indices' must be int32, got int64"),
     (lambda a: a.__setitem__(6, ms.Tensor(np.zeros((1, 3, 5)), ms.float32)), ValueError,
      "argument 'softmax_max' dim 2 must be N1 of 'query' = 4, got shape [1, 3, 5]"),
-    (lambda a: a.__setitem__(9, None), ValueError, "'query_rope' and 'key_rope' must both be given"),
+    (lambda a: a.__setitem__(9, None), ValueError, "'query_rope' and 'key_rope' must be given together"),
     (lambda a: a.__setitem__(10, [2]), ValueError, "the last entry of 'actual_seq_lengths_query' (2) must equal"),
     (lambda a: a.__setitem__(11, [3, 5]), ValueError, "'actual_seq_lengths_key' dim 0 must be"),
 ])

@@ -1,5 +1,6 @@
-// CANN-only glue shared by the op_host sources: adapters from the graph-engine contexts to the
-// project's pure rules (infer_shape/<op>.h) and pure tiling (ascendc/<op>/<op>_tiling.h).
+// CANN-only conversions under the op_host adapter (op_host_adapter.h): graph-engine dtypes and
+// shapes to and from the project's infer_shape/ types, error logging, and the SoC's cores and
+// memory sizes.
 //
 // NOT COMPILED IN THIS REPOSITORY'S CI: it needs the CANN toolkit headers (register/, tiling/),
 // which are not installed here. scripts/build_ascend.sh compiles it where ASCEND_HOME_PATH is
@@ -8,9 +9,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <exception>
-#include <string>
-#include <vector>
 
 #include "register/op_def_registry.h"
 #include "tiling/platform/platform_ascendc.h"
@@ -51,47 +49,10 @@ inline mgo::infer::Shape FromGe(const gert::Shape& s) {
   return out;
 }
 
-// Shapes only: dtypes are inferred in InferDataType, which gets no shapes.
-inline std::vector<mgo::infer::TensorDesc> InputShapes(gert::InferShapeContext* ctx, size_t n) {
-  std::vector<mgo::infer::TensorDesc> in(n);
-  for (size_t i = 0; i < n; ++i) in[i].shape = FromGe(*ctx->GetInputShape(i));
-  return in;
-}
-
-inline std::vector<mgo::infer::TensorDesc> InputDtypes(gert::InferDataTypeContext* ctx, size_t n) {
-  std::vector<mgo::infer::TensorDesc> in(n);
-  for (size_t i = 0; i < n; ++i) in[i].dtype = FromGe(ctx->GetInputDataType(i));
-  return in;
-}
+inline mgo::infer::Shape FromGe(const gert::StorageShape& s) { return FromGe(s.GetStorageShape()); }
 
 // Custom op projects have no public logging macro: errors go to stderr, which CANN captures.
 inline void LogError(const char* op, const char* msg) { std::fprintf(stderr, "[ms_grad_ops] %s: %s\n", op, msg); }
-
-// Runs a pure rule; its ValueError/TypeError text is logged and the graph gets FAILED.
-template <typename Rule>
-ge::graphStatus RunRule(const char* op, Rule&& rule) {
-  try {
-    rule();
-    return ge::GRAPH_SUCCESS;
-  } catch (const std::exception& e) {
-    LogError(op, e.what());
-    return ge::GRAPH_FAILED;
-  }
-}
-
-inline ge::graphStatus WriteShapes(gert::InferShapeContext* ctx, const mgo::infer::InferResult& r) {
-  for (size_t i = 0; i < r.shapes.size(); ++i) {
-    gert::Shape* out = ctx->GetOutputShape(i);
-    out->SetDimNum(r.shapes[i].size());
-    for (size_t d = 0; d < r.shapes[i].size(); ++d) out->SetDim(d, r.shapes[i][d]);
-  }
-  return ge::GRAPH_SUCCESS;
-}
-
-inline ge::graphStatus WriteDtypes(gert::InferDataTypeContext* ctx, const mgo::infer::InferResult& r) {
-  for (size_t i = 0; i < r.dtypes.size(); ++i) ctx->SetOutputDataType(i, ToGe(r.dtypes[i]));
-  return ge::GRAPH_SUCCESS;
-}
 
 // The kernels are instantiated for the two 16-bit types only.
 inline bool KernelDtype(ge::DataType t, mgo::tiling::DType* out) {
@@ -101,29 +62,27 @@ inline bool KernelDtype(ge::DataType t, mgo::tiling::DType* out) {
   return true;
 }
 
-// Vector cores and UB bytes of the SoC the op is being compiled for.
+// Core counts and per-core memory sizes of the SoC the op is being compiled for.
 struct Platform {
-  uint32_t coreNum;
+  uint32_t aivNum;  // vector cores: the block dim of a vector-only kernel
+  uint32_t aicNum;  // cube cores: the block dim of a mixed (1 AIC + 2 AIV) kernel
   uint64_t ubBytes;
+  uint64_t l1Bytes;
+  uint64_t l0aBytes;
+  uint64_t l0bBytes;
+  uint64_t l0cBytes;
   uint32_t sysWorkspace;
 };
 
 inline Platform QueryPlatform(gert::TilingContext* ctx) {
   const auto ascendc = platform_ascendc::PlatformAscendC(ctx->GetPlatformInfo());
-  uint64_t ub = 0;
-  ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::UB, ub);
-  return Platform{ascendc.GetCoreNumAiv(), ub, ascendc.GetLibApiWorkSpaceSize()};
-}
-
-// Copies the pure tiling result into the framework's buffers.
-template <typename TilingData>
-ge::graphStatus Publish(gert::TilingContext* ctx, const TilingData& data, uint32_t block_dim, uint64_t key,
-                        uint32_t sys_workspace) {
-  *ctx->GetTilingData<TilingData>() = data;  // standard-C++ tiling struct (REGISTER_TILING_DEFAULT)
-  ctx->SetBlockDim(block_dim);
-  ctx->SetTilingKey(key);
-  ctx->GetWorkspaceSizes(1)[0] = sys_workspace;  // the kernels need no workspace of their own
-  return ge::GRAPH_SUCCESS;
+  Platform p{ascendc.GetCoreNumAiv(), ascendc.GetCoreNumAic(), 0, 0, 0, 0, 0, ascendc.GetLibApiWorkSpaceSize()};
+  ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::UB, p.ubBytes);
+  ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::L1, p.l1Bytes);
+  ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::L0_A, p.l0aBytes);
+  ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::L0_B, p.l0bBytes);
+  ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::L0_C, p.l0cBytes);
+  return p;
 }
 
 }  // namespace mgo::op_host

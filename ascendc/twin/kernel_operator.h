@@ -1,7 +1,10 @@
 // CPU twin of the Ascend C `kernel_operator.h` surface used by the kernels in ascendc/*/op_kernel.
 // Tests only: it lets the real kernel sources compile with g++ and run on the CPU with Ascend's
 // rules (32-byte DMA, UB capacity, queue discipline, pipe syncs) enforced as exceptions
-// (AscendC::twin::TwinError). It is not a simulator of timing or of the cube unit.
+// (AscendC::twin::TwinError). Mixed AIC + AIV launches (twin_mix.h) add cross-core flags,
+// SyncAll, atomics, GM race/poison checks and the high-level Matmul object (twin_matmul.h),
+// modelled by its documented GEMM semantics. It is not a simulator of timing, nor of the cube's
+// low-level L1/L0 fractal chain.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +24,8 @@ using GM_ADDR = uint8_t*;
 #include "twin_tensor.h"
 #include "twin_types.h"
 #include "twin_vector.h"
+#include "twin_mix.h"
+#include "twin_matmul.h"
 
 // The standard-C++ tiling struct flow (CANN >= 8.0): REGISTER_TILING_DEFAULT names the struct,
 // GET_TILING_DATA copies it out of GM, TILING_KEY_IS selects the instantiation the host chose.

@@ -21,30 +21,87 @@ inline constexpr uint64_t kUbAlign = 32;            // UB addresses and DataCopy
 inline constexpr uint64_t kDefaultUbBytes = 192 * 1024;  // Atlas A2 AI Core vector UB
 inline constexpr int kEventIdsPerType = 8;
 
+// Which core of an AI core runs the code: kVector for vector-only launches (twin_launch.h),
+// kAic / kAiv for the cores of a mixed launch (twin_mix.h).
+enum class CoreKind { kVector, kAic, kAiv };
+
+// Atomic mode of a core's GM writes (SetAtomicAdd<T>() / SetAtomicNone()).
+enum class AtomicType { kNone, kFloat, kHalf, kBf16, kInt32 };
+
 // ---------------------------------------------------------------- global memory
 // Every GM buffer a kernel may touch is registered by the launcher's caller with its exact size,
 // so any access outside an allocation throws instead of reading a neighbour. Output buffers can
 // count writes per byte, which proves each element is written exactly once across all cores.
+//
+// In a mixed launch (twin_mix.h) every access is also checked against the cores' ordering: per
+// 2-byte granule the registry keeps the last writer (a core of the launch), that core's clock at
+// the write and whether it was an atomic add. A read or write by another core must be ordered
+// after it by a cross-core flag, SyncAll or Matmul hand-off (a vector clock, SyncOracle), else it
+// is a race; a workspace or output granule nobody wrote must not be read (fresh memory is
+// poisoned on the device too), and an atomic add needs a target somebody wrote (zeroed) first.
+enum class GmKind { kInput, kOutput, kWorkspace };
+
+// What the mixed launcher knows about the order between its cores.
+class SyncOracle {
+ public:
+  virtual ~SyncOracle() = default;
+  // Whether `writer`'s accesses up to its clock value `clock` happen before `reader`'s next one.
+  virtual bool Ordered(int reader, int writer, uint32_t clock) const = 0;
+  virtual uint32_t ClockOf(int agent) const = 0;
+  // SyncAll barriers `agent` has passed / barriers completed by the launch so far.
+  virtual uint32_t BarriersPassed(int agent) const = 0;
+  virtual uint32_t BarriersCompleted() const = 0;
+  virtual std::string Name(int agent) const = 0;
+};
+
+inline thread_local SyncOracle* t_oracle = nullptr;
+inline thread_local int t_agent = -1;
+
+inline constexpr uint64_t kGranule = 2;        // every GM access is whole 16-bit elements or wider
+inline constexpr uint64_t kMetaPage = 4096;    // metadata is allocated per touched 4 KiB page
+inline constexpr int16_t kNoWriter = -1;
+inline constexpr int16_t kManyAtomic = -2;     // atomic adds of several unordered cores
+
+struct GranuleMeta {
+  int16_t writer = kNoWriter;
+  uint8_t atomic = 0;
+  uint32_t clock = 0;  // writer's clock, or for kManyAtomic the barriers completed at the write
+};
+
 struct GmBuffer {
   const uint8_t* base = nullptr;
   uint64_t bytes = 0;
   std::string name;
   bool track_writes = false;
+  GmKind kind = GmKind::kInput;
   std::vector<uint8_t> write_count;  // saturates at 255
+  std::vector<std::unique_ptr<GranuleMeta[]>> pages;  // race metadata, lazily per page
+
+  GranuleMeta& Meta(uint64_t offset) {
+    const uint64_t page = offset / kMetaPage;
+    if (pages.empty()) pages.resize((bytes + kMetaPage - 1) / kMetaPage);
+    if (!pages[page]) pages[page] = std::make_unique<GranuleMeta[]>(kMetaPage / kGranule);
+    return pages[page][(offset % kMetaPage) / kGranule];
+  }
 };
 
 class GmRegistry {
  public:
   static GmRegistry& Instance() {
     static thread_local GmRegistry registry;
-    return registry;
+    return t_shared != nullptr ? *t_shared : registry;
   }
-  void Add(const void* base, uint64_t bytes, std::string name, bool track_writes) {
+  // The cores of a mixed launch run on their own threads and share the launching thread's GM.
+  static inline thread_local GmRegistry* t_shared = nullptr;
+
+  void Add(const void* base, uint64_t bytes, std::string name, bool track_writes,
+           GmKind kind = GmKind::kInput) {
     GmBuffer b;
     b.base = static_cast<const uint8_t*>(base);
     b.bytes = bytes;
     b.name = std::move(name);
     b.track_writes = track_writes;
+    b.kind = track_writes && kind == GmKind::kInput ? GmKind::kOutput : kind;
     if (track_writes) b.write_count.assign(bytes, 0);
     buffers_.push_back(std::move(b));
   }
@@ -60,16 +117,75 @@ class GmRegistry {
     throw TwinError(Cat("Ascend C rule violated: ", what, " touches GM [", p, ", +", bytes,
                         " bytes) outside every allocated GM buffer"));
   }
-  void NoteWrite(const void* p, uint64_t bytes) {
-    GmBuffer& b = Find(p, bytes, "GM write");
-    if (!b.track_writes) return;
+  void NoteWrite(const void* p, uint64_t bytes, const char* what = "GM write", bool atomic = false) {
+    GmBuffer& b = Find(p, bytes, what);
     const auto first = static_cast<uint64_t>(static_cast<const uint8_t*>(p) - b.base);
+    if (t_oracle != nullptr) CheckWrite(b, first, bytes, what, atomic);
+    if (!b.track_writes) return;
     for (uint64_t i = first; i < first + bytes; ++i) {
       if (b.write_count[i] < 255) ++b.write_count[i];
     }
   }
+  void NoteRead(const void* p, uint64_t bytes, const char* what) {
+    GmBuffer& b = Find(p, bytes, what);
+    if (t_oracle == nullptr || b.kind == GmKind::kInput) return;
+    const auto first = static_cast<uint64_t>(static_cast<const uint8_t*>(p) - b.base);
+    const int me = t_agent;
+    for (uint64_t off = first / kGranule * kGranule; off < first + bytes; off += kGranule) {
+      const GranuleMeta& m = b.Meta(off);
+      Require(m.writer != kNoWriter, [&] {
+        return Cat(what, " by ", t_oracle->Name(me), " reads ", b.name, " byte ", off,
+                   " that nobody wrote (fresh GM is garbage: NaN-poisoned on the twin)");
+      });
+      Require(Ordered(m, me), [&] {
+        return Cat(what, " by ", t_oracle->Name(me), " reads ", b.name, " byte ", off, " written by ",
+                   WriterName(m), " with no cross-core flag or SyncAll ordering them (race)");
+      });
+    }
+  }
 
  private:
+  static bool Ordered(const GranuleMeta& m, int me) {
+    if (m.writer == kManyAtomic) return t_oracle->BarriersPassed(me) > m.clock;
+    return m.writer == me || t_oracle->Ordered(me, m.writer, m.clock);
+  }
+  static std::string WriterName(const GranuleMeta& m) {
+    return m.writer == kManyAtomic ? std::string("atomic adds of several cores") : t_oracle->Name(m.writer);
+  }
+
+  void CheckWrite(GmBuffer& b, uint64_t first, uint64_t bytes, const char* what, bool atomic) {
+    const int me = t_agent;
+    Require(b.kind != GmKind::kInput, [&] {
+      return Cat(what, " by ", t_oracle->Name(me), " writes the input buffer ", b.name);
+    });
+    for (uint64_t off = first / kGranule * kGranule; off < first + bytes; off += kGranule) {
+      GranuleMeta& m = b.Meta(off);
+      const GranuleMeta mine{static_cast<int16_t>(me), static_cast<uint8_t>(atomic ? 1 : 0), t_oracle->ClockOf(me)};
+      if (atomic) {
+        Require(m.writer != kNoWriter, [&] {
+          return Cat(what, " by ", t_oracle->Name(me), ": atomic add into ", b.name, " byte ", off,
+                     " that was never written (zero the target first)");
+        });
+        if (Ordered(m, me)) {
+          m = mine;
+        } else {
+          Require(m.atomic != 0, [&] {
+            return Cat(what, " by ", t_oracle->Name(me), ": atomic add into ", b.name, " byte ", off,
+                       " races with the plain write of ", WriterName(m),
+                       " (e.g. zeroing) without a flag or SyncAll between them");
+          });
+          m = GranuleMeta{kManyAtomic, 1, t_oracle->BarriersCompleted()};
+        }
+      } else {
+        Require(m.writer == kNoWriter || Ordered(m, me), [&] {
+          return Cat(what, " by ", t_oracle->Name(me), " writes ", b.name, " byte ", off, " also written by ",
+                     WriterName(m), " with no atomics and no flag or SyncAll ordering them (race)");
+        });
+        m = mine;
+      }
+    }
+  }
+
   std::vector<GmBuffer> buffers_;
 };
 
@@ -77,7 +193,7 @@ class GmRegistry {
 // One bit per 32-byte UB block and producer->consumer pipe pair. A producer op marks the blocks
 // it wrote; the matching sync (queue EnQue/DeQue, SetFlag/WaitFlag, PipeBarrier<PIPE_ALL>)
 // clears them; a consumer touching a marked block read data the hardware may not have written.
-enum class Hazard { kMte2ToV, kVToMte3, kVToS, kSToV, kCount };
+enum class Hazard { kMte2ToV, kVToMte3, kVToS, kSToV, kMte2ToMte3, kCount };
 
 inline const char* HazardName(Hazard h) {
   switch (h) {
@@ -85,6 +201,7 @@ inline const char* HazardName(Hazard h) {
     case Hazard::kVToMte3: return "V (vector op) -> MTE3 (UB->GM copy) without EnQue/DeQue or V_MTE3 flag";
     case Hazard::kVToS: return "V (vector op) -> S (scalar GetValue) without V_S flag";
     case Hazard::kSToV: return "S (scalar SetValue) -> V (vector op) without S_V flag";
+    case Hazard::kMte2ToMte3: return "MTE2 (GM->UB copy) -> MTE3 (UB->GM copy) without a queue or MTE2_MTE3 flag";
     default: return "?";
   }
 }
@@ -113,6 +230,7 @@ class BlockContext {
 
   // Bump allocation of UB as TPipe::InitBuffer does; returns the byte offset.
   uint64_t AllocUb(uint64_t bytes, const char* who) {
+    RequireVector(who);
     const uint64_t rounded = (bytes + kUbAlign - 1) / kUbAlign * kUbAlign;
     Require(ub_used_ + rounded <= ub_capacity_, [&] {
       return Cat(who, ": unified buffer overflow: ", ub_used_, " bytes in use + ", rounded,
@@ -182,6 +300,19 @@ class BlockContext {
 
   int live_pipes = 0;
   void* pipe = nullptr;  // the block's TPipe, for GetTPipePtr()
+
+  // --- mixed launches
+  CoreKind kind = CoreKind::kVector;
+  int64_t sub_idx = 0;     // GetSubBlockIdx(): which AIV of its core
+  AtomicType atomic = AtomicType::kNone;
+  int matmul_objs = 0;     // Matmul objects registered on this core
+
+  // Vector / UB APIs exist only on vector cores (on an AIC they are silent no-ops on the device).
+  void RequireVector(const char* op) const {
+    Require(kind != CoreKind::kAic, [&] {
+      return Cat(op, " called on the AIC (cube core): vector and UB APIs run only on an AIV");
+    });
+  }
 
  private:
   static void CheckEventId(int id, const char* name) {

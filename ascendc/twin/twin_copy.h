@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "twin_tensor.h"
+#include "twin_types.h"
 
 namespace AscendC {
 
@@ -31,6 +33,7 @@ namespace twin {
 
 template <typename T>
 void CheckUbOperand(const LocalTensor<T>& t, uint64_t bytes, const char* op) {
+  Current().RequireVector(op);
   Require(t.TwinUbOffset() % kUbAlign == 0, [&] {
     return Cat(op, ": UB address offset ", t.TwinUbOffset(), " is not 32-byte aligned");
   });
@@ -46,7 +49,62 @@ void CheckWholeBlocks(uint64_t count, const char* op) {
   });
 }
 
+template <typename T>
+constexpr AtomicType AtomicTypeOf() {
+  if constexpr (std::is_same_v<T, float>) return AtomicType::kFloat;
+  else if constexpr (std::is_same_v<T, half>) return AtomicType::kHalf;
+  else if constexpr (std::is_same_v<T, bfloat16_t>) return AtomicType::kBf16;
+  else if constexpr (std::is_same_v<T, int32_t>) return AtomicType::kInt32;
+  else return AtomicType::kNone;
+}
+
+template <typename T>
+T AddOne(T a, T b) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, int32_t>) {
+    return a + b;
+  } else {
+    return T(static_cast<float>(a) + static_cast<float>(b));
+  }
+}
+
+// Writes `count` elements to GM: a plain store, or element-wise adds while the core's atomic
+// mode (SetAtomicAdd<T>) is on. The registry checks the write (bounds, race, zeroed target)
+// before any byte changes.
+template <typename T>
+void StoreGm(T* dst, const T* src, uint64_t count, const char* op, bool atomic) {
+  if (atomic) {
+    Require(AtomicTypeOf<T>() != AtomicType::kNone, [&] { return Cat(op, ": atomic add of an unsupported type"); });
+  }
+  GmRegistry::Instance().NoteWrite(dst, count * sizeof(T), op, atomic);
+  if (!atomic) {
+    std::memcpy(dst, src, count * sizeof(T));
+    return;
+  }
+  for (uint64_t i = 0; i < count; ++i) dst[i] = AddOne(dst[i], src[i]);
+}
+
+// The atomic mode of the current core for a UB -> GM copy of T.
+template <typename T>
+bool CopyOutAtomic(const char* op) {
+  const AtomicType mode = Current().atomic;
+  if (mode == AtomicType::kNone) return false;
+  Require(mode == AtomicTypeOf<T>(), [&] {
+    return Cat(op, ": the core's atomic add mode was set for another element type (SetAtomicAdd<T> must match)");
+  });
+  return true;
+}
+
 }  // namespace twin
+
+// Atomic mode of this core's GM writes (DataCopy/DataCopyPad UB -> GM): stays on until
+// SetAtomicNone(); still on at kernel end is a TwinError (it would leak into the next kernel).
+template <typename T>
+void SetAtomicAdd() {
+  twin::Require(twin::AtomicTypeOf<T>() != twin::AtomicType::kNone,
+                [] { return std::string("SetAtomicAdd of an unsupported type"); });
+  twin::Current().atomic = twin::AtomicTypeOf<T>();
+}
+inline void SetAtomicNone() { twin::Current().atomic = twin::AtomicType::kNone; }
 
 // GM -> UB, `count` elements.
 template <typename T>
@@ -56,8 +114,11 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t co
   auto& ctx = twin::Current();
   const uint64_t bytes = uint64_t{count} * sizeof(T);
   ctx.CheckClear(twin::Hazard::kVToMte3, dst.TwinUbOffset(), bytes, "DataCopy(GM->UB) overwriting");
-  std::memcpy(dst.TwinData("DataCopy(GM->UB)"), src.TwinSpan(count, "DataCopy(GM->UB)"), bytes);
+  const T* in = src.TwinSpan(count, "DataCopy(GM->UB)");
+  twin::GmRegistry::Instance().NoteRead(in, bytes, "DataCopy(GM->UB)");
+  std::memcpy(dst.TwinData("DataCopy(GM->UB)"), in, bytes);
   ctx.Mark(twin::Hazard::kMte2ToV, dst.TwinUbOffset(), bytes);
+  ctx.Mark(twin::Hazard::kMte2ToMte3, dst.TwinUbOffset(), bytes);
 }
 
 // UB -> GM, `count` elements.
@@ -68,9 +129,10 @@ void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t co
   auto& ctx = twin::Current();
   const uint64_t bytes = uint64_t{count} * sizeof(T);
   ctx.CheckClear(twin::Hazard::kVToMte3, src.TwinUbOffset(), bytes, "DataCopy(UB->GM)");
+  ctx.CheckClear(twin::Hazard::kMte2ToMte3, src.TwinUbOffset(), bytes, "DataCopy(UB->GM)");
   T* out = dst.TwinSpan(count, "DataCopy(UB->GM)");
-  std::memcpy(out, src.TwinData("DataCopy(UB->GM)"), bytes);
-  twin::GmRegistry::Instance().NoteWrite(out, bytes);
+  twin::StoreGm(out, src.TwinData("DataCopy(UB->GM)"), count, "DataCopy(UB->GM)",
+                twin::CopyOutAtomic<T>("DataCopy(UB->GM)"));
 }
 
 // GM -> UB, rows of any byte length; each row lands 32-byte aligned in UB.
@@ -91,6 +153,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
   auto& ctx = twin::Current();
   ctx.CheckClear(twin::Hazard::kVToMte3, dst.TwinUbOffset(), ub_pitch * (p.blockCount - 1) + row_ub, op);
   for (uint32_t r = 0; r < p.blockCount; ++r) {
+    twin::GmRegistry::Instance().NoteRead(in + r * gm_pitch, p.blockLen, op);
     std::memcpy(out + r * ub_pitch, in + r * gm_pitch, p.blockLen);
     if (pad.isPad) {
       auto* row = reinterpret_cast<T*>(out + r * ub_pitch);
@@ -98,6 +161,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
     }
   }
   ctx.Mark(twin::Hazard::kMte2ToV, dst.TwinUbOffset(), ub_pitch * (p.blockCount - 1) + row_ub);
+  ctx.Mark(twin::Hazard::kMte2ToMte3, dst.TwinUbOffset(), ub_pitch * (p.blockCount - 1) + row_ub);
 }
 
 // UB -> GM, rows of any byte length; only blockLen bytes per row reach GM.
@@ -113,12 +177,14 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
   twin::CheckUbOperand(src, ub_pitch * (p.blockCount - 1) + p.blockLen, op);
   auto& ctx = twin::Current();
   ctx.CheckClear(twin::Hazard::kVToMte3, src.TwinUbOffset(), ub_pitch * (p.blockCount - 1) + p.blockLen, op);
+  ctx.CheckClear(twin::Hazard::kMte2ToMte3, src.TwinUbOffset(), ub_pitch * (p.blockCount - 1) + p.blockLen, op);
   const uint64_t gm_elems = (gm_pitch * (p.blockCount - 1) + p.blockLen) / sizeof(T);
   auto* out = reinterpret_cast<uint8_t*>(dst.TwinSpan(gm_elems, op));
   const auto* in = reinterpret_cast<const uint8_t*>(src.TwinData(op));
+  const bool atomic = twin::CopyOutAtomic<T>(op);
   for (uint32_t r = 0; r < p.blockCount; ++r) {
-    std::memcpy(out + r * gm_pitch, in + r * ub_pitch, p.blockLen);
-    twin::GmRegistry::Instance().NoteWrite(out + r * gm_pitch, p.blockLen);
+    twin::StoreGm(reinterpret_cast<T*>(out + r * gm_pitch), reinterpret_cast<const T*>(in + r * ub_pitch),
+                  p.blockLen / sizeof(T), op, atomic);
   }
 }
 

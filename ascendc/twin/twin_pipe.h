@@ -83,6 +83,7 @@ class QueueCore {
     // The queue is the sync between producer and consumer pipe of this buffer.
     auto& ctx = Current();
     ctx.ClearRange(pos_ == TPosition::VECIN ? Hazard::kMte2ToV : Hazard::kVToMte3, s->offset, s->len);
+    ctx.ClearRange(Hazard::kMte2ToMte3, s->offset, s->len);
     return LocalTensor<T>(s->offset, static_cast<uint32_t>(s->len / sizeof(T)), s->state);
   }
 

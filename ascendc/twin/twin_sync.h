@@ -12,11 +12,11 @@
 enum event_t : int32_t {
   EVENT_ID0 = 0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7
 };
-enum pipe_t { PIPE_S, PIPE_V, PIPE_MTE2, PIPE_MTE3, PIPE_ALL };
+enum pipe_t { PIPE_S, PIPE_V, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_M, PIPE_FIX, PIPE_ALL };
 
 namespace AscendC {
 
-enum class HardEvent { MTE2_V, V_MTE3, V_S, S_V, MTE3_MTE2, MTE2_S, S_MTE3, V_MTE2, MTE3_V };
+enum class HardEvent { MTE2_V, V_MTE3, V_S, S_V, MTE3_MTE2, MTE2_S, S_MTE3, V_MTE2, MTE3_V, MTE2_MTE3 };
 
 namespace twin {
 inline const char* EventName(HardEvent e) {
@@ -30,6 +30,7 @@ inline const char* EventName(HardEvent e) {
     case HardEvent::S_MTE3: return "S_MTE3";
     case HardEvent::V_MTE2: return "V_MTE2";
     case HardEvent::MTE3_V: return "MTE3_V";
+    case HardEvent::MTE2_MTE3: return "MTE2_MTE3";
   }
   return "?";
 }
@@ -41,6 +42,7 @@ inline void ResolveHazard(BlockContext& ctx, HardEvent e) {
     case HardEvent::V_MTE3: ctx.ClearAll(Hazard::kVToMte3); break;
     case HardEvent::V_S: ctx.ClearAll(Hazard::kVToS); break;
     case HardEvent::S_V: ctx.ClearAll(Hazard::kSToV); break;
+    case HardEvent::MTE2_MTE3: ctx.ClearAll(Hazard::kMte2ToMte3); break;
     default: break;
   }
 }

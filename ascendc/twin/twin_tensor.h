@@ -37,17 +37,19 @@ class GlobalTensor {
   }
   T GetValue(uint64_t i) const {
     CheckIndex(i, "GetValue");
+    twin::GmRegistry::Instance().NoteRead(ptr_ + i, sizeof(T), "GlobalTensor::GetValue");
     return ptr_[i];
   }
   void SetValue(uint64_t i, T v) const {
     CheckIndex(i, "SetValue");
+    twin::GmRegistry::Instance().NoteWrite(ptr_ + i, sizeof(T), "GlobalTensor::SetValue");
     ptr_[i] = v;
-    twin::GmRegistry::Instance().NoteWrite(ptr_ + i, sizeof(T));
   }
   uint64_t GetSize() const { return size_; }
   T* GetPhyAddr() const { return ptr_; }
 
-  // Twin-only: the checked span [offset, offset + count) for a DataCopy.
+  // Twin-only: the checked span [offset, offset + count) for a DataCopy (bounds only; the copy
+  // reports the bytes it reads or writes with NoteRead / StoreGm).
   T* TwinSpan(uint64_t count, const char* op) const {
     twin::Require(count <= size_, [&] {
       return twin::Cat(op, ": ", count, " elements exceed the GlobalTensor's ", size_);

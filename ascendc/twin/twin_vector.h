@@ -17,6 +17,7 @@ namespace twin {
 
 template <typename T>
 T* VecSrc(const LocalTensor<T>& t, uint32_t count, const char* op) {
+  Current().RequireVector(op);
   Require(t.TwinUbOffset() % kUbAlign == 0, [&] {
     return Cat(op, ": source at UB offset ", t.TwinUbOffset(), " is not 32-byte aligned");
   });
@@ -32,6 +33,7 @@ T* VecSrc(const LocalTensor<T>& t, uint32_t count, const char* op) {
 
 template <typename T>
 T* VecDst(const LocalTensor<T>& t, uint32_t count, const char* op) {
+  Current().RequireVector(op);
   Require(t.TwinUbOffset() % kUbAlign == 0, [&] {
     return Cat(op, ": destination at UB offset ", t.TwinUbOffset(), " is not 32-byte aligned");
   });
@@ -41,6 +43,7 @@ T* VecDst(const LocalTensor<T>& t, uint32_t count, const char* op) {
   auto& ctx = Current();
   const uint64_t bytes = uint64_t{count} * sizeof(T);
   ctx.CheckClear(Hazard::kMte2ToV, t.TwinUbOffset(), bytes, op);  // copy-in still landing
+  ctx.ClearRange(Hazard::kMte2ToMte3, t.TwinUbOffset(), bytes);   // V is now these bytes' producer
   ctx.Mark(Hazard::kVToS, t.TwinUbOffset(), bytes);
   ctx.Mark(Hazard::kVToMte3, t.TwinUbOffset(), bytes);
   return t.TwinData(op);
@@ -133,6 +136,29 @@ void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
   T total = 0;
   for (uint32_t r = 0; r < partials; ++r) total += pw[r];
   pd[0] = total;
+}
+
+// dst[0] = max of the first `count` elements (per-repeat maxima first, as ReduceSum).
+template <typename T>
+void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work, uint32_t count,
+               bool calIndex = false) {
+  twin::RequireFloat<T>();
+  const char* op = "ReduceMax";
+  twin::Require(!calIndex, [] { return std::string("ReduceMax: the twin does not model calIndex"); });
+  twin::Require(count > 0, [] { return std::string("ReduceMax of zero elements"); });
+  const T* ps = twin::VecSrc(src, count, op);
+  T* pw = twin::VecDst(work, ReduceSumWorkElems<T>(count), "ReduceMax (workspace)");
+  T* pd = twin::VecDst(dst, 1, op);
+  constexpr uint32_t kPerRepeat = 256 / sizeof(T);
+  const uint32_t partials = (count + kPerRepeat - 1) / kPerRepeat;
+  for (uint32_t r = 0; r < partials; ++r) {
+    T acc = ps[r * kPerRepeat];
+    for (uint32_t i = r * kPerRepeat; i < count && i < (r + 1) * kPerRepeat; ++i) acc = ps[i] > acc ? ps[i] : acc;
+    pw[r] = acc;
+  }
+  T best = pw[0];
+  for (uint32_t r = 1; r < partials; ++r) best = pw[r] > best ? pw[r] : best;
+  pd[0] = best;
 }
 
 namespace twin {

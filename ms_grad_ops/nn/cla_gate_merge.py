@@ -4,26 +4,17 @@ from __future__ import annotations
 from mindspore import Tensor, nn
 
 from .. import ops
-from .._custom import primitive
 
 
 class ClaGateMerge(nn.Cell):
     """``construct(global_attn, local_attn, global_gate_logits, local_gate_logits) -> merged``.
 
     Attention tensors ``[T, N, D]``, gate logits ``[T, N]``, one float dtype;
-    ``merged = sigmoid(z_g)*O_g + sigmoid(z_l)*O_l``. The backward is one fused
-    ``cla_gate_backward`` kernel call returning all four gradients.
+    ``merged = sigmoid(z_g)*O_g + sigmoid(z_l)*O_l``. The backward is the bprop of the
+    ``cla_gate_merge`` primitive: one fused ``cla_gate_backward`` kernel call returning all four
+    gradients.
     """
-
-    def __init__(self) -> None:
-        super().__init__()
-        # The bprop calls the primitive directly: see RotaryEmbedding.
-        self.cla_gate_backward = primitive("cla_gate_backward", input_attn_layout="TND")
 
     def construct(self, global_attn: Tensor, local_attn: Tensor, global_gate_logits: Tensor,
                   local_gate_logits: Tensor) -> Tensor:
         return ops.cla_gate_merge(global_attn, local_attn, global_gate_logits, local_gate_logits)
-
-    def bprop(self, global_attn: Tensor, local_attn: Tensor, global_gate_logits: Tensor, local_gate_logits: Tensor,
-              out: Tensor, dout: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        return self.cla_gate_backward(dout, global_attn, local_attn, global_gate_logits, local_gate_logits)

@@ -7,7 +7,7 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
-from ..ops._indexer_inputs import absent
+from ..ops._optional import Lengths, lengths_pair, rope_pair
 
 
 def _scaled(grad: Tensor, dout: Tensor) -> Tensor:
@@ -19,8 +19,9 @@ class _IndexerKLLossCore(nn.Cell):
     """One fused kernel call per step: the forward returns the loss *and* the three gradients
     (for d(loss) = 1); the bprop only scales the saved gradients by the incoming ``dout``.
 
-    All twelve inputs are tensors (absent optional inputs are zero-size placeholders), so the
-    bprop's arity always matches in GRAPH mode.
+    All twelve inputs are tensors (absent optional inputs are the placeholders of
+    ``ops/_optional.py``, lengths given as Python sequences are converted before), so the bprop
+    always returns the same structure.
     """
 
     def __init__(self, scale_value: float, layout: str, sparse_mode: int) -> None:
@@ -56,7 +57,8 @@ class IndexerKLLoss(nn.Cell):
     """``construct(query, key, query_index, key_index, weights, sparse_indices, softmax_max, softmax_sum,
     query_rope=None, key_rope=None, actual_seq_lengths_query=None, actual_seq_lengths_key=None) -> loss``.
 
-    Shapes and dtypes as in ``ops.sparse_lightning_indexer_grad_kl_loss``; loss float32 ``[1]``,
+    Shapes, dtypes and the lengths rule as in ``ops.sparse_lightning_indexer_grad_kl_loss`` (lengths
+    may be Python sequences or int32/int64 tensors); loss float32 ``[1]``,
     summed over tokens. The main-attention tensors (query, key, ropes, statistics) are constants
     for the indexer loss (DeepSeek-V3.2 trains the indexer detached): their gradients are zero.
     Gradients of query_index, key_index and weights come from one fused kernel call scaled by the
@@ -71,15 +73,11 @@ class IndexerKLLoss(nn.Cell):
 
     def construct(self, query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor,
                   sparse_indices: Tensor, softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor | None = None,
-                  key_rope: Tensor | None = None, actual_seq_lengths_query: Tensor | None = None,
-                  actual_seq_lengths_key: Tensor | None = None) -> Tensor:
-        if query_rope is None:
-            query_rope = absent(query.dtype)
-        if key_rope is None:
-            key_rope = absent(query.dtype)
-        if actual_seq_lengths_query is None:
-            actual_seq_lengths_query = absent()
-        if actual_seq_lengths_key is None:
-            actual_seq_lengths_key = absent()
+                  key_rope: Tensor | None = None, actual_seq_lengths_query: Lengths = None,
+                  actual_seq_lengths_key: Lengths = None) -> Tensor:
+        op = "IndexerKLLoss"
+        query_rope, key_rope = rope_pair(op, query_rope, key_rope, query.dtype)
+        lens_q, lens_k = lengths_pair(op, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key,
+                                      self.core.layout, query.shape[0], key.shape[0])
         return self.core(query, key, query_index, key_index, weights, sparse_indices, softmax_max, softmax_sum,
-                         query_rope, key_rope, actual_seq_lengths_query, actual_seq_lengths_key)[3]
+                         query_rope, key_rope, lens_q, lens_k)[3]

@@ -7,7 +7,7 @@ from mindspore import Tensor
 
 from .._custom import primitive
 from ._checks import check_tensor, validate
-from ._indexer_inputs import lengths_or_absent
+from ._optional import lengths_pair
 
 _OP = "lightning_indexer"
 
@@ -24,8 +24,8 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
         key_index: ``[T2, 1, Didx]`` or ``[B, S2, 1, Didx]``; the dtype of query_index.
         weights: ``[T1, Nidx]`` or ``[B, S1, Nidx]``; the dtype of query_index, or float32.
         actual_seq_lengths_query, actual_seq_lengths_key: TND only, cumulative lengths (``[3, 5]``
-            is written ``[3, 8]``), int32/int64 tensors or sequences; None = one sequence.
-            Must be None in BSND.
+            is written ``[3, 8]``), int32/int64 tensors or sequences, both or neither; None = one
+            sequence of T1 queries and T2 keys. Must be None in BSND.
         sparse_count: K >= 1. layout: "TND" or "BSND". sparse_mode: 3 (rightDownCausal: local query
             s1 sees keys ``s2 <= s1 + S2_b - S1_b``) or 0 (every key of its batch).
 
@@ -33,14 +33,15 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
         ``(sparse_indices, sparse_values)``, ``[T1, 1, K]`` / ``[B, S1, 1, K]``: int32 key indices local
         to the batch in descending score order (ties to the lower index), and their float32 scores
         (the float32 arithmetic of the kernel). Slots beyond the visible key count hold ``-1`` and
-        ``-inf``. NaN scores rank below every number. Not differentiable.
+        ``-inf``. NaN scores rank below every number. Not differentiable (a selection):
+        differentiating through it raises a RuntimeError saying so; wrap the outputs in
+        ``ops.stop_gradient`` (as ``nn.LightningIndexer`` does) and train the indexer with
+        ``nn.IndexerKLLoss``.
     """
     query_index = check_tensor(_OP, "query_index", query_index)
     key_index = check_tensor(_OP, "key_index", key_index)
-    lens_q = lengths_or_absent(_OP, "actual_seq_lengths_query", actual_seq_lengths_query,
-                                query_index.shape[0] if layout == "TND" else None)
-    lens_k = lengths_or_absent(_OP, "actual_seq_lengths_key", actual_seq_lengths_key,
-                                key_index.shape[0] if layout == "TND" else None)
+    lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key,
+                                 layout, query_index.shape[0], key_index.shape[0])
     args = (("query_index", query_index), ("key_index", key_index), ("weights", weights),
             ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))
     names = tuple(n for n, _ in args)

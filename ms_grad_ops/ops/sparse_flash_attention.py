@@ -5,12 +5,27 @@ from mindspore import Tensor
 
 from .._custom import primitive
 from ._checks import check_tensor, validate
-from ._sfa_common import Lengths, rope_pair, seq_lengths
+from ._optional import Lengths, lengths_pair, optional, rope_pair
 
 _OP = "sparse_flash_attention"
+_NAMES = ("query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query",
+          "actual_seq_lengths_kv")
 
 
-def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor, sparse_indices: Tensor,
+def sfa_inputs(op: str, query: Tensor, key: Tensor, value: Tensor | None, sparse_indices: Tensor,
+               query_rope: Tensor | None, key_rope: Tensor | None, lens_q: Lengths, lens_kv: Lengths,
+               layout: str) -> tuple[Tensor, ...]:
+    """The eight kernel inputs in the forward's order (absent ones as placeholders), as shared by
+    ``sparse_flash_attention`` and ``sparse_flash_attention_grad``."""
+    query = check_tensor(op, "query", query)
+    key = check_tensor(op, "key", key)
+    value = optional(op, "value", value, query.dtype)
+    query_rope, key_rope = rope_pair(op, query_rope, key_rope, query.dtype)
+    lq, lkv = lengths_pair(op, "actual_seq_lengths_kv", lens_q, lens_kv, layout, query.shape[0], key.shape[0])
+    return query, key, value, sparse_indices, query_rope, key_rope, lq, lkv
+
+
+def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor | None, sparse_indices: Tensor,
                            query_rope: Tensor | None = None, key_rope: Tensor | None = None,
                            actual_seq_lengths_query: Lengths = None, actual_seq_lengths_kv: Lengths = None, *,
                            scale_value: float, sparse_block_size: int = 1, layout: str = "BSND",
@@ -19,15 +34,20 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor, sparse_ind
 
     For query row t, head h (group n2 = h // G) and the visible selected keys j:
     ``S_j = scale_value * cat(q, q_rope)[t,h] . cat(key, key_rope)[j]``, ``out = softmax(S) @ value[j]``.
+    Differentiable (``ms.grad``, PyNative and GRAPH): the backward is one
+    ``sparse_flash_attention_grad`` kernel call; the statistics carry no gradient.
 
     Args:
         query: ``[T1, N1, D]`` (TND) or ``[B, S1, N1, D]`` (BSND); float16/bfloat16/float32.
-        key, value: ``[T2, N2, D]`` / ``[B, S2, N2, D]``, query's dtype (may be the same tensor).
+        key: ``[T2, N2, D]`` / ``[B, S2, N2, D]``, query's dtype.
+        value: like key, or None: key is value (DeepSeek's shared latent KV; the backward then
+            returns one fused gradient for key).
         sparse_indices: int32 ``[T1, N2, K]`` / ``[B, S1, N2, K]``: block indices local to the
             batch, block i = keys ``[i*bs, (i+1)*bs)``; -1 = unused slot, anywhere in a row.
         query_rope, key_rope: optional ``[T1, N1, Dr]`` / ``[T2, N2, Dr]`` (both or neither).
-        actual_seq_lengths_query, actual_seq_lengths_kv: TND only (required there): cumulative
-            lengths without a leading 0, int32/int64 tensors or Python sequences. Ignored in BSND.
+        actual_seq_lengths_query, actual_seq_lengths_kv: TND only: cumulative lengths without a
+            leading 0, int32/int64 tensors or Python sequences, both or neither; None = one
+            sequence of T1 queries and T2 keys. BSND: must be None.
         scale_value: logit scale. sparse_block_size: bs >= 1. layout: "TND" or "BSND".
         sparse_mode: 3 (right-down causal) or 0 (no mask).
 
@@ -36,19 +56,8 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor, sparse_ind
         ``[N2, T1, G]`` (TND) or ``[B, N2, S1, G]`` (BSND), G = N1 / N2. Rows with no visible key
         give out 0, softmax_max -3.4028235e38, softmax_sum 0.
     """
-    query = check_tensor(_OP, "query", query)
-    rope = rope_pair(_OP, query_rope, key_rope)
-    key = check_tensor(_OP, "key", key)
-    lq = seq_lengths(_OP, "actual_seq_lengths_query", actual_seq_lengths_query, layout, query.shape[0])
-    lkv = seq_lengths(_OP, "actual_seq_lengths_kv", actual_seq_lengths_kv, layout, key.shape[0])
+    inputs = sfa_inputs(_OP, query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query,
+                        actual_seq_lengths_kv, layout)
     scale, bs, mode = float(scale_value), int(sparse_block_size), int(sparse_mode)
-    if rope:
-        validate(_OP, ("query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query",
-                       "actual_seq_lengths_kv"),
-                 (query, key, value, sparse_indices, query_rope, key_rope, lq, lkv), (scale, bs, layout, mode))
-        prim = primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode)
-        return prim(query, key, value, sparse_indices, query_rope, key_rope, lq, lkv)
-    validate(_OP, ("query", "key", "value", "sparse_indices", "actual_seq_lengths_query", "actual_seq_lengths_kv"),
-             (query, key, value, sparse_indices, lq, lkv), (scale, bs, layout, mode))
-    prim = primitive(_OP + "_no_rope", scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode)
-    return prim(query, key, value, sparse_indices, lq, lkv)
+    validate(_OP, _NAMES, inputs, (scale, bs, layout, mode))
+    return primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode)(*inputs)

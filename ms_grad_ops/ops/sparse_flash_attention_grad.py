@@ -4,14 +4,17 @@ from __future__ import annotations
 from mindspore import Tensor
 
 from .._custom import primitive
-from ._checks import check_tensor, validate
-from ._sfa_common import Lengths, rope_pair, seq_lengths
+from ._checks import validate
+from ._optional import Lengths
+from .sparse_flash_attention import sfa_inputs
 
 _OP = "sparse_flash_attention_grad"
+_NAMES = ("query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum",
+          "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope")
 
 
-def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor, sparse_indices: Tensor, d_out: Tensor,
-                                out: Tensor, softmax_max: Tensor, softmax_sum: Tensor,
+def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor | None, sparse_indices: Tensor,
+                                d_out: Tensor, out: Tensor, softmax_max: Tensor, softmax_sum: Tensor,
                                 actual_seq_lengths_query: Lengths = None, actual_seq_lengths_kv: Lengths = None,
                                 query_rope: Tensor | None = None, key_rope: Tensor | None = None, *,
                                 scale_value: float, sparse_block_size: int = 1, layout: str = "BSND",
@@ -29,29 +32,21 @@ def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor, spars
             (the CPU kernel is always deterministic).
 
     Returns:
-        ``(d_query, d_key, d_value, d_query_rope, d_key_rope)`` shaped/typed like their inputs;
-        the rope gradients are None when the rope inputs are None. d_key and d_value are separate
-        even when key is value (the caller adds them).
+        ``(d_query, d_key, d_value, d_query_rope, d_key_rope)`` shaped/typed like their inputs.
+        With ``value`` given, d_key and d_value are separate (as CANN's; if key is value the caller
+        adds them). With ``value=None`` (key is value), d_key is the fused ``dK + dV``, summed in
+        float32 inside the kernel and rounded once, and d_value is None. The rope gradients are
+        None when the rope inputs are None.
     """
-    query = check_tensor(_OP, "query", query)
-    rope = rope_pair(_OP, query_rope, key_rope)
-    key = check_tensor(_OP, "key", key)
-    lq = seq_lengths(_OP, "actual_seq_lengths_query", actual_seq_lengths_query, layout, query.shape[0])
-    lkv = seq_lengths(_OP, "actual_seq_lengths_kv", actual_seq_lengths_kv, layout, key.shape[0])
-    scale, bs, mode = float(scale_value), int(sparse_block_size), int(sparse_mode)
-    pre, nxt = int(pre_tokens), int(next_tokens)
-    names = ("query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum",
-             "actual_seq_lengths_query", "actual_seq_lengths_kv")
-    attrs = (scale, bs, layout, mode, pre, nxt)
-    if rope:
-        validate(_OP, names + ("query_rope", "key_rope"), (query, key, value, sparse_indices, d_out, out, softmax_max,
-                                                           softmax_sum, lq, lkv, query_rope, key_rope), attrs)
-        prim = primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode,
-                         pre_tokens=pre, next_tokens=nxt, deterministic=bool(deterministic))
-        return prim(query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum, lq, lkv, query_rope,
-                    key_rope)
-    validate(_OP, names, (query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum, lq, lkv), attrs)
-    prim = primitive(_OP + "_no_rope", scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode,
+    q, k, v, idx, qr, kr, lq, lkv = sfa_inputs(_OP, query, key, value, sparse_indices, query_rope, key_rope,
+                                               actual_seq_lengths_query, actual_seq_lengths_kv, layout)
+    inputs = (q, k, v, idx, d_out, out, softmax_max, softmax_sum, lq, lkv, qr, kr)
+    scale, bs, mode, pre, nxt = float(scale_value), int(sparse_block_size), int(sparse_mode), int(pre_tokens), \
+        int(next_tokens)
+    validate(_OP, _NAMES, inputs, (scale, bs, layout, mode, pre, nxt))
+    prim = primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode,
                      pre_tokens=pre, next_tokens=nxt, deterministic=bool(deterministic))
-    d_query, d_key, d_value = prim(query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum, lq, lkv)
-    return d_query, d_key, d_value, None, None
+    d_query, d_key, d_value, d_query_rope, d_key_rope = prim(*inputs)
+    rope = query_rope is not None
+    return (d_query, d_key, d_value if value is not None else None, d_query_rope if rope else None,
+            d_key_rope if rope else None)

@@ -8,7 +8,7 @@ from mindspore import Tensor
 
 from .._custom import primitive
 from ._checks import check_tensor, validate
-from ._indexer_inputs import absent, lengths_or_absent
+from ._optional import lengths_pair, rope_pair
 
 _OP = "sparse_lightning_indexer_grad_kl_loss"
 
@@ -35,7 +35,8 @@ def sparse_lightning_indexer_grad_kl_loss(
         sparse_indices: int32 ``[T1, 1, K]`` / ``[B, S1, 1, K]``, token indices local to the batch, -1 = unused.
         softmax_max, softmax_sum: float32 ``[1, T1, N1]`` / ``[B, 1, S1, N1]`` of the main attention.
         query_rope, key_rope: ``[T1, N1, Dr]`` and ``[T2, 1, Dr]`` (X), both or neither.
-        actual_seq_lengths_query/key: TND cumulative lengths (None = one sequence); None in BSND.
+        actual_seq_lengths_query/key: TND cumulative lengths, both or neither (None = one sequence
+            of T1 queries and T2 keys); None in BSND.
         scale_value: the main attention's logit scale. layout: "TND"/"BSND". sparse_mode: 0 or 3.
         deterministic: accepted for API parity; the CPU kernel is always deterministic.
 
@@ -46,14 +47,9 @@ def sparse_lightning_indexer_grad_kl_loss(
     """
     query = check_tensor(_OP, "query", query)
     key = check_tensor(_OP, "key", key)
-    if (query_rope is None) != (key_rope is None):
-        raise ValueError(f"{_OP}: arguments 'query_rope' and 'key_rope' must both be given or both be None")
-    query_rope = absent(query.dtype) if query_rope is None else query_rope
-    key_rope = absent(query.dtype) if key_rope is None else key_rope
-    lens_q = lengths_or_absent(_OP, "actual_seq_lengths_query", actual_seq_lengths_query,
-                                query.shape[0] if layout == "TND" else None)
-    lens_k = lengths_or_absent(_OP, "actual_seq_lengths_key", actual_seq_lengths_key,
-                                key.shape[0] if layout == "TND" else None)
+    query_rope, key_rope = rope_pair(_OP, query_rope, key_rope, query.dtype)
+    lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key,
+                                 layout, query.shape[0], key.shape[0])
     args = (("query", query), ("key", key), ("query_index", query_index), ("key_index", key_index),
             ("weights", weights), ("sparse_indices", sparse_indices), ("softmax_max", softmax_max),
             ("softmax_sum", softmax_sum), ("query_rope", query_rope), ("key_rope", key_rope),

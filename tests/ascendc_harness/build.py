@@ -15,8 +15,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 ASCENDC = REPO / "ascendc"
-UNITS = ("harness_twin", "harness_cla_gate", "harness_rope")
-CXXFLAGS = ("-std=c++17", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{ASCENDC / 'twin'}")
+UNITS = ("harness_twin", "harness_cla_gate", "harness_rope", "harness_mix", "harness_sfa")
+CXXFLAGS = ("-std=c++17", "-O2", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Werror", f"-I{ASCENDC / 'twin'}")
 
 
 def _sources() -> list[Path]:
@@ -62,7 +62,7 @@ def build() -> Path:
     if failures:
         raise RuntimeError("compiling the Ascend C kernels against the twin failed:\n" + "\n".join(failures))
     tmp_lib = work / lib.name
-    link = subprocess.run([cxx, "-shared", "-o", str(tmp_lib), *(str(work / f"{u}.o") for u in UNITS)],
+    link = subprocess.run([cxx, "-shared", "-pthread", "-o", str(tmp_lib), *(str(work / f"{u}.o") for u in UNITS)],
                           capture_output=True, text=True, check=False)
     if link.returncode != 0:
         raise RuntimeError(f"linking the twin harness failed:\n{link.stdout}{link.stderr}")

@@ -60,6 +60,10 @@ class GmScope {
   void Output(void* p, uint64_t bytes, const char* name) {
     AscendC::twin::GmRegistry::Instance().Add(p, bytes, name, true);
   }
+  // Scratch GM of a mixed launch: reading bytes no core wrote is a twin error.
+  void Workspace(void* p, uint64_t bytes, const char* name) {
+    AscendC::twin::GmRegistry::Instance().Add(p, bytes, name, false, AscendC::twin::GmKind::kWorkspace);
+  }
 };
 
 inline void FillWriteStats(RunInfo* info) {

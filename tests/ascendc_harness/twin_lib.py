@@ -199,3 +199,158 @@ def cast_from_float(x: np.ndarray, dtype: str, mode: str) -> np.ndarray:
                                       _P(_ptr(x32)), _P(_ptr(out)), _I64(x32.size), err, _I64(_ERR_LEN))
     _raise_for(code, err)
     return out
+
+
+# ---------------------------------------------------------------- mixed-launch self-tests
+def mix_snippet_names() -> list[str]:
+    buf = ctypes.create_string_buffer(_ERR_LEN)
+    lib().twin_mix_snippet_names(buf, _I64(_ERR_LEN))
+    return buf.value.decode().split(",")
+
+
+def run_mix_snippet(name: str, seed: int = 0) -> tuple[int, str, str]:
+    """(status, expected message part, message) of one mixed-launch snippet on 2 AI cores:
+    status 0 clean, 1 rule fired, 2 a clean snippet computed a wrong result."""
+    expect = ctypes.create_string_buffer(256)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().twin_mix_snippet(name.encode(), _I64(seed), expect, _I64(256), err, _I64(_ERR_LEN))
+    return code, expect.value.decode(), err.value.decode(errors="replace")
+
+
+# ---------------------------------------------------------------- sparse flash attention
+class SfaArgs(ctypes.Structure):
+    """Mirror of SfaArgs in harness_sfa.cpp."""
+
+    _fields_ = [("layout", _I64), ("batch", _I64), ("s1", _I64), ("s2", _I64), ("t1", _I64), ("t2", _I64),
+                ("n1", _I64), ("n2", _I64), ("d", _I64), ("dr", _I64), ("k", _I64), ("block_size", _I64),
+                ("sparse_mode", _I64), ("deterministic", _I64), ("scale", ctypes.c_double),
+                ("core_num", _I64), ("ub_bytes", _I64), ("seed", _I64)]
+
+
+@dataclass
+class SfaProblem:
+    """Inputs of one sparse_flash_attention(_grad) call in their SPEC layouts (float arrays
+    already rounded to ``dtype``); lengths cumulative (TND) or None (BSND)."""
+
+    dtype: str
+    layout: str
+    query: np.ndarray
+    key: np.ndarray
+    value: np.ndarray
+    sparse_indices: np.ndarray
+    query_rope: np.ndarray | None
+    key_rope: np.ndarray | None
+    lens_q: np.ndarray | None
+    lens_kv: np.ndarray | None
+    scale: float
+    block_size: int
+    sparse_mode: int
+    lens_hidden: bool = False  # TND lengths unknown to the host tiling (no value-depend input)
+
+    def args(self, core_num: int, seed: int = 0, deterministic: bool = False, ub_bytes: int = DEFAULT_UB) -> SfaArgs:
+        q, k = self.query, self.key
+        dr = 0 if self.query_rope is None else self.query_rope.shape[-1]
+        if self.layout == "BSND":
+            b, s1, n1, d = q.shape
+            s2, n2 = k.shape[1], k.shape[2]
+            t1, t2 = b * s1, b * s2
+        else:
+            t1, n1, d = q.shape
+            t2, n2 = k.shape[0], k.shape[1]
+            b, s1, s2 = len(self.lens_q), 0, 0
+        kslots = self.sparse_indices.shape[-1]
+        return SfaArgs(1 if self.layout == "TND" else 0, b, s1, s2, t1, t2, n1, n2, d, dr, kslots, self.block_size,
+                       self.sparse_mode, int(deterministic), self.scale, core_num, ub_bytes, seed)
+
+    def lens_ptrs(self) -> tuple[object, object, list[np.ndarray]]:
+        if self.lens_q is None or self.lens_hidden:
+            return None, None, []
+        lq = np.ascontiguousarray(self.lens_q, np.int32)
+        lkv = np.ascontiguousarray(self.lens_kv, np.int32)
+        return _P(_ptr(lq)), _P(_ptr(lkv)), [lq, lkv]
+
+
+def _bits_or_none(x: np.ndarray | None, dtype: str) -> np.ndarray | None:
+    return None if x is None else to_bits(x, dtype)
+
+
+def _p(a: np.ndarray | None) -> object:
+    return None if a is None else _P(_ptr(a))
+
+
+def sparse_flash_attention(p: SfaProblem, core_num: int, seed: int = 0) -> KernelRun:
+    """(out, softmax_max, softmax_sum) of the forward kernel on the twin."""
+    args = p.args(core_num, seed)
+    ins = [to_bits(a, p.dtype) for a in (p.query, p.key, p.value)]
+    ropes = [_bits_or_none(p.query_rope, p.dtype), _bits_or_none(p.key_rope, p.dtype)]
+    idx = np.ascontiguousarray(p.sparse_indices, np.int32)
+    lq, lkv, keep = p.lens_ptrs()
+    out = poisoned(p.query.shape[:-1] + (p.value.shape[-1],))
+    stats_shape = (args.t1 * args.n1,)
+    smax = np.full(stats_shape, np.nan, np.float32)
+    ssum = np.full(stats_shape, np.nan, np.float32)
+    info = _call("twin_sparse_flash_attention", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
+                 *(_P(_ptr(a)) for a in ins), _P(_ptr(idx)), _p(ropes[0]), _p(ropes[1]), lq, lkv,
+                 _P(_ptr(out)), _P(_ptr(smax)), _P(_ptr(ssum)))
+    del keep
+    return KernelRun((from_bits(out, p.dtype), smax.astype(np.float64), ssum.astype(np.float64)), info)
+
+
+@dataclass
+class SfaSchedule:
+    used_aic: int
+    aiv: int
+    key_chunk: int
+    row_chunk: int
+    ub_bytes: int
+    workspace_bytes: int
+    tiling_key: int
+    ub_tile_rows: int
+    gather_rows: int
+    chunk_cols: int
+    m_rows: int
+    aiv_ws_bytes: int
+    ws_delta: int
+    row_start: np.ndarray
+    key_row_start: np.ndarray
+
+
+def sfa_schedule(kernel: str, p: SfaProblem, core_num: int, ub_bytes: int = DEFAULT_UB,
+                 deterministic: bool = False) -> SfaSchedule:
+    """The pure tiling of "forward" or "grad" for problem ``p`` on ``core_num`` AI cores."""
+    args = p.args(core_num, 0, deterministic, ub_bytes)
+    lq, lkv, keep = p.lens_ptrs()
+    out = np.zeros(13, np.int64)
+    starts = np.zeros(2 * max(core_num, 1) + 1, np.int64)
+    kstarts = np.zeros_like(starts)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().twin_sfa_schedule(ctypes.c_int(0 if kernel == "forward" else 1), ctypes.c_int(DTYPE_CODES[p.dtype]),
+                                   ctypes.byref(args), lq, lkv, _P(_ptr(out)), _P(_ptr(starts)), _P(_ptr(kstarts)),
+                                   err, _I64(_ERR_LEN))
+    del keep
+    _raise_for(code, err)
+    aiv = int(out[1])
+    return SfaSchedule(*(int(x) for x in out), starts[: aiv + 1].copy(), kstarts[: aiv + 1].copy())
+
+
+def sparse_flash_attention_grad(p: SfaProblem, d_out: np.ndarray, out: np.ndarray, softmax_max: np.ndarray,
+                                softmax_sum: np.ndarray, core_num: int, seed: int = 0,
+                                deterministic: bool = False) -> KernelRun:
+    """(d_query, d_key, d_value, d_query_rope, d_key_rope) of the grad kernel on the twin
+    (rope gradients None without rope)."""
+    args = p.args(core_num, seed, deterministic)
+    ins = [to_bits(a, p.dtype) for a in (p.query, p.key, p.value)]
+    grads = [to_bits(d_out, p.dtype), to_bits(out, p.dtype)]
+    stats = [np.ascontiguousarray(softmax_max, np.float32), np.ascontiguousarray(softmax_sum, np.float32)]
+    ropes = [_bits_or_none(p.query_rope, p.dtype), _bits_or_none(p.key_rope, p.dtype)]
+    idx = np.ascontiguousarray(p.sparse_indices, np.int32)
+    lq, lkv, keep = p.lens_ptrs()
+    outs = [poisoned(p.query.shape), poisoned(p.key.shape), poisoned(p.value.shape)]
+    rope_outs = [None, None] if p.query_rope is None else [poisoned(p.query_rope.shape), poisoned(p.key_rope.shape)]
+    info = _call("twin_sparse_flash_attention_grad", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
+                 *(_P(_ptr(a)) for a in ins), _P(_ptr(idx)), *(_P(_ptr(a)) for a in grads),
+                 *(_P(_ptr(a)) for a in stats), lq, lkv, _p(ropes[0]), _p(ropes[1]),
+                 *(_P(_ptr(a)) for a in outs), _p(rope_outs[0]), _p(rope_outs[1]))
+    del keep
+    values = [from_bits(o, p.dtype) for o in outs] + [None if o is None else from_bits(o, p.dtype) for o in rope_outs]
+    return KernelRun(tuple(values), info)

@@ -1,48 +1,34 @@
-// ClaGateBackward: OpDef, tiling adapter, infer adapters. CANN-only, NOT compiled in this
-// repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it. Thin by design:
-// the rules live in infer_shape/cla_gate_backward.h and
-// ascendc/cla_gate_backward/cla_gate_backward_tiling.h, tested on CPU.
-#include "../../common/op_host_common.h"
+// ClaGateBackward: OpDef and the shared op_host adapter (common/op_host_adapter.h) over the
+// rules in infer_shape/cla_gate_backward.h and ascendc/cla_gate_backward/cla_gate_backward_tiling.h,
+// tested on CPU. CANN-only, NOT compiled in this repository's CI (no CANN toolkit here);
+// scripts/build_ascend.sh builds it.
+#include "../../common/op_host_adapter.h"
 #include "../../../infer_shape/cla_gate_backward.h"
 #include "../cla_gate_backward_tiling.h"
 
-namespace optiling {
+namespace mgo::op_host {
 
-static ge::graphStatus ClaGateBackwardTilingFunc(gert::TilingContext* ctx) {
-  mgo::tiling::DType dtype;
-  if (!mgo::op_host::KernelDtype(ctx->GetInputDesc(0)->GetDataType(), &dtype)) return ge::GRAPH_FAILED;
-  const auto& g = ctx->GetInputShape(0)->GetStorageShape();  // grad_merged [T, N, D]
-  const mgo::tiling::ClaGateShape shape{static_cast<uint64_t>(g.GetDim(0)), static_cast<uint64_t>(g.GetDim(1)),
-                                        static_cast<uint64_t>(g.GetDim(2))};
-  const auto platform = mgo::op_host::QueryPlatform(ctx);
-  const auto t = mgo::tiling::ComputeClaGateBackwardTiling(shape, dtype, platform.coreNum, platform.ubBytes);
-  if (!t.result.ok) {
-    mgo::op_host::LogError("ClaGateBackward", t.result.error);
-    return ge::GRAPH_FAILED;
+struct ClaGateBackwardHost {
+  static constexpr const char* kName = "ClaGateBackward";
+  static constexpr size_t kInputs = 5;
+  static constexpr size_t kRequiredInputs = 5;
+  struct Attrs {
+    std::string input_attn_layout;
+  };
+  static Attrs ReadAttrs(const gert::RuntimeAttrs* a) { return {StrAttr(a, 0, "input_attn_layout")}; }
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs& a) {
+    return mgo::infer::cla_gate_backward(in, a.input_attn_layout);
   }
-  return mgo::op_host::Publish(ctx, t.result.data, t.result.data.usedCoreNum, t.tilingKey, platform.sysWorkspace);
-}
+  // Input 0: grad_merged [T, N, D].
+  static auto Tile(const std::vector<mgo::infer::Shape>& in, mgo::tiling::DType dtype, const Attrs&,
+                   const Platform& p) {
+    const mgo::tiling::ClaGateShape shape{Dim(in[0], 0), Dim(in[0], 1), Dim(in[0], 2)};
+    const auto t = mgo::tiling::ComputeClaGateBackwardTiling(shape, dtype, p.aivNum, p.ubBytes);
+    return Plan(t, t.result.data.usedCoreNum);
+  }
+};
 
-}  // namespace optiling
-
-namespace ge {
-
-static graphStatus ClaGateBackwardInferShape(gert::InferShapeContext* ctx) {
-  mgo::infer::InferResult r;
-  const std::string layout = ctx->GetAttrs()->GetStr(0);
-  const auto status = mgo::op_host::RunRule(
-      "ClaGateBackward", [&] { r = mgo::infer::cla_gate_backward(mgo::op_host::InputShapes(ctx, 5), layout); });
-  return status == GRAPH_SUCCESS ? mgo::op_host::WriteShapes(ctx, r) : status;
-}
-
-static graphStatus ClaGateBackwardInferDataType(gert::InferDataTypeContext* ctx) {
-  mgo::infer::InferResult r;
-  const auto status = mgo::op_host::RunRule(
-      "ClaGateBackward", [&] { r = mgo::infer::cla_gate_backward(mgo::op_host::InputDtypes(ctx, 5), "TND"); });
-  return status == GRAPH_SUCCESS ? mgo::op_host::WriteDtypes(ctx, r) : status;
-}
-
-}  // namespace ge
+}  // namespace mgo::op_host
 
 namespace ops {
 
@@ -61,8 +47,9 @@ class ClaGateBackward : public OpDef {
     this->Output("grad_global_gate_logits").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
     this->Output("grad_local_gate_logits").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
     this->Attr("input_attn_layout").AttrType(OPTIONAL).String("TND");
-    this->SetInferShape(ge::ClaGateBackwardInferShape).SetInferDataType(ge::ClaGateBackwardInferDataType);
-    this->AICore().SetTiling(optiling::ClaGateBackwardTilingFunc);
+    using Host = mgo::op_host::ClaGateBackwardHost;
+    this->SetInferShape(mgo::op_host::InferShape<Host>).SetInferDataType(mgo::op_host::InferDataType<Host>);
+    this->AICore().SetTiling(mgo::op_host::Tiling<Host>);
     // The seed op ships for Ascend 950 only; this kernel uses only the vector API subset common
     // to A2/A3/950 and sizes its tiles from the platform's UB, so it is registered for all three.
     this->AICore().AddConfig("ascend910b");

@@ -1,47 +1,32 @@
-// ClaGateMerge: OpDef, tiling adapter, infer adapters. CANN-only, NOT compiled in this
-// repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it. Thin by design:
-// the rules live in infer_shape/cla_gate_merge.h and
-// ascendc/cla_gate_merge/cla_gate_merge_tiling.h, tested on CPU.
-#include "../../common/op_host_common.h"
+// ClaGateMerge: OpDef and the shared op_host adapter (common/op_host_adapter.h) over the rules
+// in infer_shape/cla_gate_merge.h and ascendc/cla_gate_merge/cla_gate_merge_tiling.h, tested on
+// CPU. CANN-only, NOT compiled in this repository's CI (no CANN toolkit here);
+// scripts/build_ascend.sh builds it.
+#include "../../common/op_host_adapter.h"
 #include "../../../infer_shape/cla_gate_merge.h"
 #include "../cla_gate_merge_tiling.h"
 
-namespace optiling {
+namespace mgo::op_host {
 
-static ge::graphStatus ClaGateMergeTilingFunc(gert::TilingContext* ctx) {
-  mgo::tiling::DType dtype;
-  if (!mgo::op_host::KernelDtype(ctx->GetInputDesc(0)->GetDataType(), &dtype)) return ge::GRAPH_FAILED;
-  const auto& o = ctx->GetInputShape(0)->GetStorageShape();  // global_attn [T, N, D]
-  const mgo::tiling::ClaGateShape shape{static_cast<uint64_t>(o.GetDim(0)), static_cast<uint64_t>(o.GetDim(1)),
-                                        static_cast<uint64_t>(o.GetDim(2))};
-  const auto platform = mgo::op_host::QueryPlatform(ctx);
-  const auto t = mgo::tiling::ComputeClaGateMergeTiling(shape, dtype, platform.coreNum, platform.ubBytes);
-  if (!t.result.ok) {
-    mgo::op_host::LogError("ClaGateMerge", t.result.error);
-    return ge::GRAPH_FAILED;
+struct ClaGateMergeHost {
+  static constexpr const char* kName = "ClaGateMerge";
+  static constexpr size_t kInputs = 4;
+  static constexpr size_t kRequiredInputs = 4;
+  struct Attrs {};
+  static Attrs ReadAttrs(const gert::RuntimeAttrs*) { return {}; }
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs&) {
+    return mgo::infer::cla_gate_merge(in);
   }
-  return mgo::op_host::Publish(ctx, t.result.data, t.result.data.usedCoreNum, t.tilingKey, platform.sysWorkspace);
-}
+  // Input 0: global_attn [T, N, D].
+  static auto Tile(const std::vector<mgo::infer::Shape>& in, mgo::tiling::DType dtype, const Attrs&,
+                   const Platform& p) {
+    const mgo::tiling::ClaGateShape shape{Dim(in[0], 0), Dim(in[0], 1), Dim(in[0], 2)};
+    const auto t = mgo::tiling::ComputeClaGateMergeTiling(shape, dtype, p.aivNum, p.ubBytes);
+    return Plan(t, t.result.data.usedCoreNum);
+  }
+};
 
-}  // namespace optiling
-
-namespace ge {
-
-static graphStatus ClaGateMergeInferShape(gert::InferShapeContext* ctx) {
-  mgo::infer::InferResult r;
-  const auto status = mgo::op_host::RunRule(
-      "ClaGateMerge", [&] { r = mgo::infer::cla_gate_merge(mgo::op_host::InputShapes(ctx, 4)); });
-  return status == GRAPH_SUCCESS ? mgo::op_host::WriteShapes(ctx, r) : status;
-}
-
-static graphStatus ClaGateMergeInferDataType(gert::InferDataTypeContext* ctx) {
-  mgo::infer::InferResult r;
-  const auto status = mgo::op_host::RunRule(
-      "ClaGateMerge", [&] { r = mgo::infer::cla_gate_merge(mgo::op_host::InputDtypes(ctx, 4)); });
-  return status == GRAPH_SUCCESS ? mgo::op_host::WriteDtypes(ctx, r) : status;
-}
-
-}  // namespace ge
+}  // namespace mgo::op_host
 
 namespace ops {
 
@@ -54,8 +39,9 @@ class ClaGateMerge : public OpDef {
     this->Input("global_gate_logits").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
     this->Input("local_gate_logits").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
     this->Output("merged").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
-    this->SetInferShape(ge::ClaGateMergeInferShape).SetInferDataType(ge::ClaGateMergeInferDataType);
-    this->AICore().SetTiling(optiling::ClaGateMergeTilingFunc);
+    using Host = mgo::op_host::ClaGateMergeHost;
+    this->SetInferShape(mgo::op_host::InferShape<Host>).SetInferDataType(mgo::op_host::InferDataType<Host>);
+    this->AICore().SetTiling(mgo::op_host::Tiling<Host>);
     // Vector-only kernel sized from the platform UB: valid on A2, A3 and 950 alike.
     this->AICore().AddConfig("ascend910b");
     this->AICore().AddConfig("ascend910_93");

@@ -1,46 +1,31 @@
-// Rope (forward): OpDef, tiling adapter, infer adapters. CANN-only, NOT compiled in this
-// repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it. Thin by design:
-// the rules live in infer_shape/rope.h and ascendc/rope/rope_tiling.h, tested on CPU.
-#include "../../common/op_host_common.h"
+// Rope (forward): OpDef and the shared op_host adapter (common/op_host_adapter.h) over the rules
+// in infer_shape/rope.h and ascendc/rope/rope_tiling.h, tested on CPU. CANN-only, NOT compiled
+// in this repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
+#include "../../common/op_host_adapter.h"
 #include "../../../infer_shape/rope.h"
 #include "../rope_tiling.h"
 
-namespace optiling {
+namespace mgo::op_host {
 
-static ge::graphStatus RopeTilingFunc(gert::TilingContext* ctx) {
-  mgo::tiling::DType dtype;
-  if (!mgo::op_host::KernelDtype(ctx->GetInputDesc(0)->GetDataType(), &dtype)) return ge::GRAPH_FAILED;
-  const auto& q = ctx->GetInputShape(0)->GetStorageShape();    // [n_tokens, hidden]
-  const auto& cos = ctx->GetInputShape(2)->GetStorageShape();  // [max_seq_len, 128]
-  const auto& lens = ctx->GetInputShape(4)->GetStorageShape(); // [batch]
-  const mgo::tiling::RopeShape shape{static_cast<uint64_t>(q.GetDim(0)), static_cast<uint64_t>(q.GetDim(1)),
-                                     static_cast<uint64_t>(cos.GetDim(0)), static_cast<uint64_t>(lens.GetDim(0))};
-  const auto platform = mgo::op_host::QueryPlatform(ctx);
-  const auto t = mgo::tiling::ComputeRopeTiling(shape, dtype, platform.coreNum, platform.ubBytes);
-  if (!t.result.ok) {
-    mgo::op_host::LogError("Rope", t.result.error);
-    return ge::GRAPH_FAILED;
+struct RopeHost {
+  static constexpr const char* kName = "Rope";
+  static constexpr size_t kInputs = 5;
+  static constexpr size_t kRequiredInputs = 5;
+  struct Attrs {};
+  static Attrs ReadAttrs(const gert::RuntimeAttrs*) { return {}; }
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs&) {
+    return mgo::infer::rope(in);
   }
-  return mgo::op_host::Publish(ctx, t.result.data, t.result.data.usedCoreNum, t.tilingKey, platform.sysWorkspace);
-}
+  // Inputs: q [n_tokens, hidden], k, cos [max_seq_len, 128], sin, q_seq_len [batch].
+  static auto Tile(const std::vector<mgo::infer::Shape>& in, mgo::tiling::DType dtype, const Attrs&,
+                   const Platform& p) {
+    const mgo::tiling::RopeShape shape{Dim(in[0], 0), Dim(in[0], 1), Dim(in[2], 0), Dim(in[4], 0)};
+    const auto t = mgo::tiling::ComputeRopeTiling(shape, dtype, p.aivNum, p.ubBytes);
+    return Plan(t, t.result.data.usedCoreNum);
+  }
+};
 
-}  // namespace optiling
-
-namespace ge {
-
-static graphStatus RopeInferShape(gert::InferShapeContext* ctx) {
-  mgo::infer::InferResult r;
-  const auto status = mgo::op_host::RunRule("Rope", [&] { r = mgo::infer::rope(mgo::op_host::InputShapes(ctx, 5)); });
-  return status == GRAPH_SUCCESS ? mgo::op_host::WriteShapes(ctx, r) : status;
-}
-
-static graphStatus RopeInferDataType(gert::InferDataTypeContext* ctx) {
-  mgo::infer::InferResult r;
-  const auto status = mgo::op_host::RunRule("Rope", [&] { r = mgo::infer::rope(mgo::op_host::InputDtypes(ctx, 5)); });
-  return status == GRAPH_SUCCESS ? mgo::op_host::WriteDtypes(ctx, r) : status;
-}
-
-}  // namespace ge
+}  // namespace mgo::op_host
 
 namespace ops {
 
@@ -56,8 +41,9 @@ class Rope : public OpDef {
     this->Input("q_seq_len").ParamType(REQUIRED).DataType({ge::DT_INT32, ge::DT_INT32}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
     this->Output("q_embed").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
     this->Output("k_embed").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
-    this->SetInferShape(ge::RopeInferShape).SetInferDataType(ge::RopeInferDataType);
-    this->AICore().SetTiling(optiling::RopeTilingFunc);
+    using Host = mgo::op_host::RopeHost;
+    this->SetInferShape(mgo::op_host::InferShape<Host>).SetInferDataType(mgo::op_host::InferDataType<Host>);
+    this->AICore().SetTiling(mgo::op_host::Tiling<Host>);
     this->AICore().AddConfig("ascend910b");    // Atlas A2
     this->AICore().AddConfig("ascend910_93");  // Atlas A3
   }

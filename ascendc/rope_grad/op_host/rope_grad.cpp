@@ -1,50 +1,34 @@
-// RopeGrad: OpDef, tiling adapter, infer adapters. CANN-only, NOT compiled in this repository's
-// CI (no CANN toolkit here); scripts/build_ascend.sh builds it. Thin by design: the rules live
-// in infer_shape/rope_grad.h and ascendc/rope_grad/rope_grad_tiling.h, which are tested on CPU.
-#include "../../common/op_host_common.h"
+// RopeGrad: OpDef and the shared op_host adapter (common/op_host_adapter.h) over the rules in
+// infer_shape/rope_grad.h and ascendc/rope_grad/rope_grad_tiling.h, tested on CPU. CANN-only,
+// NOT compiled in this repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
+#include "../../common/op_host_adapter.h"
 #include "../../../infer_shape/rope_grad.h"
 #include "../rope_grad_tiling.h"
 
-namespace optiling {
+namespace mgo::op_host {
 
-static ge::graphStatus RopeGradTilingFunc(gert::TilingContext* ctx) {
-  mgo::tiling::DType dtype;
-  if (!mgo::op_host::KernelDtype(ctx->GetInputDesc(0)->GetDataType(), &dtype)) return ge::GRAPH_FAILED;
-  const std::string mode = ctx->GetAttrs()->GetStr(0);
-  const auto& g = ctx->GetInputShape(0)->GetStorageShape();    // q_grad [n_tokens, hidden]
-  const auto& cos = ctx->GetInputShape(2)->GetStorageShape();  // [max_seq_len, 128]
-  const auto& lens = ctx->GetInputShape(4)->GetStorageShape(); // [batch]
-  const mgo::tiling::RopeShape shape{static_cast<uint64_t>(g.GetDim(0)), static_cast<uint64_t>(g.GetDim(1)),
-                                     static_cast<uint64_t>(cos.GetDim(0)), static_cast<uint64_t>(lens.GetDim(0))};
-  const auto platform = mgo::op_host::QueryPlatform(ctx);
-  const auto t = mgo::tiling::ComputeRopeGradTiling(
-      shape, dtype, mode == "vjp" ? mgo::tiling::RopeGradMode::kVjp : mgo::tiling::RopeGradMode::kAtb,
-      platform.coreNum, platform.ubBytes);
-  if (!t.result.ok) {
-    mgo::op_host::LogError("RopeGrad", t.result.error);
-    return ge::GRAPH_FAILED;
+struct RopeGradHost {
+  static constexpr const char* kName = "RopeGrad";
+  static constexpr size_t kInputs = 5;
+  static constexpr size_t kRequiredInputs = 5;
+  struct Attrs {
+    std::string mode;
+  };
+  static Attrs ReadAttrs(const gert::RuntimeAttrs* a) { return {StrAttr(a, 0, "mode")}; }
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs& a) {
+    return mgo::infer::rope_grad(in, a.mode);
   }
-  return mgo::op_host::Publish(ctx, t.result.data, t.result.data.usedCoreNum, t.tilingKey, platform.sysWorkspace);
-}
+  // Inputs: q_grad [n_tokens, hidden], k_grad, cos [max_seq_len, 128], sin, q_seq_len [batch].
+  static auto Tile(const std::vector<mgo::infer::Shape>& in, mgo::tiling::DType dtype, const Attrs& a,
+                   const Platform& p) {
+    const mgo::tiling::RopeShape shape{Dim(in[0], 0), Dim(in[0], 1), Dim(in[2], 0), Dim(in[4], 0)};
+    const auto mode = a.mode == "vjp" ? mgo::tiling::RopeGradMode::kVjp : mgo::tiling::RopeGradMode::kAtb;
+    const auto t = mgo::tiling::ComputeRopeGradTiling(shape, dtype, mode, p.aivNum, p.ubBytes);
+    return Plan(t, t.result.data.usedCoreNum);
+  }
+};
 
-}  // namespace optiling
-
-namespace ge {
-
-static graphStatus RopeGradInferShape(gert::InferShapeContext* ctx) {
-  mgo::infer::InferResult r;
-  const std::string mode = ctx->GetAttrs()->GetStr(0);
-  const auto status = mgo::op_host::RunRule("RopeGrad", [&] { r = mgo::infer::rope_grad(mgo::op_host::InputShapes(ctx, 5), mode); });
-  return status == GRAPH_SUCCESS ? mgo::op_host::WriteShapes(ctx, r) : status;
-}
-
-static graphStatus RopeGradInferDataType(gert::InferDataTypeContext* ctx) {
-  mgo::infer::InferResult r;
-  const auto status = mgo::op_host::RunRule("RopeGrad", [&] { r = mgo::infer::rope_grad(mgo::op_host::InputDtypes(ctx, 5), "atb"); });
-  return status == GRAPH_SUCCESS ? mgo::op_host::WriteDtypes(ctx, r) : status;
-}
-
-}  // namespace ge
+}  // namespace mgo::op_host
 
 namespace ops {
 
@@ -61,8 +45,9 @@ class RopeGrad : public OpDef {
     this->Output("q_grad_out").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
     this->Output("k_grad_out").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
     this->Attr("mode").AttrType(OPTIONAL).String("atb");
-    this->SetInferShape(ge::RopeGradInferShape).SetInferDataType(ge::RopeGradInferDataType);
-    this->AICore().SetTiling(optiling::RopeGradTilingFunc);
+    using Host = mgo::op_host::RopeGradHost;
+    this->SetInferShape(mgo::op_host::InferShape<Host>).SetInferDataType(mgo::op_host::InferDataType<Host>);
+    this->AICore().SetTiling(mgo::op_host::Tiling<Host>);
     this->AICore().AddConfig("ascend910b");    // Atlas A2 (the seed's products)
     this->AICore().AddConfig("ascend910_93");  // Atlas A3
   }

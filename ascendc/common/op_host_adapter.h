@@ -1,0 +1,180 @@
+// The one op_host adapter: InferShape<Op>, InferDataType<Op> and Tiling<Op> turn the graph
+// engine's contexts into calls of an op's pure rules (infer_shape/<op>.h) and pure tiling
+// (ascendc/<op>/<op>_tiling.h), so an op's op_host source only declares what differs.
+//
+// NOT COMPILED IN THIS REPOSITORY'S CI: it needs the CANN toolkit headers (absent here);
+// scripts/build_ascend.sh compiles it where ASCEND_HOME_PATH is set. tests/test_ascendc_op_host.py
+// holds every op_host source to ms_grad_ops/_specs.py by parsing.
+//
+// An op describes itself with a struct `Op`:
+//   static constexpr const char* kName;        OpDef type, prefixes every logged error
+//   static constexpr size_t kInputs;           IR inputs, in OpDef order
+//   static constexpr size_t kRequiredInputs;   inputs [0, kRequiredInputs) are REQUIRED, the rest
+//                                              OPTIONAL (an omitted one reaches the rule as
+//                                              the zero-size placeholder, AbsentInput())
+//   struct Attrs; static Attrs ReadAttrs(const gert::RuntimeAttrs*);   with the Attr readers below
+//   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>&, const Attrs&);
+//   static TilingPlan<Data> Tile(const std::vector<mgo::infer::Shape>&, mgo::tiling::DType,
+//                                const Attrs&, const Platform&);
+// and registers `InferShape<Op>`, `InferDataType<Op>`, `Tiling<Op>` in its OpDef.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "op_host_common.h"
+
+namespace mgo::op_host {
+
+// ---------------------------------------------------------------- attributes
+// By OpDef attribute index; `name` words the error when the framework passed none.
+[[noreturn]] inline void MissingAttr(const char* name) {
+  throw std::invalid_argument(std::string("attribute '") + name + "' is missing");
+}
+
+template <typename T>
+const T* CheckedAttr(const T* value, const char* name) {
+  if (value == nullptr) MissingAttr(name);
+  return value;
+}
+
+inline const gert::RuntimeAttrs& AttrsOf(const gert::RuntimeAttrs* attrs, const char* name) {
+  return *CheckedAttr(attrs, name);
+}
+
+inline std::string StrAttr(const gert::RuntimeAttrs* a, size_t i, const char* name) {
+  return CheckedAttr(AttrsOf(a, name).GetStr(i), name);
+}
+inline int64_t IntAttr(const gert::RuntimeAttrs* a, size_t i, const char* name) {
+  return *CheckedAttr(AttrsOf(a, name).GetInt(i), name);
+}
+inline double FloatAttr(const gert::RuntimeAttrs* a, size_t i, const char* name) {
+  return *CheckedAttr(AttrsOf(a, name).GetFloat(i), name);
+}
+inline bool BoolAttr(const gert::RuntimeAttrs* a, size_t i, const char* name) {
+  return *CheckedAttr(AttrsOf(a, name).GetBool(i), name);
+}
+
+// ---------------------------------------------------------------- inputs by IR index
+// An omitted OPTIONAL input, as the rules see it: the zero-size 1-D placeholder the Python layer
+// passes for None (infer_shape's is_absent), so both routes give the same result.
+inline mgo::infer::TensorDesc AbsentInput() { return {mgo::infer::Shape{0}, mgo::infer::DType::kUnknown}; }
+
+// Required inputs come first in every OpDef (tests/test_ascendc_op_host.py checks it), so the
+// IR index of a required input is also its instance index.
+template <typename Op, typename Ctx>
+std::vector<mgo::infer::Shape> ReadShapes(Ctx* ctx) {
+  std::vector<mgo::infer::Shape> shapes(Op::kInputs);
+  for (size_t i = 0; i < Op::kInputs; ++i) {
+    const auto* s = i < Op::kRequiredInputs ? ctx->GetRequiredInputShape(i) : ctx->GetOptionalInputShape(i);
+    if (s == nullptr && i < Op::kRequiredInputs) throw std::invalid_argument("a required input is missing");
+    shapes[i] = s == nullptr ? AbsentInput().shape : FromGe(*s);
+  }
+  return shapes;
+}
+
+// Shapes with unknown dtypes: InferShape gets no dtypes.
+template <typename Op>
+std::vector<mgo::infer::TensorDesc> InputShapes(gert::InferShapeContext* ctx) {
+  const std::vector<mgo::infer::Shape> shapes = ReadShapes<Op>(ctx);
+  std::vector<mgo::infer::TensorDesc> in(shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) in[i].shape = shapes[i];
+  return in;
+}
+
+// Dtypes with unknown shapes: InferDataType gets no shapes.
+template <typename Op>
+std::vector<mgo::infer::TensorDesc> InputDtypes(gert::InferDataTypeContext* ctx) {
+  std::vector<mgo::infer::TensorDesc> in(Op::kInputs);
+  for (size_t i = 0; i < Op::kInputs; ++i) {
+    if (i < Op::kRequiredInputs) {
+      in[i].dtype = FromGe(ctx->GetRequiredInputDataType(i));
+      continue;
+    }
+    const ge::DataType t = ctx->GetOptionalInputDataType(i);
+    if (t == ge::DT_UNDEFINED) in[i] = AbsentInput();
+    else in[i].dtype = FromGe(t);
+  }
+  return in;
+}
+
+// Runs `step`; an exception (the rules' ValueError/TypeError, a missing attribute) is logged
+// with the op's name and the graph gets FAILED.
+template <typename Step>
+ge::graphStatus Guarded(const char* op, Step&& step) {
+  try {
+    return step();
+  } catch (const std::exception& e) {
+    LogError(op, e.what());
+    return ge::GRAPH_FAILED;
+  }
+}
+
+// ---------------------------------------------------------------- the adapters
+template <typename Op>
+ge::graphStatus InferShape(gert::InferShapeContext* ctx) {
+  return Guarded(Op::kName, [ctx] {
+    const mgo::infer::InferResult r = Op::Infer(InputShapes<Op>(ctx), Op::ReadAttrs(ctx->GetAttrs()));
+    for (size_t i = 0; i < r.shapes.size(); ++i) {
+      gert::Shape* out = ctx->GetOutputShape(i);
+      out->SetDimNum(r.shapes[i].size());
+      for (size_t d = 0; d < r.shapes[i].size(); ++d) out->SetDim(d, r.shapes[i][d]);
+    }
+    return ge::GRAPH_SUCCESS;
+  });
+}
+
+template <typename Op>
+ge::graphStatus InferDataType(gert::InferDataTypeContext* ctx) {
+  return Guarded(Op::kName, [ctx] {
+    const mgo::infer::InferResult r = Op::Infer(InputDtypes<Op>(ctx), Op::ReadAttrs(ctx->GetAttrs()));
+    for (size_t i = 0; i < r.dtypes.size(); ++i) ctx->SetOutputDataType(i, ToGe(r.dtypes[i]));
+    return ge::GRAPH_SUCCESS;
+  });
+}
+
+// What an op's Tile returns: the pure tiling result plus how to launch it.
+template <typename Data>
+struct TilingPlan {
+  bool ok;
+  const char* error;            // static text when !ok
+  Data data;                    // standard-C++ tiling struct (REGISTER_TILING_DEFAULT)
+  uint64_t tilingKey;
+  uint32_t blockDim;            // vector ops: AIV count; mixed ops: AIC count
+  uint64_t userWorkspaceBytes;  // on top of the system workspace
+  bool allCoresAtOnce;          // the kernel synchronises across cores (SyncAll): batch schedule
+};
+
+// From a pure `{result{ok, error, data}, tilingKey}` tiling.
+template <typename Pure>
+auto Plan(const Pure& t, uint32_t block_dim, uint64_t user_workspace = 0, bool all_cores_at_once = false)
+    -> TilingPlan<decltype(t.result.data)> {
+  return {t.result.ok, t.result.error, t.result.data, t.tilingKey, block_dim, user_workspace, all_cores_at_once};
+}
+
+template <typename Op>
+ge::graphStatus Tiling(gert::TilingContext* ctx) {
+  return Guarded(Op::kName, [ctx] {
+    mgo::tiling::DType dtype;
+    if (!KernelDtype(ctx->GetInputDesc(0)->GetDataType(), &dtype)) {
+      throw std::invalid_argument("the kernel takes float16 or bfloat16 inputs only");
+    }
+    const Platform platform = QueryPlatform(ctx);
+    const auto plan = Op::Tile(ReadShapes<Op>(ctx), dtype, Op::ReadAttrs(ctx->GetAttrs()), platform);
+    if (!plan.ok) throw std::invalid_argument(plan.error);
+    *ctx->template GetTilingData<decltype(plan.data)>() = plan.data;
+    ctx->SetBlockDim(plan.blockDim);
+    ctx->SetTilingKey(plan.tilingKey);
+    if (plan.allCoresAtOnce) ctx->SetScheduleMode(1);  // else a SyncAll can wait for cores never started
+    ctx->GetWorkspaceSizes(1)[0] = platform.sysWorkspace + plan.userWorkspaceBytes;
+    return ge::GRAPH_SUCCESS;
+  });
+}
+
+// Dim `i` of a tiling input as the pure tiling functions take it.
+inline uint64_t Dim(const mgo::infer::Shape& s, size_t i) { return static_cast<uint64_t>(s.at(i)); }
+
+}  // namespace mgo::op_host

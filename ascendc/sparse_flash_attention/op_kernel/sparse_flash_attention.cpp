@@ -1,0 +1,244 @@
+// SparseFlashAttention (forward) as a mixed kernel: the AIVs gather and do the softmax, the
+// AIC of each core multiplies (high-level Matmul, float32 accumulation).
+//
+// Every AIV owns a contiguous range of query rows (t, g) (tiling.rowStart, balanced by visible
+// keys). Per row: gather qf = cat(q, q_rope) [G, dk] into its workspace; walk the K index
+// slots, gathering the visible keys of each selected block (kf = cat(key, key_rope) rows and
+// value rows) into chunks of up to keyChunk keys; per chunk
+//   S = qf kfᵀ (AIC) -> scale, running max m, P = exp(S - m), running sum l (AIV)
+//   acc = acc * exp(m_old - m) (AIV), acc += P v (AIC, atomic add into the same core's acc)
+// and finally out = acc / l, softmax_max = m, softmax_sum = l. A row with no visible key gives
+// out = 0, softmax_max = lowest float32, softmax_sum = 0 (SPEC 3).
+#include "kernel_operator.h"
+#include "lib/matmul_intf.h"
+
+#include "../../common/sfa_kernel_common.h"
+#include "../sparse_flash_attention_tiling.h"
+
+namespace mgo::kernel {
+
+template <typename T>
+class SparseFlashAttentionKernel {
+  using A = MatmulType<TPosition::GM, CubeFormat::ND, T>;
+  using BT = MatmulType<TPosition::GM, CubeFormat::ND, T, true>;
+  using C = MatmulType<TPosition::GM, CubeFormat::ND, float>;
+
+ public:
+  __aicore__ inline void Run(GM_ADDR query, GM_ADDR key, GM_ADDR value, GM_ADDR indices, GM_ADDR query_rope,
+                             GM_ADDR key_rope, GM_ADDR lens_q, GM_ADDR lens_kv, GM_ADDR out, GM_ADDR softmax_max,
+                             GM_ADDR softmax_sum, GM_ADDR workspace, const SfaTilingData& t) {
+    t_ = t;
+    const TCubeTiling score_tiling = ToCubeTiling(t.mmScore);
+    const TCubeTiling pv_tiling = ToCubeTiling(t.mmPv);
+    REGIST_MATMUL_OBJ(&pipe_, GetSysWorkSpacePtr(), mmScore_, &score_tiling, mmPv_, &pv_tiling);
+    if ASCEND_IS_AIC {
+      return;
+    }
+    InitGm(query, key, value, indices, query_rope, key_rope, out, softmax_max, softmax_sum, workspace);
+    geo_.Init(t, lens_q, lens_kv);
+    ub_.Init(pipe_, mgo::tiling::PlanSfaUb(false, t.gatherRows, t.ubTileRows, t.chunkCols, t.dk, t.mRows));
+    gather_.Init(ub_.gather.template Get<T>(), t.gatherRows);
+    const auto aiv = static_cast<uint32_t>(GetBlockIdx());
+    for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) ProcessRow(row);
+    mmScore_.End();
+    mmPv_.End();
+  }
+
+ private:
+  __aicore__ inline void InitGm(GM_ADDR query, GM_ADDR key, GM_ADDR value, GM_ADDR indices, GM_ADDR query_rope,
+                                GM_ADDR key_rope, GM_ADDR out, GM_ADDR softmax_max, GM_ADDR softmax_sum,
+                                GM_ADDR workspace) {
+    const uint64_t q_rows = uint64_t{t_.t1} * t_.n1;
+    const uint64_t k_rows = uint64_t{t_.t2} * t_.n2;
+    qGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(query), q_rows * t_.d);
+    kGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key), k_rows * t_.d);
+    vGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(value), k_rows * t_.d);
+    if (t_.hasRope) {
+      qrGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(query_rope), q_rows * t_.dr);
+      krGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key_rope), k_rows * t_.dr);
+    }
+    idxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(indices), uint64_t{t_.t1} * t_.n2 * t_.k);
+    outGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(out), q_rows * t_.d);
+    maxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(softmax_max), q_rows);
+    sumGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(softmax_sum), q_rows);
+    GM_ADDR ws = GetUserWorkspace(workspace) + static_cast<uint64_t>(GetBlockIdx()) * t_.aivWsBytes;
+    const uint64_t m = t_.mRows;
+    const uint64_t cw = t_.chunkCols;
+    wsQf_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsQf), m * t_.dk);
+    wsKf_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsKf), cw * t_.dk);
+    wsV_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsV), cw * t_.d);
+    wsS_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsS), m * cw);
+    wsP_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsP), m * cw);
+    wsAcc_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsAcc), m * t_.dk);
+  }
+
+  // The rope tensor from element `off`, or the empty tensor without rope.
+  __aicore__ inline GlobalTensor<T> Rope(const GlobalTensor<T>& g, uint64_t off) const {
+    return t_.hasRope ? g[off] : g;
+  }
+
+  __aicore__ inline void ProcessRow(uint32_t row) {
+    const SfaRow r = geo_.Row(row);
+    const uint64_t q_row0 = uint64_t{r.t} * t_.n1 + uint64_t{r.g} * t_.g;  // first head row of the group
+    gather_.Copy(wsQf_, qGm_[q_row0 * t_.d], Rope(qrGm_, q_row0 * t_.dr), t_.d, t_.g, t_.d, t_.dr);
+    Duplicate(Stat(kMax), kLowestFloat, t_.g);
+    Duplicate(Stat(kSum), 0.0f, t_.g);
+
+    uint32_t chunks = 0;
+    uint32_t filled = 0;
+    const uint64_t slots = uint64_t{row} * t_.k;
+    const uint64_t key_stride = uint64_t{t_.n2} * t_.d;
+    for (uint32_t slot = 0; slot < t_.k; ++slot) {
+      uint32_t key = 0;
+      uint32_t end = 0;
+      if (!geo_.BlockKeys(idxGm_.GetValue(slots + slot), r, &key, &end)) continue;
+      while (key < end) {
+        const uint32_t take = end - key < t_.keyChunk - filled ? end - key : t_.keyChunk - filled;
+        const uint64_t k_row = (r.kv0 + key) * t_.n2 + r.g;
+        gather_.Copy(wsKf_[uint64_t{filled} * t_.dk], kGm_[k_row * t_.d], Rope(krGm_, k_row * t_.dr), key_stride,
+                     take, t_.d, t_.dr);
+        gather_.Copy(wsV_[uint64_t{filled} * t_.d], vGm_[k_row * t_.d], vGm_, key_stride, take, t_.d, 0);
+        filled += take;
+        key += take;
+        if (filled == t_.keyChunk) {
+          Chunk(filled, chunks++);
+          filled = 0;
+        }
+      }
+    }
+    if (filled > 0) Chunk(filled, chunks++);
+    Finish(r, q_row0, chunks > 0);
+  }
+
+  enum StatSlot : uint32_t { kMax = 0, kSum = 1, kNewMax = 2, kRowSum = 3, kAlpha = 4 };
+  __aicore__ inline LocalTensor<float> Stat(StatSlot s) const { return ub_.stat[s].template Get<float>(); }
+
+  // One chunk of n gathered keys: scores, online softmax update, acc (+)= P v.
+  __aicore__ inline void Chunk(uint32_t n, uint32_t index) {
+    const uint32_t g = t_.g;
+    mmScore_.SetOrgShape(g, n, t_.dk, t_.dk);
+    mmScore_.SetSingleShape(g, n, t_.dk);
+    mmScore_.SetTensorA(wsQf_);
+    mmScore_.SetTensorB(wsKf_, true);
+    mmScore_.IterateAll(wsS_);
+
+    const LocalTensor<float> score = ub_.score.template Get<float>();
+    const LocalTensor<T> p16 = ub_.io[0].template Get<T>();
+    const LocalTensor<float> red = ub_.red.template Get<float>();
+    const LocalTensor<float> work = ub_.work.template Get<float>();
+    const uint32_t pitch_f = static_cast<uint32_t>(mgo::tiling::AlignUp(n, 8));
+    const uint32_t pitch_h = static_cast<uint32_t>(mgo::tiling::AlignUp(n, 16));
+    for (uint32_t h0 = 0; h0 < g; h0 += t_.ubTileRows) {
+      const uint32_t rows = g - h0 < t_.ubTileRows ? g - h0 : t_.ubTileRows;
+      LoadRowsF32(score, wsS_[uint64_t{h0} * n], rows, n);
+      for (uint32_t i = 0; i < rows; ++i) {
+        const LocalTensor<float> s = score[i * pitch_f];
+        Muls(s, s, t_.scaleValue, n);
+        ReduceMax(red, s, work, n);
+        SyncPipes<HardEvent::V_S>();
+        const float old_max = Stat(kMax).GetValue(h0 + i);
+        const float chunk_max = red.GetValue(0);
+        const float new_max = chunk_max > old_max ? chunk_max : old_max;
+        Stat(kNewMax).SetValue(h0 + i, new_max);
+        Adds(s, s, -new_max, n);
+        Exp(s, s, n);
+        ReduceSum(red, s, work, n);
+        Cast(p16[i * pitch_h], s, RoundMode::CAST_RINT, n);
+        SyncPipes<HardEvent::V_S>();
+        Stat(kRowSum).SetValue(h0 + i, red.GetValue(0));
+      }
+      StoreRows16(wsP_[uint64_t{h0} * n], p16, rows, n);
+    }
+    SyncPipes<HardEvent::S_V>();
+    // alpha = exp(m_old - m_new) rescales what earlier chunks accumulated (0 for the first).
+    Sub(Stat(kAlpha), Stat(kMax), Stat(kNewMax), g);
+    Exp(Stat(kAlpha), Stat(kAlpha), g);
+    Mul(Stat(kSum), Stat(kSum), Stat(kAlpha), g);
+    Add(Stat(kSum), Stat(kSum), Stat(kRowSum), g);
+    Muls(Stat(kMax), Stat(kNewMax), 1.0f, g);
+    if (index > 0) RescaleAcc();
+
+    mmPv_.SetOrgShape(g, t_.d, n, n);
+    mmPv_.SetSingleShape(g, t_.d, n);
+    mmPv_.SetTensorA(wsP_);
+    mmPv_.SetTensorB(wsV_);
+    mmPv_.IterateAll(wsAcc_, index > 0 ? 1 : 0);
+  }
+
+  // acc[h] *= alpha[h], row by row through UB.
+  __aicore__ inline void RescaleAcc() {
+    const LocalTensor<float> rowf = ub_.rowF[0].template Get<float>();
+    SyncPipes<HardEvent::V_S>();
+    for (uint32_t h = 0; h < t_.g; ++h) {
+      const float alpha = Stat(kAlpha).GetValue(h);
+      DataCopy(rowf, wsAcc_[uint64_t{h} * t_.d], t_.d);
+      SyncPipes<HardEvent::MTE2_V>();
+      Muls(rowf, rowf, alpha, t_.d);
+      SyncPipes<HardEvent::V_MTE3>();
+      DataCopy(wsAcc_[uint64_t{h} * t_.d], rowf, t_.d);
+      SyncPipes<HardEvent::MTE3_MTE2>();
+    }
+  }
+
+  // out = acc / l (or 0 without visible keys), then the statistics.
+  __aicore__ inline void Finish(const SfaRow& r, uint64_t q_row0, bool any) {
+    const LocalTensor<float> rowf = ub_.rowF[0].template Get<float>();
+    const LocalTensor<T> rowh = ub_.rowH[0].template Get<T>();
+    SyncPipes<HardEvent::V_S>();
+    if (!any) Duplicate(rowf, 0.0f, t_.d);
+    for (uint32_t h = 0; h < t_.g; ++h) {
+      if (any) {
+        const float inv = 1.0f / Stat(kSum).GetValue(h);
+        DataCopy(rowf, wsAcc_[uint64_t{h} * t_.d], t_.d);
+        SyncPipes<HardEvent::MTE2_V>();
+        Muls(rowf, rowf, inv, t_.d);
+      }
+      Cast(rowh, rowf, RoundMode::CAST_RINT, t_.d);
+      SyncPipes<HardEvent::V_MTE3>();
+      DataCopy(outGm_[(q_row0 + h) * t_.d], rowh, t_.d);
+      SyncPipes<HardEvent::MTE3_V>();
+      SyncPipes<HardEvent::MTE3_MTE2>();
+    }
+    const uint64_t at = geo_.StatsOffset(r);
+    StoreF32(maxGm_[at], Stat(kMax), t_.g);
+    StoreF32(sumGm_[at], Stat(kSum), t_.g);
+  }
+
+  SfaTilingData t_{};
+  TPipe pipe_;
+  Matmul<A, BT, C> mmScore_;
+  Matmul<A, A, C> mmPv_;
+  SfaGeometry geo_;
+  SfaUb ub_;
+  RowGather<T> gather_;
+  GlobalTensor<T> qGm_, kGm_, vGm_, qrGm_, krGm_, outGm_;
+  GlobalTensor<int32_t> idxGm_;
+  GlobalTensor<float> maxGm_, sumGm_;
+  GlobalTensor<T> wsQf_, wsKf_, wsV_, wsP_;
+  GlobalTensor<float> wsS_, wsAcc_;
+};
+
+}  // namespace mgo::kernel
+
+// Argument order: inputs (absent optional inputs are null), outputs, workspace, tiling.
+extern "C" __global__ __aicore__ void sparse_flash_attention(GM_ADDR query, GM_ADDR key, GM_ADDR value,
+                                                             GM_ADDR sparse_indices, GM_ADDR query_rope,
+                                                             GM_ADDR key_rope, GM_ADDR actual_seq_lengths_query,
+                                                             GM_ADDR actual_seq_lengths_kv, GM_ADDR out,
+                                                             GM_ADDR softmax_max, GM_ADDR softmax_sum,
+                                                             GM_ADDR workspace, GM_ADDR tiling) {
+  using mgo::tiling::DType;
+  using mgo::tiling::SparseFlashAttentionTilingKey;
+  AscendC::SetSysWorkspace(workspace);
+  REGISTER_TILING_DEFAULT(mgo::tiling::SfaTilingData);
+  GET_TILING_DATA(tiling_data, tiling);
+  if (TILING_KEY_IS(SparseFlashAttentionTilingKey(DType::kFloat16))) {
+    mgo::kernel::SparseFlashAttentionKernel<half> op;
+    op.Run(query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query, actual_seq_lengths_kv,
+           out, softmax_max, softmax_sum, workspace, tiling_data);
+  } else if (TILING_KEY_IS(SparseFlashAttentionTilingKey(DType::kBFloat16))) {
+    mgo::kernel::SparseFlashAttentionKernel<bfloat16_t> op;
+    op.Run(query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query, actual_seq_lengths_kv,
+           out, softmax_max, softmax_sum, workspace, tiling_data);
+  }
+}

@@ -1,0 +1,204 @@
+// ctypes entry points running sparse_flash_attention(_grad) on the twin as mixed launches, and
+// exposing their pure tiling for the invariant tests.
+#include <vector>
+
+#include "harness_common.h"
+
+#include "../../ascendc/sparse_flash_attention/op_kernel/sparse_flash_attention.cpp"
+#include "../../ascendc/sparse_flash_attention_grad/op_kernel/sparse_flash_attention_grad.cpp"
+
+namespace {
+
+using mgo::tiling::CubePlatform;
+using mgo::tiling::DType;
+using mgo::tiling::SfaAttrs;
+using mgo::tiling::SfaLayout;
+using mgo::tiling::SfaSeqLengths;
+using mgo::tiling::SfaShape;
+using mgo::tiling::SfaTilingResult;
+
+// Shape of one call, mirrored by a ctypes.Structure in twin_lib.py.
+struct SfaArgs {
+  int64_t layout;  // 0 BSND, 1 TND
+  int64_t batch, s1, s2, t1, t2, n1, n2, d, dr, k;
+  int64_t block_size, sparse_mode, deterministic;
+  double scale;
+  int64_t core_num, ub_bytes, seed;
+};
+
+SfaShape Shape(const SfaArgs& a) {
+  return SfaShape{a.layout == 1 ? SfaLayout::kTND : SfaLayout::kBSND,
+                  static_cast<uint64_t>(a.batch), static_cast<uint64_t>(a.s1), static_cast<uint64_t>(a.s2),
+                  static_cast<uint64_t>(a.t1), static_cast<uint64_t>(a.t2), static_cast<uint64_t>(a.n1),
+                  static_cast<uint64_t>(a.n2), static_cast<uint64_t>(a.d), static_cast<uint64_t>(a.dr),
+                  static_cast<uint64_t>(a.k)};
+}
+
+SfaAttrs Attrs(const SfaArgs& a) {
+  return SfaAttrs{static_cast<float>(a.scale), static_cast<uint32_t>(a.block_size),
+                  static_cast<uint32_t>(a.sparse_mode), a.deterministic != 0};
+}
+
+CubePlatform Platform(const SfaArgs& a) {
+  CubePlatform p = mgo::tiling::kAtlasA2Platform;
+  p.aicNum = static_cast<uint32_t>(a.core_num);
+  p.ubBytes = static_cast<uint64_t>(a.ub_bytes);
+  return p;
+}
+
+// Host copies of the int32 cumulative lengths as the tiling reads them (int64).
+struct HostLens {
+  std::vector<int64_t> q, kv;
+  SfaSeqLengths view{nullptr, nullptr, 0};
+  HostLens(const SfaArgs& a, const int32_t* lq, const int32_t* lkv) {
+    if (a.layout != 1 || lq == nullptr || lkv == nullptr) return;
+    q.assign(lq, lq + a.batch);
+    kv.assign(lkv, lkv + a.batch);
+    view = SfaSeqLengths{q.data(), kv.data(), static_cast<uint64_t>(a.batch)};
+  }
+};
+
+void FillInfo(harness::RunInfo* info, const AscendC::twin::MixStats& stats, const SfaTilingResult& r) {
+  *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(r.ubBytes), stats.cores,
+                           r.data.keyChunk, 0, 0};
+  harness::FillWriteStats(info);
+}
+
+}  // namespace
+
+extern "C" {
+
+// kernel: 0 forward, 1 grad. Writes the tiling's scalars and per-AIV ranges (arrays of
+// 2 * core_num + 1 entries): out = {usedAicNum, aivNum, keyChunk, rowChunk, ubBytes,
+// workspaceBytes, tilingKey, ubTileRows, gatherRows, chunkCols, mRows, aivWsBytes, wsDelta}.
+int twin_sfa_schedule(int kernel, int dtype, const SfaArgs* a, const int32_t* lens_q, const int32_t* lens_kv,
+                      int64_t* out, int64_t* row_start, int64_t* key_row_start, char* err, int64_t err_len) {
+  const HostLens lens(*a, lens_q, lens_kv);
+  const auto kind = kernel == 0 ? mgo::tiling::SfaKernel::kForward : mgo::tiling::SfaKernel::kGrad;
+  const SfaTilingResult r = mgo::tiling::ComputeSfaTiling(kind, Shape(*a), Attrs(*a), lens.view, Platform(*a));
+  if (!r.ok) {
+    harness::CopyMessage(r.error, err, err_len);
+    return harness::kTilingError;
+  }
+  const auto& t = r.data;
+  const int64_t key = kernel == 0 ? static_cast<int64_t>(mgo::tiling::SparseFlashAttentionTilingKey(
+                                        static_cast<DType>(dtype)))
+                                  : static_cast<int64_t>(dtype);
+  const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.rowChunk, static_cast<int64_t>(r.ubBytes),
+                          static_cast<int64_t>(r.workspaceBytes), key, t.ubTileRows, t.gatherRows, t.chunkCols,
+                          t.mRows, static_cast<int64_t>(t.aivWsBytes), static_cast<int64_t>(t.wsDelta)};
+  for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
+  for (uint32_t i = 0; i <= t.aivNum; ++i) {
+    row_start[i] = t.rowStart[i];
+    key_row_start[i] = t.keyRowStart[i];
+  }
+  return harness::kOk;
+}
+
+int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const void* q, const void* k, const void* v,
+                                const int32_t* idx, const void* qr, const void* kr, const int32_t* lens_q,
+                                const int32_t* lens_kv, void* out, float* smax, float* ssum,
+                                harness::RunInfo* info, char* err, int64_t err_len) {
+  return harness::Guarded(err, err_len, [&]() -> int {
+    const HostLens lens(*a, lens_q, lens_kv);
+    const auto tiling = mgo::tiling::ComputeSparseFlashAttentionTiling(Shape(*a), Attrs(*a), static_cast<DType>(dtype),
+                                                                       lens.view, Platform(*a));
+    if (!tiling.result.ok) {
+      harness::CopyMessage(tiling.result.error, err, err_len);
+      return harness::kTilingError;
+    }
+    const uint64_t q_rows = static_cast<uint64_t>(a->t1 * a->n1);
+    const uint64_t k_rows = static_cast<uint64_t>(a->t2 * a->n2);
+    std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
+    auto tiling_gm = harness::TilingBytes(tiling.result.data);
+    harness::GmScope gm;
+    gm.Input(q, q_rows * a->d * 2, "query");
+    gm.Input(k, k_rows * a->d * 2, "key");
+    gm.Input(v, k_rows * a->d * 2, "value");
+    gm.Input(idx, static_cast<uint64_t>(a->t1 * a->n2 * a->k) * 4, "sparse_indices");
+    if (a->dr > 0) {
+      gm.Input(qr, q_rows * a->dr * 2, "query_rope");
+      gm.Input(kr, k_rows * a->dr * 2, "key_rope");
+    }
+    if (a->layout == 1) {
+      gm.Input(lens_q, static_cast<uint64_t>(a->batch) * 4, "actual_seq_lengths_query");
+      gm.Input(lens_kv, static_cast<uint64_t>(a->batch) * 4, "actual_seq_lengths_kv");
+    }
+    gm.Output(out, q_rows * a->d * 2, "out");
+    gm.Output(smax, q_rows * 4, "softmax_max");
+    gm.Output(ssum, q_rows * 4, "softmax_sum");
+    gm.Workspace(ws.data(), ws.size(), "workspace");
+    gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
+    auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
+    const auto stats = AscendC::twin::LaunchMix(
+        tiling.result.data.usedAicNum, tiling.tilingKey, static_cast<uint64_t>(a->ub_bytes),
+        static_cast<uint64_t>(a->seed), [&] {
+          sparse_flash_attention(u8(q), u8(k), u8(v), u8(idx), a->dr > 0 ? u8(qr) : nullptr,
+                                 a->dr > 0 ? u8(kr) : nullptr, a->layout == 1 ? u8(lens_q) : nullptr,
+                                 a->layout == 1 ? u8(lens_kv) : nullptr, u8(out), u8(smax), u8(ssum), ws.data(),
+                                 tiling_gm.data());
+        });
+    FillInfo(info, stats, tiling.result);
+    return harness::kOk;
+  });
+}
+
+int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const void* q, const void* k, const void* v,
+                                     const int32_t* idx, const void* d_out, const void* out, const float* smax,
+                                     const float* ssum, const int32_t* lens_q, const int32_t* lens_kv, const void* qr,
+                                     const void* kr, void* dq, void* dk, void* dv, void* dqr, void* dkr,
+                                     harness::RunInfo* info, char* err, int64_t err_len) {
+  return harness::Guarded(err, err_len, [&]() -> int {
+    const HostLens lens(*a, lens_q, lens_kv);
+    const auto tiling = mgo::tiling::ComputeSparseFlashAttentionGradTiling(
+        Shape(*a), Attrs(*a), static_cast<DType>(dtype), lens.view, Platform(*a));
+    if (!tiling.result.ok) {
+      harness::CopyMessage(tiling.result.error, err, err_len);
+      return harness::kTilingError;
+    }
+    const uint64_t q_rows = static_cast<uint64_t>(a->t1 * a->n1);
+    const uint64_t k_rows = static_cast<uint64_t>(a->t2 * a->n2);
+    std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
+    auto tiling_gm = harness::TilingBytes(tiling.result.data);
+    harness::GmScope gm;
+    gm.Input(q, q_rows * a->d * 2, "query");
+    gm.Input(k, k_rows * a->d * 2, "key");
+    gm.Input(v, k_rows * a->d * 2, "value");
+    gm.Input(idx, static_cast<uint64_t>(a->t1 * a->n2 * a->k) * 4, "sparse_indices");
+    gm.Input(d_out, q_rows * a->d * 2, "d_out");
+    gm.Input(out, q_rows * a->d * 2, "out");
+    gm.Input(smax, q_rows * 4, "softmax_max");
+    gm.Input(ssum, q_rows * 4, "softmax_sum");
+    if (a->layout == 1) {
+      gm.Input(lens_q, static_cast<uint64_t>(a->batch) * 4, "actual_seq_lengths_query");
+      gm.Input(lens_kv, static_cast<uint64_t>(a->batch) * 4, "actual_seq_lengths_kv");
+    }
+    gm.Output(dq, q_rows * a->d * 2, "d_query");
+    gm.Output(dk, k_rows * a->d * 2, "d_key");
+    gm.Output(dv, k_rows * a->d * 2, "d_value");
+    if (a->dr > 0) {
+      gm.Input(qr, q_rows * a->dr * 2, "query_rope");
+      gm.Input(kr, k_rows * a->dr * 2, "key_rope");
+      gm.Output(dqr, q_rows * a->dr * 2, "d_query_rope");
+      gm.Output(dkr, k_rows * a->dr * 2, "d_key_rope");
+    }
+    gm.Workspace(ws.data(), ws.size(), "workspace");
+    gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
+    auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
+    const bool rope = a->dr > 0;
+    const bool tnd = a->layout == 1;
+    const auto stats = AscendC::twin::LaunchMix(
+        tiling.result.data.usedAicNum, tiling.tilingKey, static_cast<uint64_t>(a->ub_bytes),
+        static_cast<uint64_t>(a->seed), [&] {
+          sparse_flash_attention_grad(u8(q), u8(k), u8(v), u8(idx), u8(d_out), u8(out), u8(smax), u8(ssum),
+                                      tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr,
+                                      rope ? u8(qr) : nullptr, rope ? u8(kr) : nullptr, u8(dq), u8(dk), u8(dv),
+                                      rope ? u8(dqr) : nullptr, rope ? u8(dkr) : nullptr, ws.data(),
+                                      tiling_gm.data());
+        });
+    FillInfo(info, stats, tiling.result);
+    return harness::kOk;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,103 @@
+"""sparse_flash_attention (forward) Ascend C kernel on the CPU twin (mixed AIC + AIV launch)
+against the float64 reference: TND/BSND, rope or not, sparse_mode 0/3, block sizes 1/16/odd,
+-1 slots at start/middle/end, empty rows, the Ascend head dims, fp16/bf16, 1/8/24 cores and
+shuffled core order. Outputs start as NaN and the twin counts writes per byte."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _sfa_data import Case, make_case
+from _util import TOLERANCES, quantize, rel_l2
+from ascendc_harness import twin_lib as twin
+
+from ms_grad_ops import reference as ref
+from ms_grad_ops.reference.sparse_flash_attention import LOWEST_F32
+
+# name -> make_case kwargs (d and dr multiples of 16: 32-byte rows for the Ascend kernel).
+CASES = {
+    # uneven TND batches, an empty batch, S1 > S2 (first rows see nothing), -1 slots everywhere
+    "tnd_uneven": dict(layout="TND", lens_q=[5, 0, 7, 3], lens_kv=[9, 4, 4, 12], n1=4, d=16, dr=16, k=6,
+                       pattern="mixed"),
+    # blocks of 16 with the diagonal block partly masked, S1 != S2, no rope
+    "tnd_block16": dict(layout="TND", lens_q=[20, 9], lens_kv=[40, 33], n1=2, d=32, dr=None, k=3, bs=16),
+    # BSND, no mask, N2 = 2 groups, odd block size, -1 at start/middle/end
+    "bsnd_mode0_n2": dict(layout="BSND", batch=2, s1=6, s2=11, n1=4, n2=2, d=16, dr=16, k=5, bs=3, mode=0,
+                          pattern="mixed"),
+    # BSND, N1 = 16, no rope, -1 slots in the middle
+    "bsnd_n16": dict(layout="BSND", batch=1, s1=12, s2=12, n1=16, d=32, dr=None, k=8, pattern="middle"),
+    # N1 = 1, K larger than the visible keys, -1 slots first
+    "tnd_n1": dict(layout="TND", lens_q=[4, 6], lens_kv=[4, 10], n1=1, d=16, dr=16, k=12, pattern="start"),
+    # more visible keys than one kernel chunk (online softmax across chunks), block size 64
+    "tnd_chunks": dict(layout="TND", lens_q=[2], lens_kv=[1400], n1=2, d=16, dr=16, k=21, bs=64, mode=0),
+}
+# The Ascend shapes: D = 512, Dr = 64, N1 in {1, 16, 64}, K = 1024 (block size 1), small S.
+ASCEND_CASES = {
+    "mla_n1": dict(layout="TND", lens_q=[3, 2], lens_kv=[7, 40], n1=1, d=512, dr=64, k=1024),
+    "mla_n16": dict(layout="BSND", batch=1, s1=4, s2=24, n1=16, d=512, dr=64, k=1024, pattern="end"),
+    "mla_n64": dict(layout="TND", lens_q=[2], lens_kv=[150], n1=64, d=512, dr=64, k=1024, mode=0),
+}
+
+
+def make(name: str, dtype: str, seed: int) -> tuple[Case, twin.SfaProblem]:
+    spec = {**CASES, **ASCEND_CASES}[name]
+    case = make_case(np.random.default_rng(seed), **spec)
+    qz = {n: None if getattr(case, n) is None else quantize(getattr(case, n), dtype)
+          for n in ("query", "key", "value", "query_rope", "key_rope")}
+    lens_q = None if case.lens_q is None else np.asarray(case.lens_q)
+    lens_kv = None if case.lens_kv is None else np.asarray(case.lens_kv)
+    problem = twin.SfaProblem(dtype, case.layout, qz["query"], qz["key"], qz["value"], case.sparse_indices,
+                              qz["query_rope"], qz["key_rope"], lens_q, lens_kv, case.scale_value,
+                              case.sparse_block_size, case.sparse_mode)
+    return case, problem
+
+
+def reference(p: twin.SfaProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return ref.sparse_flash_attention(p.query, p.key, p.value, p.sparse_indices, p.query_rope, p.key_rope,
+                                      p.lens_q, p.lens_kv, scale_value=p.scale, sparse_block_size=p.block_size,
+                                      layout=p.layout, sparse_mode=p.sparse_mode)
+
+
+def check(run: twin.KernelRun, p: twin.SfaProblem) -> None:
+    info = run.info
+    assert info.min_writes == 1 and info.max_writes == 1, "every output byte written exactly once"
+    assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.DEFAULT_UB, "UB footprint = the tiling's plan"
+    out, smax, ssum = run.outputs
+    want_out, want_max, want_sum = reference(p)
+    tol = TOLERANCES["attention"][p.dtype]
+    assert np.isfinite(out).all()
+    err = rel_l2(out, want_out)
+    assert err <= tol, f"out: relative L2 error {err:.3g} > {tol:g}"
+    smax = smax.reshape(want_max.shape)
+    ssum = ssum.reshape(want_sum.shape)
+    empty = want_sum == 0
+    assert (smax[empty] == LOWEST_F32).all() and (ssum[empty] == 0).all(), "rows without a visible key"
+    zero_rows = np.all(want_out == 0, axis=-1)  # exactly the heads of rows without a visible key
+    assert zero_rows.sum() == empty.sum() and (out[zero_rows] == 0).all(), "empty rows give out = 0"
+    assert np.allclose(smax[~empty], want_max[~empty], rtol=1e-5, atol=1e-5), "softmax_max"
+    assert rel_l2(ssum[~empty], want_sum[~empty]) <= 1e-5, "softmax_sum"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_forward_matches_reference(name: str, dtype: str) -> None:
+    _, p = make(name, dtype, seed=len(name))
+    check(twin.sparse_flash_attention(p, core_num=8), p)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(ASCEND_CASES))
+def test_forward_ascend_shapes(name: str, dtype: str) -> None:
+    _, p = make(name, dtype, seed=3)
+    check(twin.sparse_flash_attention(p, core_num=24), p)
+
+
+@pytest.mark.parametrize("name", ["tnd_uneven", "bsnd_mode0_n2", "tnd_chunks"])
+def test_forward_same_bits_for_any_core_count_and_order(name: str) -> None:
+    # Each query row belongs to one AIV, so neither the split nor the order may change a bit.
+    _, p = make(name, "bfloat16", seed=11)
+    first = twin.sparse_flash_attention(p, core_num=1)
+    check(first, p)
+    for cores, seed in [(8, 0), (24, 0), (8, 5), (24, 77)]:
+        run = twin.sparse_flash_attention(p, core_num=cores, seed=seed)
+        for a, b in zip(first.outputs, run.outputs):
+            assert np.array_equal(a, b, equal_nan=False), f"{cores} cores, seed {seed}"
