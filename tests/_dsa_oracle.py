@@ -1,6 +1,11 @@
 """Float64 NumPy oracle of ``nn.DSAttention``: forward, and gradients of every parameter by a small
 reverse-mode tape. Independent of the package: dense attention with the mask ``selected & causal``
 (the selection taken from the layer's forward), the indexer's KL loss written from SPEC section 4.
+
+The layer casts the fused kernels' inputs (and the attention output) to its ``dtype``; the oracle
+rounds the same values with ``cast`` (round to nearest even, gradient passed through unchanged, as
+MindSpore's Cast does), so with float16/bfloat16 the comparison measures the layer's arithmetic,
+not the storage format it was asked to use.
 """
 from __future__ import annotations
 
@@ -92,6 +97,11 @@ def concat(vs: Sequence[Var], axis: int) -> Var:
     return Var(np.concatenate([v.value for v in vs], axis), tuple((v, part(i)) for i, v in enumerate(vs)))
 
 
+def cast(v: Var, rounding: Callable[[np.ndarray], np.ndarray]) -> Var:
+    """Forward rounding to the kernels' dtype; the gradient passes unchanged."""
+    return Var(rounding(v.value), ((v, lambda g: g),))
+
+
 def backward(root: Var, seed: np.ndarray) -> None:
     """Accumulates d(sum(root * seed)) into ``.grad`` of every Var reachable from root."""
     order, seen = [], set()
@@ -158,10 +168,10 @@ def _masked_softmax(s: Var, mask: np.ndarray) -> Var:
 
 
 def forward(p: dict[str, Var], x: np.ndarray, seq: np.ndarray, pos: np.ndarray, selected: np.ndarray,
-            cfg: dict) -> tuple[Var, Var]:
+            cfg: dict, rounding: Callable[[np.ndarray], np.ndarray]) -> tuple[Var, Var]:
     """``(out [N, dim], indexer_loss [])`` for flat tokens x ``[N, dim]`` (``seq``: sequence id,
     ``pos``: position in it). The indexer branch reads detached copies of x and qr; the teacher
-    distribution is a constant (its value from the main attention)."""
+    distribution is a constant (its value from the main attention). ``rounding``: the kernels' dtype."""
     n, h = x.shape[0], cfg["n_heads"]
     nope, r, c, th = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["kv_lora_rank"], cfg["rope_theta"]
     xv = Var(x)
@@ -172,10 +182,11 @@ def forward(p: dict[str, Var], x: np.ndarray, seq: np.ndarray, pos: np.ndarray, 
     kv = dense(xv, p["wkv_a.weight"])
     latent = rms_norm(kv[:, :c], p["kv_norm.weight"], cfg["eps"])
     k_pe = rope(kv[:, c:].reshape(n, 1, r), pos, th).reshape(n, r)
+    q_lat, latent, q_pe, k_pe = (cast(v, rounding) for v in (q_lat, latent, q_pe, k_pe))
     mask = visible(seq, pos, selected)[:, None, :]
     scores = (einsum("nhc,mc->nhm", q_lat, latent) + einsum("nhr,mr->nhm", q_pe, k_pe)) * cfg["scale"]
     probs = _masked_softmax(scores, mask)
-    o = einsum("nhm,mc->nhc", probs, latent)
+    o = cast(einsum("nhm,mc->nhc", probs, latent), rounding)
     v = einsum("nhc,hdc->nhd", o, p["w_uv"])
     out = dense(v.reshape(n, h * cfg["v_head_dim"]), p["wo.weight"])
 
@@ -186,6 +197,7 @@ def forward(p: dict[str, Var], x: np.ndarray, seq: np.ndarray, pos: np.ndarray, 
     qi = concat([rope(qi[..., :r], pos, th), qi[..., r:]], -1)
     ki = layer_norm(dense(x_d, p["wk_idx.weight"]), p["k_norm.gamma"], p["k_norm.beta"], cfg["eps"])
     ki = concat([rope(ki[:, :r].reshape(n, 1, r), pos, th).reshape(n, r), ki[:, r:]], -1)
+    qi, ki = cast(qi, rounding), cast(ki, rounding)
     w = dense(x_d, p["weights_proj.weight"]) * (hi ** -0.5 * di ** -0.5)
     sx = einsum("ngd,md->ngm", qi, ki)
     score = einsum("ngm,ng->nm", unary(sx, lambda a: np.maximum(a, 0.0), lambda a: (a > 0).astype(float)), w)
@@ -198,13 +210,14 @@ def forward(p: dict[str, Var], x: np.ndarray, seq: np.ndarray, pos: np.ndarray, 
 
 
 def gradients(params: dict[str, np.ndarray], x: np.ndarray, seq: np.ndarray, pos: np.ndarray,
-              selected: np.ndarray, cfg: dict, d_out: np.ndarray) -> tuple[np.ndarray, float, dict, dict]:
+              selected: np.ndarray, cfg: dict, d_out: np.ndarray,
+              rounding: Callable[[np.ndarray], np.ndarray] = lambda a: a) -> tuple[np.ndarray, float, dict, dict]:
     """``(out, loss, grads of sum(out * d_out), grads of loss)`` by parameter name."""
     main = {k: Var(v) for k, v in params.items()}
-    out, _ = forward(main, x, seq, pos, selected, cfg)
+    out, _ = forward(main, x, seq, pos, selected, cfg, rounding)
     backward(out, d_out)
     idx = {k: Var(v) for k, v in params.items()}
-    _, kl = forward(idx, x, seq, pos, selected, cfg)
+    _, kl = forward(idx, x, seq, pos, selected, cfg, rounding)
     backward(kl, np.ones_like(kl.value))
     return (out.value, float(kl.value.reshape(-1)[0]), {k: v.grad for k, v in main.items()},
             {k: v.grad for k, v in idx.items()})

@@ -149,29 +149,30 @@ class DSAttention(nn.Cell):
 
         self.cos, self.sin = rope_tables(max_seq_len, qk_rope_head_dim, rope_theta)
         self.indexer = LightningIndexer(index_topk, layout=layout)
-        self.attention = SparseFlashAttention(scale, layout=layout)
+        self.attention = SparseFlashAttention(scale, layout=layout, return_softmax_lse=True)
         self.indexer_loss = IndexerKLLoss(scale, layout=layout)
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _lengths(self, x: Tensor, actual_seq_lengths: object) -> Tensor | None:
-        if self.layout == "BSND":
-            if actual_seq_lengths is not None:
-                raise ValueError("DSAttention: actual_seq_lengths must be None with layout \"BSND\" "
-                                 "(every batch holds S tokens)")
-            return None
+    def _lengths(self, actual_seq_lengths: object) -> Tensor | None:
+        """The cumulative lengths as an int32 tensor (TND), or None (one sequence, or BSND)."""
         if actual_seq_lengths is None:
-            return Tensor([x.shape[0]], ms.int32)
+            return None
+        if self.layout == "BSND":
+            raise ValueError("DSAttention: actual_seq_lengths must be None with layout \"BSND\" "
+                             "(every batch holds S tokens)")
         if isinstance(actual_seq_lengths, (list, tuple)):
             return Tensor(actual_seq_lengths, ms.int32)
         return actual_seq_lengths.astype(ms.int32)
 
     def _tables(self, x: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor]:
         """cos/sin ``[N, Dr // 2]`` for the N = B*S (or T) tokens of ``x``."""
-        if lengths is None:
+        if self.layout == "BSND":
             b, s = x.shape[0], x.shape[1]
             cos, sin = self.cos[:s], self.sin[:s]
             return msops.tile(cos, (b, 1)), msops.tile(sin, (b, 1))
+        if lengths is None:
+            return self.cos[:x.shape[0]], self.sin[:x.shape[0]]
         pos = _positions(x.shape[0], lengths)
         return msops.gather(self.cos, pos, 0), msops.gather(self.sin, pos, 0)
 
@@ -195,7 +196,7 @@ class DSAttention(nn.Cell):
     def index_inputs(self, x: Tensor, actual_seq_lengths: object = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(query_index, key_index, weights)`` as fed to the indexer (for ``nn.LightningIndexer``
         with another ``sparse_count``, e.g. to measure what a sparser top-k would select)."""
-        lengths = self._lengths(x, actual_seq_lengths)
+        lengths = self._lengths(actual_seq_lengths)
         flat = x.reshape(-1, x.shape[-1])
         cos, sin = self._tables(x, lengths)
         return self._index_inputs(flat, self.q_norm(self.wq_a(flat)), cos, sin, x.shape[:-1])
@@ -204,18 +205,13 @@ class DSAttention(nn.Cell):
         """The int32 key indices the forward attends to: ``[B, S, 1, index_topk]`` / ``[T, 1, index_topk]``,
         local to each sequence, -1 in unused slots."""
         q_idx, k_idx, weights = self.index_inputs(x, actual_seq_lengths)
-        lengths = self._lengths(x, actual_seq_lengths)
+        lengths = self._lengths(actual_seq_lengths)
         return self.indexer(q_idx, k_idx, weights, lengths, lengths)[0]
-
-    def _attend(self, query: Tensor, key: Tensor, value: Tensor, indices: Tensor, q_pe: Tensor, k_pe: Tensor,
-                lengths: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        lens = self.attention.no_lengths if lengths is None else lengths
-        return self.attention.core(query, key, value, indices, q_pe, k_pe, lens, lens)
 
     # -- forward -------------------------------------------------------------------------------
 
     def construct(self, x: Tensor, actual_seq_lengths: object = None) -> tuple[Tensor, Tensor]:
-        lengths = self._lengths(x, actual_seq_lengths)
+        lengths = self._lengths(actual_seq_lengths)
         lead = x.shape[:-1]
         flat = x.reshape(-1, x.shape[-1])
         n, h = flat.shape[0], self.n_heads
@@ -234,16 +230,17 @@ class DSAttention(nn.Cell):
 
         query, key = self._shape(q_lat, lead), self._shape(latent, lead)
         query_rope, key_rope = self._shape(q_pe, lead), self._shape(k_pe, lead)
-        value = self._shape(latent, lead)
-        o, softmax_max, softmax_sum = self._attend(query, key, value, indices, query_rope, key_rope, lengths)
+        # value=None: the latent is key and value; the kernel sums their gradients in float32.
+        o, softmax_max, softmax_sum = self.attention(query, key, None, indices, query_rope, key_rope, lengths,
+                                                     lengths)
 
         # The KL loss sees the main attention as constants, recast from detached float32 tensors so
         # no low-precision tensor feeds two consumers (autodiff would add their gradients with a
-        # bf16 AddN, which MindSpore's CPU backend lacks).
+        # bfloat16 AddN, which MindSpore's CPU backend lacks).
         stop = msops.stop_gradient
         loss = self.indexer_loss(
             self._shape(stop(q_lat), lead), self._shape(stop(latent), lead), q_idx, k_idx, weights, indices,
-            stop(softmax_max), stop(softmax_sum), self._shape(stop(q_pe), lead), self._shape(stop(k_pe), lead),
+            softmax_max, softmax_sum, self._shape(stop(q_pe), lead), self._shape(stop(k_pe), lead),
             lengths, lengths)
 
         o = o.astype(ms.float32).reshape(n, h, self.kv_rank)
