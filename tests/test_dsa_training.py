@@ -38,55 +38,70 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def children() -> Iterator[list[subprocess.Popen]]:
-    """Popen objects started by the test; their process groups are killed at teardown, and no
-    descendant of this test process may survive it."""
-    started: list[subprocess.Popen] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+class _Child:
+    """A child process in its own process group, with its output collected to a file."""
+
+    def __init__(self, cmd: list[str], cwd: Path, name: str) -> None:
+        self.cmd, self.log = cmd, cwd / f"{name}.out"
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    def result(self) -> str:
+        """Waits (bounded) for the process; fails the test on timeout or a nonzero exit."""
+        try:
+            self.proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"{self.cmd[:2]} timed out after {TIMEOUT} s:\n{self.log.read_text()[-3000:]}")
+        out = self.log.read_text()
+        assert self.proc.returncode == 0, f"{self.cmd} failed ({self.proc.returncode}):\n{out[-3000:]}"
+        return out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, _Child]]]:
+    """Starts the demo, the 2-worker msrun job and the one-process reference together (the GRAPH
+    compiles dominate and run side by side on the 2 cores); kills what is left at teardown and
+    checks that no descendant of this process survives."""
+    work = tmp_path_factory.mktemp("dsa_training")
+    dp_args = [str(SCRIPTS / "dsa_data_parallel.py"), *TINY, "--batch", "4", "--steps", "3", "--log-every", "1"]
+    children = {
+        "demo": _Child([sys.executable, str(SCRIPTS / "dsa_demo.py"), *TINY, "--batch", "4", "--warmup-steps", "3",
+                        "--sparse-steps", "2", "--log-every", "1"], work, "demo"),
+        "msrun": _Child([str(Path(sys.executable).parent / "msrun"), "--worker_num=2", "--local_worker_num=2",
+                         "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "--join=True",
+                         f"--log_dir={work / 'logs'}", *dp_args, "--save", str(work / "dp")], work, "msrun"),
+        "one": _Child([sys.executable, *dp_args, "--save", str(work / "one")], work, "one"),
+    }
+    yield work, children
+    for child in children.values():
+        child.kill()
     left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
     assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
 
 
-def _run(children: list[subprocess.Popen], cmd: list[str], cwd: Path) -> str:
-    proc = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    children.append(proc)
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"{cmd[1:3]} timed out after {TIMEOUT} s:\n{out[-3000:]}")
-    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode}):\n{out[-3000:]}"
-    return out
-
-
-def test_demo_runs_both_stages(tmp_path: Path, children: list[subprocess.Popen]) -> None:
-    out = _run(children, [sys.executable, str(SCRIPTS / "dsa_demo.py"), *TINY, "--batch", "4", "--warmup-steps", "3",
-                          "--sparse-steps", "2", "--log-every", "1"], tmp_path)
+def test_demo_runs_both_stages(runs: tuple[Path, dict[str, _Child]]) -> None:
+    out = runs[1]["demo"].result()
     for line in ("[dense warm-up] step    3", "[sparse] step    2", "[dense] step    2", "final accuracy"):
         assert line in out, out[-3000:]
 
 
-def test_data_parallel_matches_one_process(tmp_path: Path, children: list[subprocess.Popen]) -> None:
-    args = [*TINY, "--batch", "4", "--steps", "3", "--log-every", "1"]
-    msrun = str(Path(sys.executable).parent / "msrun")
-    dp = _run(children, [msrun, "--worker_num=2", "--local_worker_num=2", "--master_addr=127.0.0.1",
-                         f"--master_port={_free_port()}", "--join=True", f"--log_dir={tmp_path / 'logs'}",
-                         str(SCRIPTS / "dsa_data_parallel.py"), *args, "--save", str(tmp_path / "dp")], tmp_path)
-    _run(children, [sys.executable, str(SCRIPTS / "dsa_data_parallel.py"), *args, "--save", str(tmp_path / "one")],
-         tmp_path)
-    ranks = [np.load(tmp_path / f"dp{r}.npz") for r in range(2)]
-    one = np.load(tmp_path / "one0.npz")
+def test_data_parallel_matches_one_process(runs: tuple[Path, dict[str, _Child]]) -> None:
+    work, children = runs
+    dp = children["msrun"].result()
+    children["one"].result()
+    ranks = [np.load(work / f"dp{r}.npz") for r in range(2)]
+    one = np.load(work / "one0.npz")
     assert sorted(ranks[0].files) == sorted(one.files) and len(one.files) > 10, dp[-2000:]
     for name in one.files:
         assert np.array_equal(ranks[0][name], ranks[1][name]), f"{name}: ranks differ"
         err = np.linalg.norm(ranks[0][name] - one[name]) / np.linalg.norm(one[name])
         assert err <= 1e-6, f"{name}: data parallel vs one process, relative L2 {err:.3g}"
-    start = np.load(tmp_path / "dp0.init.npz")
+    start = np.load(work / "dp0.init.npz")
     assert all(not np.array_equal(start[n], one[n]) for n in one.files), "some parameter did not train"
