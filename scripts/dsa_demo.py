@@ -176,7 +176,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     task_arguments(parser)
     parser.add_argument("--warmup-steps", type=int, default=80)
-    parser.add_argument("--sparse-steps", type=int, default=50)
+    parser.add_argument("--sparse-steps", type=int, default=60)
     parser.add_argument("--log-every", type=int, default=20)
     args = parser.parse_args()
 

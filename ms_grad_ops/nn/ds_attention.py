@@ -102,7 +102,7 @@ class DSAttention(nn.Cell):
         kv_lora_rank: latent width = the attention's D [512]. qk_nope_head_dim: [128].
         qk_rope_head_dim: the attention's Dr, even [64]. v_head_dim: [128].
         index_n_heads: [64]. index_head_dim: [128] (>= qk_rope_head_dim). index_topk: K [2048].
-        max_seq_len: positions covered by the rope tables. rope_theta: [10000].
+        max_seq_len: positions covered by the rope tables (>= the longest sequence). rope_theta: [10000].
         softmax_scale: attention logit scale; None = ``(qk_nope_head_dim + qk_rope_head_dim)**-0.5``.
         layout: "BSND" or "TND". dtype: the dtype of the fused kernels' inputs (float32, float16
             or bfloat16); parameters, projections and norms stay float32 (MindSpore's CPU backend
