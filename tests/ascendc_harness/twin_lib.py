@@ -443,7 +443,8 @@ def sparse_lightning_indexer_grad_kl_loss(p: SliProblem, core_num: int, seed: in
     rope = a.get("query_rope") is not None
     ropes = [to_bits(a[n], p.dtype) if rope else None for n in ("query_rope", "key_rope")]
     lq, lk, keep = p.lens()
-    outs = [poisoned(a["query_index"].shape), poisoned(a["key_index"].shape), _poisoned_as(a["weights"].shape, p.wdtype)]
+    outs = [poisoned(a["query_index"].shape), poisoned(a["key_index"].shape),
+            _poisoned_as(a["weights"].shape, p.wdtype)]
     loss = np.full(1, np.nan, np.float32)
     info = _call("twin_sparse_lightning_indexer_grad_kl_loss", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
                  *(_P(_ptr(x)) for x in ins), _P(_ptr(w)), _P(_ptr(idx)), *(_P(_ptr(x)) for x in stats),
