@@ -193,6 +193,52 @@ class RowGather {
   uint32_t bufRows_ = 0;
 };
 
+// The rope tensor from element `off`, or the (empty) tensor itself without rope.
+template <typename T>
+__aicore__ inline GlobalTensor<T> RopeAt(bool has_rope, const GlobalTensor<T>& g, uint64_t off) {
+  return has_rope ? g[off] : g;
+}
+
+// Where the key side of a query row comes from and where its chunk goes.
+template <typename T>
+struct SfaKeyChunkIo {
+  GlobalTensor<T> key, keyRope, value;  // inputs (value = key when key is value)
+  GlobalTensor<T> wsKf, wsV;            // this AIV's chunk workspace: [chunk, dk] and [chunk, d]
+};
+
+// Walks the visible keys of query row `row` (geometry r) in slot order, gathering cat(key,
+// key_rope) and value rows into the chunk workspace, and calls chunk(n, index) for every full
+// chunk of keyChunk keys and for the last partial one. Returns the number of chunks.
+template <typename T, typename OnChunk>
+__aicore__ inline uint32_t GatherKeyChunks(const SfaTilingData& t, const SfaGeometry& geo, const SfaRow& r,
+                                           uint32_t row, const GlobalTensor<int32_t>& indices, RowGather<T>& gather,
+                                           const SfaKeyChunkIo<T>& io, OnChunk&& chunk) {
+  uint32_t chunks = 0;
+  uint32_t filled = 0;
+  const uint64_t slots = uint64_t{row} * t.k;
+  const uint64_t key_stride = uint64_t{t.n2} * t.d;
+  for (uint32_t slot = 0; slot < t.k; ++slot) {
+    uint32_t key = 0;
+    uint32_t end = 0;
+    if (!geo.BlockKeys(indices.GetValue(slots + slot), r, &key, &end)) continue;
+    while (key < end) {
+      const uint32_t take = end - key < t.keyChunk - filled ? end - key : t.keyChunk - filled;
+      const uint64_t k_row = (r.kv0 + key) * t.n2 + r.g;
+      gather.Copy(io.wsKf[uint64_t{filled} * t.dk], io.key[k_row * t.d], RopeAt(t.hasRope != 0, io.keyRope, k_row * t.dr),
+                  key_stride, take, t.d, t.dr);
+      gather.Copy(io.wsV[uint64_t{filled} * t.d], io.value[k_row * t.d], io.value, key_stride, take, t.d, 0);
+      filled += take;
+      key += take;
+      if (filled == t.keyChunk) {
+        chunk(filled, chunks++);
+        filled = 0;
+      }
+    }
+  }
+  if (filled > 0) chunk(filled, chunks++);
+  return chunks;
+}
+
 // The UB buffers of one AIV, allocated exactly as PlanSfaUb counts them.
 struct SfaUb {
   TBuf<TPosition::VECCALC> gather, score, aux, io[2], rowF[2], rowH[2], stat[SfaUbPlan::kStats], red, work;

@@ -65,6 +65,28 @@ struct HostLens {
 bool HasLens(const SfaArgs& a) { return a.layout == 1 && a.batch > 0; }
 uint64_t LensBytes(const SfaArgs& a) { return static_cast<uint64_t>(a.batch) * (a.lens_int64 ? 8 : 4); }
 
+// The GM inputs both kernels take (absent optional ones are not registered).
+struct SharedInputs {
+  const void *q, *k, *v, *idx, *qr, *kr, *lens_q, *lens_kv;
+};
+
+void RegisterShared(harness::GmScope& gm, const SfaArgs& a, const SharedInputs& in) {
+  const uint64_t q_rows = static_cast<uint64_t>(a.t1 * a.n1);
+  const uint64_t k_rows = static_cast<uint64_t>(a.t2 * a.n2);
+  gm.Input(in.q, q_rows * a.d * 2, "query");
+  gm.Input(in.k, k_rows * a.d * 2, "key");
+  if (!a.value_absent) gm.Input(in.v, k_rows * a.d * 2, "value");
+  gm.Input(in.idx, static_cast<uint64_t>(a.t1 * a.n2 * a.k) * 4, "sparse_indices");
+  if (a.dr > 0) {
+    gm.Input(in.qr, q_rows * a.dr * 2, "query_rope");
+    gm.Input(in.kr, k_rows * a.dr * 2, "key_rope");
+  }
+  if (HasLens(a)) {
+    gm.Input(in.lens_q, LensBytes(a), "actual_seq_lengths_query");
+    gm.Input(in.lens_kv, LensBytes(a), "actual_seq_lengths_kv");
+  }
+}
+
 void FillInfo(harness::RunInfo* info, const AscendC::twin::MixStats& stats, const SfaTilingResult& r) {
   *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(r.ubBytes), stats.cores,
                            r.data.keyChunk, 0, 0};
@@ -103,8 +125,8 @@ int twin_sfa_schedule(int kernel, int dtype, const SfaArgs* a, const void* lens_
 }
 
 int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const void* q, const void* k, const void* v,
-                                const int32_t* idx, const void* qr, const void* kr, const int32_t* lens_q,
-                                const int32_t* lens_kv, void* out, float* smax, float* ssum,
+                                const int32_t* idx, const void* qr, const void* kr, const void* lens_q,
+                                const void* lens_kv, void* out, float* smax, float* ssum,
                                 harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const HostLens lens(*a, lens_q, lens_kv);
@@ -115,22 +137,10 @@ int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const void* q, cons
       return harness::kTilingError;
     }
     const uint64_t q_rows = static_cast<uint64_t>(a->t1 * a->n1);
-    const uint64_t k_rows = static_cast<uint64_t>(a->t2 * a->n2);
     std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
     auto tiling_gm = harness::TilingBytes(tiling.result.data);
     harness::GmScope gm;
-    gm.Input(q, q_rows * a->d * 2, "query");
-    gm.Input(k, k_rows * a->d * 2, "key");
-    if (!a->value_absent) gm.Input(v, k_rows * a->d * 2, "value");
-    gm.Input(idx, static_cast<uint64_t>(a->t1 * a->n2 * a->k) * 4, "sparse_indices");
-    if (a->dr > 0) {
-      gm.Input(qr, q_rows * a->dr * 2, "query_rope");
-      gm.Input(kr, k_rows * a->dr * 2, "key_rope");
-    }
-    if (HasLens(*a)) {
-      gm.Input(lens_q, LensBytes(*a), "actual_seq_lengths_query");
-      gm.Input(lens_kv, LensBytes(*a), "actual_seq_lengths_kv");
-    }
+    RegisterShared(gm, *a, SharedInputs{q, k, v, idx, qr, kr, lens_q, lens_kv});
     gm.Output(out, q_rows * a->d * 2, "out");
     gm.Output(smax, q_rows * 4, "softmax_max");
     gm.Output(ssum, q_rows * 4, "softmax_sum");
@@ -168,24 +178,15 @@ int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const void* q,
     std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
     auto tiling_gm = harness::TilingBytes(tiling.result.data);
     harness::GmScope gm;
-    gm.Input(q, q_rows * a->d * 2, "query");
-    gm.Input(k, k_rows * a->d * 2, "key");
-    if (!a->value_absent) gm.Input(v, k_rows * a->d * 2, "value");
-    gm.Input(idx, static_cast<uint64_t>(a->t1 * a->n2 * a->k) * 4, "sparse_indices");
+    RegisterShared(gm, *a, SharedInputs{q, k, v, idx, qr, kr, lens_q, lens_kv});
     gm.Input(d_out, q_rows * a->d * 2, "d_out");
     gm.Input(out, q_rows * a->d * 2, "out");
     gm.Input(smax, q_rows * 4, "softmax_max");
     gm.Input(ssum, q_rows * 4, "softmax_sum");
-    if (HasLens(*a)) {
-      gm.Input(lens_q, LensBytes(*a), "actual_seq_lengths_query");
-      gm.Input(lens_kv, LensBytes(*a), "actual_seq_lengths_kv");
-    }
     gm.Output(dq, q_rows * a->d * 2, "d_query");
     gm.Output(dk, k_rows * a->d * 2, "d_key");
     if (!a->value_absent) gm.Output(dv, k_rows * a->d * 2, "d_value");
     if (a->dr > 0) {
-      gm.Input(qr, q_rows * a->dr * 2, "query_rope");
-      gm.Input(kr, k_rows * a->dr * 2, "key_rope");
       gm.Output(dqr, q_rows * a->dr * 2, "d_query_rope");
       gm.Output(dkr, k_rows * a->dr * 2, "d_key_rope");
     }

@@ -105,7 +105,7 @@ class SparseFlashAttentionGradKernel {
   }
 
   __aicore__ inline GlobalTensor<T> Rope(const GlobalTensor<T>& g, uint64_t off) const {
-    return t_.hasRope ? g[off] : g;
+    return RopeAt(t_.hasRope != 0, g, off);
   }
   __aicore__ inline LocalTensor<float> Stat(StatSlot s) const { return ub_.stat[s].template Get<float>(); }
 
@@ -121,29 +121,9 @@ class SparseFlashAttentionGradKernel {
       Stat(kSum).SetValue(h, sumGm_.GetValue(at + h));
     }
 
-    uint32_t chunks = 0;
-    uint32_t filled = 0;
-    const uint64_t slots = uint64_t{row} * t_.k;
-    const uint64_t key_stride = uint64_t{t_.n2} * t_.d;
-    for (uint32_t slot = 0; slot < t_.k; ++slot) {
-      uint32_t key = 0;
-      uint32_t end = 0;
-      if (!geo_.BlockKeys(idxGm_.GetValue(slots + slot), r, &key, &end)) continue;
-      while (key < end) {
-        const uint32_t take = end - key < t_.keyChunk - filled ? end - key : t_.keyChunk - filled;
-        const uint64_t k_row = (r.kv0 + key) * t_.n2 + r.g;
-        gather_.Copy(wsKf_[uint64_t{filled} * t_.dk], kGm_[k_row * t_.d], Rope(krGm_, k_row * t_.dr), key_stride,
-                     take, t_.d, t_.dr);
-        gather_.Copy(wsV_[uint64_t{filled} * t_.d], vGm_[k_row * t_.d], vGm_, key_stride, take, t_.d, 0);
-        filled += take;
-        key += take;
-        if (filled == t_.keyChunk) {
-          RowChunk(q_row0, filled, chunks++);
-          filled = 0;
-        }
-      }
-    }
-    if (filled > 0) RowChunk(q_row0, filled, chunks++);
+    const SfaKeyChunkIo<T> io{kGm_, krGm_, vGm_, wsKf_, wsV_};
+    const uint32_t chunks = GatherKeyChunks(t_, geo_, r, row, idxGm_, gather_, io,
+                                            [this, q_row0](uint32_t n, uint32_t i) { RowChunk(q_row0, n, i); });
     WriteRows(wsAcc_, chunks > 0, t_.g, q_row0, 1, dqGm_, dqrGm_, t_.dk, t_.dr, t_.scaleValue, nullptr);
   }
 
