@@ -10,8 +10,10 @@ Primitives are built lazily (first use) and cached per (op, device target, attri
 - Ascend: ``func="<OpType>"`` from the custom op package built by ``scripts/build_ascend.sh``
   (found through ``ASCEND_CUSTOM_OPP_PATH``, see ``ms_grad_ops/__init__.py``); MindSpore calls
   ``aclnn<OpType>``. MindSpore requires Python ``out_shape``/``out_dtype`` callables for such
-  ops; they call the same ``infer_shape/`` rules through the ``_validate`` module. The reg_info
-  names come from the same table as the OpDef's, with the dtypes the OpDef declares.
+  ops; they call the same ``infer_shape/`` rules through the ``_validate`` module, with every
+  attribute of the spec by name. The reg_info names come from the same table as the OpDef's,
+  with the dtypes the OpDef declares. Ops in ``_specs.ASCEND_KERNEL_PENDING`` build a primitive
+  but raise when used on Ascend: the package has no kernel for them yet.
 
 Either way the primitive of a differentiable forward op carries our fused grad kernel as its
 ``bprop`` (``_bprops.py``), so ``ms.grad`` works through the functional ops as through the Cells.
@@ -27,7 +29,7 @@ from mindspore import ops
 from mindspore.ops import CustomRegOp, DataType
 
 from . import _validate
-from ._specs import OP_SPECS, OpSpec
+from ._specs import ASCEND_KERNEL_PENDING, OP_SPECS, OpSpec
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -89,15 +91,16 @@ def ascend_infer(spec: OpSpec, attrs: dict[str, object]) -> tuple:
     from .ops._checks import dtype_name
 
     rules = getattr(_validate, spec.name)
-    attr_values = tuple(attrs[a.name] for a in spec.attrs)
+    # Every binding takes all the spec's attributes under their names (infer_shape/python_module.cc).
+    attr_values = {a.name: attrs[a.name] for a in spec.attrs}
     single = len(spec.outputs) == 1
 
     def out_shape(*shapes: list[int]) -> object:
-        out = rules([list(x) for x in shapes], ["unknown"] * len(shapes), *attr_values)[0]
+        out = rules([list(x) for x in shapes], ["unknown"] * len(shapes), **attr_values)[0]
         return out[0] if single else tuple(out)
 
     def out_dtype(*dtypes: ms.dtype) -> object:
-        names = rules([[-2]] * len(dtypes), [dtype_name(t) for t in dtypes], *attr_values)[1]
+        names = rules([[-2]] * len(dtypes), [dtype_name(t) for t in dtypes], **attr_values)[1]
         out = tuple(_ms_dtype(n) for n in names)
         return out[0] if single else out
 
@@ -111,8 +114,6 @@ def _build(name: str, target: str, attr_items: tuple[tuple[str, object], ...]) -
     spec = OP_SPECS[name]
     attrs = dict(attr_items)
     if target == "Ascend":
-        if not spec.ascend_dtypes:
-            raise RuntimeError(f"{name}: no Ascend kernel exists yet (CPU only); see the README support matrix")
         out_shape, out_dtype = ascend_infer(spec, attrs)
         return ops.Custom(spec.op_type, out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
                           reg_info=reg_info(spec, target, attrs), bprop=bprop_of(name, attrs))
@@ -124,13 +125,28 @@ def _build(name: str, target: str, attr_items: tuple[tuple[str, object], ...]) -
 
 def _primitive(name: str, attr_items: tuple[tuple[str, object], ...]) -> ops.Custom:
     values = _attr_values(OP_SPECS[name], dict(attr_items))
-    return _build(name, device_target(), tuple(values.items()))
+    target = device_target()
+    if target == "Ascend" and name in ASCEND_KERNEL_PENDING:
+        # Its primitive would build, but the custom op package has no aclnn kernel to launch.
+        raise RuntimeError(f"{name}: no Ascend kernel in the custom op package yet (the op runs on CPU); "
+                           "see the README support matrix")
+    return _build(name, target, tuple(values.items()))
 
 
 # Cached at this level too: inside a GRAPH-mode construct MindSpore runs a cached callable as
 # plain Python at compile time (JIT fallback) instead of parsing it, and ms.get_context cannot
 # be parsed. The device target is read once per (op, attributes); it is fixed in a process.
 _primitive_cached = functools.lru_cache(maxsize=None)(_primitive)
+
+
+@functools.cache
+def reads_int64(name: str, arg: str) -> bool:
+    """Whether the kernel of op ``name`` on the current device target takes input ``arg`` as int64
+    (the CPU kernels read int32 and int64 lengths; the Ascend OpDefs declare int32 only). Cached
+    like ``_primitive_cached``, so a GRAPH-mode construct can call it."""
+    spec = OP_SPECS[name]
+    i = spec.inputs.index(arg)
+    return any(combo[i] == "int64" for combo in (spec.ascend_dtypes if device_target() == "Ascend" else spec.dtypes))
 
 
 def primitive(name: str, **attrs: object) -> ops.Custom:

@@ -29,7 +29,11 @@ class OpSpec:
     dtypes: tuple[tuple[str, ...], ...] = ()
     """Accepted dtype combinations on CPU, one per row, over inputs then outputs (reg_info dtype_format)."""
     ascend_dtypes: tuple[tuple[str, ...], ...] = ()
-    """The combinations the Ascend OpDef declares (float16/bfloat16 only; lengths int32)."""
+    """The combinations the Ascend OpDef declares (16-bit floats, float32 statistics/weights, int32
+    indices; lengths int32, or int32/int64 where the kernel reads both)."""
+    optional: frozenset[str] = frozenset()
+    """Inputs that may be absent: Python passes the zero-size placeholder of ``ops/_optional.py``,
+    the Ascend OpDef declares them OPTIONAL (CANN may omit them)."""
 
 
 FLOATS = ("float16", "bfloat16", "float32")
@@ -47,6 +51,8 @@ _LIGHTNING_INDEXER_DTYPES = tuple((x, x, w, lq, lk, "int32", "float32")
                                   for x, w in _INDEXER_XW for lq in INTS for lk in INTS)
 _INDEXER_GRAD_DTYPES = tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, lq, lk, x, x, w, "float32")
                              for x, w in _INDEXER_XW for lq in INTS for lk in INTS)
+# What their Ascend OpDefs are to declare (issue 11): 16-bit X, weights X or float32, int32 lengths.
+_INDEXER_XW_ASCEND = tuple((x, w) for x in ASCEND_FLOATS for w in (x, "float32"))
 
 _SPECS = (
     OpSpec("rope", "Rope", ("q", "k", "cos", "sin", "q_seq_len"), ("q_embed", "k_embed"),
@@ -65,13 +71,18 @@ _SPECS = (
            ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"),
            ("sparse_indices", "sparse_values"),
            (AttrSpec("sparse_count", "int", 2048), AttrSpec("layout", "str", "BSND"),
-            AttrSpec("sparse_mode", "int", 3)), _LIGHTNING_INDEXER_DTYPES),
+            AttrSpec("sparse_mode", "int", 3)), _LIGHTNING_INDEXER_DTYPES,
+           tuple((x, x, w, "int32", "int32", "int32", "float32") for x, w in _INDEXER_XW_ASCEND),
+           frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"})),
     OpSpec("sparse_lightning_indexer_grad_kl_loss", "SparseLightningIndexerGradKLLoss",
            ("query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum",
             "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"),
            ("d_query_index", "d_key_index", "d_weights", "loss"),
            (AttrSpec("scale_value", "float", 1.0), AttrSpec("layout", "str", "BSND"), AttrSpec("sparse_mode", "int", 3),
-            AttrSpec("deterministic", "bool", False)), _INDEXER_GRAD_DTYPES),
+            AttrSpec("deterministic", "bool", False)), _INDEXER_GRAD_DTYPES,
+           tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, "int32", "int32", x, x, w, "float32")
+                 for x, w in _INDEXER_XW_ASCEND),
+           frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"})),
 )
 
 # sparse_flash_attention(_grad): one float dtype for all float tensors, int32 indices, float32
@@ -82,17 +93,26 @@ _SFA_ATTRS = (AttrSpec("scale_value", "float", 1.0), AttrSpec("sparse_block_size
 _SFA_GRAD_ATTRS = (*_SFA_ATTRS, AttrSpec("pre_tokens", "int", 2147483647),
                    AttrSpec("next_tokens", "int", 2147483647), AttrSpec("deterministic", "bool", False))
 _F32 = "float32"
+_SFA_OPTIONAL = frozenset({"value", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_kv"})
 _SFA_SPECS = (
     OpSpec("sparse_flash_attention", "SparseFlashAttention",
            ("query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query",
             "actual_seq_lengths_kv"), ("out", "softmax_max", "softmax_sum"), _SFA_ATTRS,
-           tuple((x, x, x, "int32", x, x, i, j, x, _F32, _F32) for x in FLOATS for i in INTS for j in INTS)),
+           tuple((x, x, x, "int32", x, x, i, j, x, _F32, _F32) for x in FLOATS for i in INTS for j in INTS),
+           tuple((x, x, x, "int32", x, x, i, i, x, _F32, _F32) for i in INTS for x in ASCEND_FLOATS), _SFA_OPTIONAL),
     OpSpec("sparse_flash_attention_grad", "SparseFlashAttentionGrad",
            ("query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum",
             "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope"),
            ("d_query", "d_key", "d_value", "d_query_rope", "d_key_rope"), _SFA_GRAD_ATTRS,
            tuple((x, x, x, "int32", x, x, _F32, _F32, i, j, x, x) + (x,) * 5
-                 for x in FLOATS for i in INTS for j in INTS)),
+                 for x in FLOATS for i in INTS for j in INTS),
+           tuple((x, x, x, "int32", x, x, _F32, _F32, i, i, x, x) + (x,) * 5 for i in INTS for x in ASCEND_FLOATS),
+           _SFA_OPTIONAL),
 )
 
 OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (*_SPECS, *_SFA_SPECS)}
+
+ASCEND_KERNEL_PENDING: frozenset[str] = frozenset({"lightning_indexer"})
+"""Ops registered for Ascend (``ascend_dtypes``) whose kernel is not in the custom op package yet
+(``scripts/build_ascend.sh`` does not build it): their primitive is built, so the registration and
+its infer callables are tested, but using one on Ascend raises before any launch."""

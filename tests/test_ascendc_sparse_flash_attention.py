@@ -38,8 +38,30 @@ ASCEND_CASES = {
 }
 
 
+# Optional inputs (issue 9): value absent (key is value), TND without lengths (one sequence),
+# int64 lengths.
+VARIANT_CASES = {
+    "key_is_value": ("tnd_uneven", {}),
+    "tnd_one_sequence": ("tnd_single", {}),
+    "int64_lengths": ("tnd_block16", {}),
+}
+SINGLE = {"tnd_single": dict(layout="TND", lens_q=[9], lens_kv=[14], n1=4, d=32, dr=16, k=5, bs=2, pattern="mixed")}
+
+
+def make_variant(variant: str, dtype: str, seed: int) -> twin.SfaProblem:
+    name, _ = VARIANT_CASES[variant]
+    _, p = make(name, dtype, seed)
+    if variant == "key_is_value":
+        p.value = None
+    elif variant == "tnd_one_sequence":
+        p.lens_q = p.lens_kv = None
+    else:
+        p.lens_dtype = "int64"
+    return p
+
+
 def make(name: str, dtype: str, seed: int) -> tuple[Case, twin.SfaProblem]:
-    spec = {**CASES, **ASCEND_CASES}[name]
+    spec = {**CASES, **ASCEND_CASES, **SINGLE}[name]
     case = make_case(np.random.default_rng(seed), **spec)
     qz = {n: None if getattr(case, n) is None else quantize(getattr(case, n), dtype)
           for n in ("query", "key", "value", "query_rope", "key_rope")}
@@ -52,8 +74,9 @@ def make(name: str, dtype: str, seed: int) -> tuple[Case, twin.SfaProblem]:
 
 
 def reference(p: twin.SfaProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return ref.sparse_flash_attention(p.query, p.key, p.value, p.sparse_indices, p.query_rope, p.key_rope,
-                                      p.lens_q, p.lens_kv, scale_value=p.scale, sparse_block_size=p.block_size,
+    value, lens_q, lens_kv = p.reference_args()
+    return ref.sparse_flash_attention(p.query, p.key, value, p.sparse_indices, p.query_rope, p.key_rope,
+                                      lens_q, lens_kv, scale_value=p.scale, sparse_block_size=p.block_size,
                                       layout=p.layout, sparse_mode=p.sparse_mode)
 
 
@@ -101,3 +124,10 @@ def test_forward_same_bits_for_any_core_count_and_order(name: str) -> None:
         run = twin.sparse_flash_attention(p, core_num=cores, seed=seed)
         for a, b in zip(first.outputs, run.outputs):
             assert np.array_equal(a, b, equal_nan=False), f"{cores} cores, seed {seed}"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("variant", sorted(VARIANT_CASES))
+def test_forward_optional_inputs(variant: str, dtype: str) -> None:
+    p = make_variant(variant, dtype, seed=13)
+    check(twin.sparse_flash_attention(p, core_num=8), p)

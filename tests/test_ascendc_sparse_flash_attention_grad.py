@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from _util import TOLERANCES, quantize, rel_l2
 from ascendc_harness import twin_lib as twin
-from test_ascendc_sparse_flash_attention import ASCEND_CASES, CASES, make
+from test_ascendc_sparse_flash_attention import ASCEND_CASES, CASES, VARIANT_CASES, make, make_variant
 
 from ms_grad_ops import reference as ref
 
@@ -17,8 +17,9 @@ NAMES = ("d_query", "d_key", "d_value", "d_query_rope", "d_key_rope")
 
 def grad_inputs(p: twin.SfaProblem, seed: int) -> tuple[np.ndarray, ...]:
     """d_out (random), out (the forward, rounded to the dtype), float32 statistics."""
-    out, smax, ssum = ref.sparse_flash_attention(p.query, p.key, p.value, p.sparse_indices, p.query_rope, p.key_rope,
-                                                 p.lens_q, p.lens_kv, scale_value=p.scale,
+    value, lens_q, lens_kv = p.reference_args()
+    out, smax, ssum = ref.sparse_flash_attention(p.query, p.key, value, p.sparse_indices, p.query_rope, p.key_rope,
+                                                 lens_q, lens_kv, scale_value=p.scale,
                                                  sparse_block_size=p.block_size, layout=p.layout,
                                                  sparse_mode=p.sparse_mode)
     d_out = quantize(np.random.default_rng(seed).standard_normal(out.shape), p.dtype)
@@ -30,10 +31,13 @@ def check(run: twin.KernelRun, p: twin.SfaProblem, d_out: np.ndarray, out: np.nd
     info = run.info
     assert info.min_writes == 1 and info.max_writes == 1, "every output byte written exactly once"
     assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.DEFAULT_UB, "UB footprint = the tiling's plan"
-    want = ref.sparse_flash_attention_grad(p.query, p.key, p.value, p.sparse_indices, d_out, out, smax, ssum,
-                                           p.lens_q, p.lens_kv, p.query_rope, p.key_rope, scale_value=p.scale,
-                                           sparse_block_size=p.block_size, layout=p.layout,
-                                           sparse_mode=p.sparse_mode)
+    value, lens_q, lens_kv = p.reference_args()
+    want = list(ref.sparse_flash_attention_grad(p.query, p.key, value, p.sparse_indices, d_out, out, smax, ssum,
+                                                lens_q, lens_kv, p.query_rope, p.key_rope, scale_value=p.scale,
+                                                sparse_block_size=p.block_size, layout=p.layout,
+                                                sparse_mode=p.sparse_mode))
+    if p.value is None:  # key is value: d_key is the fused dK + dV, no d_value
+        want[1], want[2] = want[1] + want[2], None
     tol = TOLERANCES["attention"][p.dtype]
     for name, got, ref_val in zip(NAMES, run.outputs, want):
         if ref_val is None:
@@ -79,3 +83,11 @@ def test_grad_same_bits_for_any_core_count_and_order(name: str, deterministic: b
                                                deterministic=deterministic)
         for name_, a, b in zip(("dq", "dk", "dv", "dqr", "dkr"), first.outputs, run.outputs):
             assert (a is None and b is None) or np.array_equal(a, b), f"{name_}: {cores} cores, seed {seed}"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("variant", sorted(VARIANT_CASES))
+def test_grad_optional_inputs(variant: str, dtype: str) -> None:
+    p = make_variant(variant, dtype, seed=17)
+    d_out, out, smax, ssum = grad_inputs(p, seed=5)
+    check(twin.sparse_flash_attention_grad(p, d_out, out, smax, ssum, core_num=8), p, d_out, out, smax, ssum)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 import ms_grad_ops
 from ms_grad_ops import _custom
-from ms_grad_ops._specs import OP_SPECS
+from ms_grad_ops._specs import ASCEND_KERNEL_PENDING, OP_SPECS
 
 
 def _info(prim: object) -> dict:
@@ -32,46 +33,129 @@ def test_cpu_primitive_declares_the_spec(name: str) -> None:
 
 
 ASCEND_OPS = sorted(name for name, spec in OP_SPECS.items() if spec.ascend_dtypes)
-CPU_ONLY_OPS = sorted(set(OP_SPECS) - set(ASCEND_OPS))
+
+
+def test_every_operator_is_registered_for_ascend() -> None:
+    # One op per operator (no variants): all eight have an Ascend reg_info.
+    assert len(OP_SPECS) == 8 and set(OP_SPECS) == set(ASCEND_OPS)
+    assert ASCEND_KERNEL_PENDING <= set(ASCEND_OPS)
+    assert all(spec.optional <= set(spec.inputs) for spec in OP_SPECS.values())
 
 
 @pytest.mark.parametrize("name", ASCEND_OPS)
-def test_ascend_branch_builds_the_aclnn_primitive(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ascend_branch_builds_the_aclnn_primitive(name: str) -> None:
     spec = OP_SPECS[name]
+    prim = _custom._build(name, "Ascend", tuple((a.name, a.default) for a in spec.attrs))
+    assert prim.func == spec.op_type and prim.func_type == "aot"
+    info = _info(prim)
+    assert info["target"] == "Ascend"
+    assert [i["name"] for i in info["inputs"]] == list(spec.inputs)
+    assert [o["name"] for o in info["outputs"]] == list(spec.outputs)
+    assert [a["name"] for a in info["attr"]] == [a.name for a in spec.attrs]
+    # Exactly what the Ascend OpDef declares (tests/test_ascendc_op_host.py): 16-bit float inputs.
+    declared = {tuple(d[0] for d in row) for row in info["dtype_format"]}
+    assert declared == set(spec.ascend_dtypes) and declared <= set(spec.dtypes)
+    assert {row[0] for row in declared} == {"float16", "bfloat16"}
+
+
+@pytest.mark.parametrize("name", ASCEND_OPS)
+def test_ascend_primitive_with_the_device_target_stubbed(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_custom, "device_target", lambda: "Ascend")
     _custom._primitive_cached.cache_clear()
     try:
-        prim = _custom.primitive(name)
+        if name in ASCEND_KERNEL_PENDING:
+            with pytest.raises(RuntimeError, match=f"{name}: no Ascend kernel in the custom op package yet"):
+                _custom.primitive(name)
+        else:
+            assert _custom.primitive(name).func == OP_SPECS[name].op_type
     finally:
         _custom._primitive_cached.cache_clear()
-    assert prim.func == spec.op_type and prim.func_type == "aot"
-    info = _custom.reg_info(spec, "Ascend", {a.name: a.default for a in spec.attrs})
-    assert info["target"] == "Ascend"
-    assert [i["name"] for i in info["inputs"]] == list(spec.inputs)
-    # Only what the Ascend OpDef declares: float16/bfloat16, int32 lengths.
-    declared = {tuple(d[0] for d in row) for row in info["dtype_format"]}
-    assert declared and all(not any(t in ("float32", "int64") for t in row) for row in declared)
 
 
-def test_ascend_infer_callables_run_the_shared_rules() -> None:
+def _sfa(layout: str) -> tuple[list, list]:
+    """SFA inputs and outputs: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10, T2 = 14), N1 = 4, N2 = 2, D = 32,
+    Dr = 16, K = 3; TND with lengths."""
+    lq, lk = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
+    q, k, qr, kr = [*lq, 4, 32], [*lk, 2, 32], [*lq, 4, 16], [*lk, 2, 16]
+    lens = [[0], [0]] if layout == "BSND" else [[2], [2]]
+    stats = [2, 2, 5, 2] if layout == "BSND" else [2, 10, 2]
+    return [q, k, k, [*lq, 2, 3], qr, kr, *lens], [q, stats, stats]
+
+
+# (attributes, input shapes, expected output shapes, input dtypes with X = the float dtype,
+# expected output dtypes) per op, from SPEC's shape semantics.
+X = "X"
+INFER_CASES = {
+    "rope": ({}, [[6, 256], [6, 256], [16, 128], [16, 128], [2]], [[6, 256], [6, 256]], [X] * 4 + ["int32"], [X] * 2),
+    "rope_grad": ({"mode": "vjp"}, [[6, 256], [6, 256], [16, 128], [16, 128], [2]], [[6, 256], [6, 256]],
+                  [X] * 4 + ["int32"], [X] * 2),
+    "cla_gate_merge": ({}, [[5, 3, 128]] * 2 + [[5, 3]] * 2, [[5, 3, 128]], [X] * 4, [X]),
+    "cla_gate_backward": ({"input_attn_layout": "TND"}, [[5, 3, 128]] * 3 + [[5, 3]] * 2,
+                          [[5, 3, 128]] * 2 + [[5, 3]] * 2, [X] * 5, [X] * 4),
+    "lightning_indexer": ({"sparse_count": 3, "layout": "TND", "sparse_mode": 3},
+                          [[6, 4, 32], [8, 1, 32], [6, 4], [2], [2]], [[6, 1, 3], [6, 1, 3]],
+                          [X, X, "float32", "int32", "int32"], ["int32", "float32"]),
+    "sparse_lightning_indexer_grad_kl_loss": (
+        {"scale_value": 0.5, "layout": "TND", "sparse_mode": 3, "deterministic": True},
+        [[6, 4, 32], [8, 1, 32], [6, 2, 16], [8, 1, 16], [6, 2], [6, 1, 3], [1, 6, 4], [1, 6, 4], [6, 4, 16],
+         [8, 1, 16], [2], [2]],
+        [[6, 2, 16], [8, 1, 16], [6, 2], [1]],
+        [X, X, X, X, X, "int32", "float32", "float32", X, X, "int32", "int32"], [X, X, X, "float32"]),
+    "sparse_flash_attention": ({"scale_value": 0.125, "sparse_block_size": 2, "layout": "BSND", "sparse_mode": 0},
+                               *_sfa("BSND"), [X, X, X, "int32", X, X, "int32", "int32"], [X, "float32", "float32"]),
+    "sparse_flash_attention_grad": (
+        {"scale_value": 0.125, "sparse_block_size": 2, "layout": "TND", "sparse_mode": 3, "deterministic": True},
+        [*_sfa("TND")[0][:4], _sfa("TND")[0][0], _sfa("TND")[0][0], [2, 10, 2], [2, 10, 2], [2], [2],
+         *_sfa("TND")[0][4:6]],
+        [_sfa("TND")[0][i] for i in (0, 1, 2, 4, 5)],
+        [X, X, X, "int32", X, X, "float32", "float32", "int32", "int32", X, X], [X] * 5),
+}
+
+
+def test_infer_cases_cover_every_ascend_operator() -> None:
+    assert set(INFER_CASES) == set(ASCEND_OPS)
+
+
+@pytest.mark.parametrize("name", sorted(INFER_CASES))
+@pytest.mark.parametrize("x", ["float16", "bfloat16"])
+def test_ascend_infer_callables_take_every_spec_attribute(name: str, x: str) -> None:
+    # ascend_infer passes all the spec's attributes, by name, to the _validate binding: a binding
+    # that takes another list fails here (it did for sparse_flash_attention_grad and
+    # sparse_lightning_indexer_grad_kl_loss), whatever the attributes' values.
+    import mindspore as ms
+
+    spec = OP_SPECS[name]
+    changes, shapes, want_shapes, dtypes, want_dtypes = INFER_CASES[name]
+    attrs = {**{a.name: a.default for a in spec.attrs}, **changes}
+    out_shape, out_dtype = _custom.ascend_infer(spec, attrs)
+    ms_dtype = {"float16": ms.float16, "bfloat16": ms.bfloat16, "float32": ms.float32, "int32": ms.int32}
+    got_shapes = out_shape(*shapes)
+    got_dtypes = out_dtype(*(ms_dtype[x if t == X else t] for t in dtypes))
+    single = len(spec.outputs) == 1
+    assert got_shapes == (want_shapes[0] if single else tuple(want_shapes))
+    want = tuple(ms_dtype[x if t == X else t] for t in want_dtypes)
+    assert got_dtypes == (want[0] if single else want)
+
+
+def test_validate_bindings_take_exactly_the_spec_attributes() -> None:
+    # The one mapping: each binding's parameters after (shapes, dtypes) are the spec's attribute
+    # names in spec order (ops/_checks.validate passes them positionally, ascend_infer by name).
+    from ms_grad_ops import _validate
+
+    for name in INFER_CASES:
+        params = re.findall(r"(\w+):", getattr(_validate, name).__doc__.split("->")[0])
+        assert params == ["shapes", "dtypes", *(a.name for a in OP_SPECS[name].attrs)], name
+
+
+def test_ascend_infer_callables_raise_the_rules_errors() -> None:
     import mindspore as ms
 
     spec = OP_SPECS["cla_gate_backward"]
     out_shape, out_dtype = _custom.ascend_infer(spec, {"input_attn_layout": "TND"})
-    assert out_shape([5, 3, 128], [5, 3, 128], [5, 3, 128], [5, 3], [5, 3]) == ([5, 3, 128], [5, 3, 128], [5, 3],
-                                                                                [5, 3])
-    assert out_dtype(*[ms.bfloat16] * 5) == (ms.bfloat16,) * 4
     with pytest.raises(ValueError, match="cla_gate_backward: argument 'global_gate_logits' dim 0 must be T"):
         out_shape([5, 3, 128], [5, 3, 128], [5, 3, 128], [4, 3], [4, 3])
-    merge_shape, merge_dtype = _custom.ascend_infer(OP_SPECS["cla_gate_merge"], {})
-    assert merge_shape([2, 1, 256], [2, 1, 256], [2, 1], [2, 1]) == [2, 1, 256]
-    assert merge_dtype(*[ms.float16] * 4) == ms.float16
-
-
-@pytest.mark.parametrize("name", CPU_ONLY_OPS)
-def test_ops_without_an_ascend_kernel_say_so(name: str) -> None:
-    with pytest.raises(RuntimeError, match=f"{name}: no Ascend kernel exists yet"):
-        _custom._build(name, "Ascend", tuple((a.name, a.default) for a in OP_SPECS[name].attrs))
+    with pytest.raises(TypeError, match="cla_gate_backward"):
+        out_dtype(ms.float16, ms.bfloat16, ms.float16, ms.float16, ms.float16)
 
 
 def test_unsupported_device_target_is_a_clear_error() -> None:

@@ -2,23 +2,24 @@
 // engine's contexts into calls of an op's pure rules (infer_shape/<op>.h) and pure tiling
 // (ascendc/<op>/<op>_tiling.h), so an op's op_host source only declares what differs.
 //
-// NOT COMPILED IN THIS REPOSITORY'S CI: it needs the CANN toolkit headers (absent here);
-// scripts/build_ascend.sh compiles it where ASCEND_HOME_PATH is set. tests/test_ascendc_op_host.py
-// holds every op_host source to ms_grad_ops/_specs.py by parsing.
+// NOT COMPILED WITH CANN IN THIS REPOSITORY'S CI (no CANN toolkit here); scripts/build_ascend.sh
+// compiles it where ASCEND_HOME_PATH is set. tests/test_ascendc_op_host.py holds every op_host
+// source to ms_grad_ops/_specs.py by parsing, and compiles and runs the adapters against
+// tests/cann_stub (the documented API subset used here, not CANN).
 //
 // An op describes itself with a struct `Op`:
-//   static constexpr const char* kName;        OpDef type, prefixes every logged error
-//   static constexpr size_t kInputs;           IR inputs, in OpDef order
-//   static constexpr size_t kRequiredInputs;   inputs [0, kRequiredInputs) are REQUIRED, the rest
-//                                              OPTIONAL (an omitted one reaches the rule as
-//                                              the zero-size placeholder, AbsentInput())
-//   struct Attrs; static Attrs ReadAttrs(const gert::RuntimeAttrs*);   with the Attr readers below
-//   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>&, const Attrs&);
-//   static TilingPlan<Data> Tile(const std::vector<mgo::infer::Shape>&, mgo::tiling::DType,
-//                                const Attrs&, const Platform&);
+//   kName       static constexpr const char*: the OpDef type, prefixes every logged error;
+//   kOptional   static constexpr std::array<bool, N>: per IR input (OpDef order), OPTIONAL or
+//               not; an omitted optional input reaches the rules as AbsentInput();
+//   Attrs       a struct, and static Attrs ReadAttrs(const gert::RuntimeAttrs*) using the readers
+//               below (OpDef attribute order);
+//   Infer       static InferResult Infer(const std::vector<TensorDesc>&, const Attrs&): the rule;
+//   Tile        static TilingPlan<Data> Tile(const std::vector<TensorDesc>&, tiling::DType,
+//               const Attrs&, const Platform&): the pure tiling, through Plan();
 // and registers `InferShape<Op>`, `InferDataType<Op>`, `Tiling<Op>` in its OpDef.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -63,17 +64,28 @@ inline bool BoolAttr(const gert::RuntimeAttrs* a, size_t i, const char* name) {
 // passes for None (infer_shape's is_absent), so both routes give the same result.
 inline mgo::infer::TensorDesc AbsentInput() { return {mgo::infer::Shape{0}, mgo::infer::DType::kUnknown}; }
 
-// Required inputs come first in every OpDef (tests/test_ascendc_op_host.py checks it), so the
-// IR index of a required input is also its instance index.
+// By IR index (an omitted optional input shifts the instance indices of those after it).
 template <typename Op, typename Ctx>
 std::vector<mgo::infer::Shape> ReadShapes(Ctx* ctx) {
-  std::vector<mgo::infer::Shape> shapes(Op::kInputs);
-  for (size_t i = 0; i < Op::kInputs; ++i) {
-    const auto* s = i < Op::kRequiredInputs ? ctx->GetRequiredInputShape(i) : ctx->GetOptionalInputShape(i);
-    if (s == nullptr && i < Op::kRequiredInputs) throw std::invalid_argument("a required input is missing");
+  std::vector<mgo::infer::Shape> shapes(Op::kOptional.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto* s = Op::kOptional[i] ? ctx->GetOptionalInputShape(i) : ctx->GetRequiredInputShape(i);
+    if (s == nullptr && !Op::kOptional[i]) throw std::invalid_argument("a required input is missing");
     shapes[i] = s == nullptr ? AbsentInput().shape : FromGe(*s);
   }
   return shapes;
+}
+
+// Shapes and dtypes, for the tiling.
+template <typename Op>
+std::vector<mgo::infer::TensorDesc> InputDescs(gert::TilingContext* ctx) {
+  const std::vector<mgo::infer::Shape> shapes = ReadShapes<Op>(ctx);
+  std::vector<mgo::infer::TensorDesc> in(shapes.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const auto* desc = Op::kOptional[i] ? ctx->GetOptionalInputDesc(i) : ctx->GetRequiredInputDesc(i);
+    in[i] = desc == nullptr ? AbsentInput() : mgo::infer::TensorDesc{shapes[i], FromGe(desc->GetDataType())};
+  }
+  return in;
 }
 
 // Shapes with unknown dtypes: InferShape gets no dtypes.
@@ -88,15 +100,15 @@ std::vector<mgo::infer::TensorDesc> InputShapes(gert::InferShapeContext* ctx) {
 // Dtypes with unknown shapes: InferDataType gets no shapes.
 template <typename Op>
 std::vector<mgo::infer::TensorDesc> InputDtypes(gert::InferDataTypeContext* ctx) {
-  std::vector<mgo::infer::TensorDesc> in(Op::kInputs);
-  for (size_t i = 0; i < Op::kInputs; ++i) {
-    if (i < Op::kRequiredInputs) {
+  std::vector<mgo::infer::TensorDesc> in(Op::kOptional.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!Op::kOptional[i]) {
       in[i].dtype = FromGe(ctx->GetRequiredInputDataType(i));
-      continue;
+    } else if (const ge::DataType t = ctx->GetOptionalInputDataType(i); t == ge::DT_UNDEFINED) {
+      in[i] = AbsentInput();
+    } else {
+      in[i].dtype = FromGe(t);
     }
-    const ge::DataType t = ctx->GetOptionalInputDataType(i);
-    if (t == ge::DT_UNDEFINED) in[i] = AbsentInput();
-    else in[i].dtype = FromGe(t);
   }
   return in;
 }
@@ -158,12 +170,13 @@ auto Plan(const Pure& t, uint32_t block_dim, uint64_t user_workspace = 0, bool a
 template <typename Op>
 ge::graphStatus Tiling(gert::TilingContext* ctx) {
   return Guarded(Op::kName, [ctx] {
+    const std::vector<mgo::infer::TensorDesc> in = InputDescs<Op>(ctx);
     mgo::tiling::DType dtype;
-    if (!KernelDtype(ctx->GetInputDesc(0)->GetDataType(), &dtype)) {
+    if (!KernelDtype(in.at(0).dtype, &dtype)) {
       throw std::invalid_argument("the kernel takes float16 or bfloat16 inputs only");
     }
     const Platform platform = QueryPlatform(ctx);
-    const auto plan = Op::Tile(ReadShapes<Op>(ctx), dtype, Op::ReadAttrs(ctx->GetAttrs()), platform);
+    const auto plan = Op::Tile(in, dtype, Op::ReadAttrs(ctx->GetAttrs()), platform);
     if (!plan.ok) throw std::invalid_argument(plan.error);
     *ctx->template GetTilingData<decltype(plan.data)>() = plan.data;
     ctx->SetBlockDim(plan.blockDim);
@@ -175,6 +188,9 @@ ge::graphStatus Tiling(gert::TilingContext* ctx) {
 }
 
 // Dim `i` of a tiling input as the pure tiling functions take it.
-inline uint64_t Dim(const mgo::infer::Shape& s, size_t i) { return static_cast<uint64_t>(s.at(i)); }
+inline uint64_t Dim(const mgo::infer::TensorDesc& t, size_t i) {
+  if (i >= t.shape.size() || t.shape[i] < 0) throw std::invalid_argument("tiling needs known input shapes");
+  return static_cast<uint64_t>(t.shape[i]);
+}
 
 }  // namespace mgo::op_host

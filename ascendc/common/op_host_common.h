@@ -55,9 +55,9 @@ inline mgo::infer::Shape FromGe(const gert::StorageShape& s) { return FromGe(s.G
 inline void LogError(const char* op, const char* msg) { std::fprintf(stderr, "[ms_grad_ops] %s: %s\n", op, msg); }
 
 // The kernels are instantiated for the two 16-bit types only.
-inline bool KernelDtype(ge::DataType t, mgo::tiling::DType* out) {
-  if (t == ge::DT_FLOAT16) *out = mgo::tiling::DType::kFloat16;
-  else if (t == ge::DT_BF16) *out = mgo::tiling::DType::kBFloat16;
+inline bool KernelDtype(mgo::infer::DType t, mgo::tiling::DType* out) {
+  if (t == mgo::infer::DType::kFloat16) *out = mgo::tiling::DType::kFloat16;
+  else if (t == mgo::infer::DType::kBFloat16) *out = mgo::tiling::DType::kBFloat16;
   else return false;
   return true;
 }

@@ -57,10 +57,20 @@ class SfaGeometry {
  public:
   __aicore__ inline void Init(const SfaTilingData& t, GM_ADDR lens_q, GM_ADDR lens_kv) {
     t_ = t;
-    if (t.layout == static_cast<uint32_t>(mgo::tiling::SfaLayout::kTND)) {
+    if (!Tnd()) return;
+    if (t.seqLensInt64) {
+      lensQ64_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(lens_q), t.batch);
+      lensKv64_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(lens_kv), t.batch);
+    } else {
       lensQ_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(lens_q), t.batch);
       lensKv_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(lens_kv), t.batch);
     }
+  }
+
+  // Cumulative length b of the query (or key) sequences, whichever integer type they have.
+  __aicore__ inline int64_t Cum(uint32_t b, bool keys) const {
+    if (t_.seqLensInt64) return (keys ? lensKv64_ : lensQ64_).GetValue(b);
+    return (keys ? lensKv_ : lensQ_).GetValue(b);
   }
 
   __aicore__ inline bool Tnd() const { return t_.layout == static_cast<uint32_t>(mgo::tiling::SfaLayout::kTND); }
@@ -74,20 +84,19 @@ class SfaGeometry {
       *s2_len = t_.s2;
       return;
     }
-    const int32_t q_prev = b == 0 ? 0 : lensQ_.GetValue(b - 1);
-    const int32_t kv_prev = b == 0 ? 0 : lensKv_.GetValue(b - 1);
+    const int64_t q_prev = b == 0 ? 0 : Cum(b - 1, false);
+    const int64_t kv_prev = b == 0 ? 0 : Cum(b - 1, true);
     *q0 = static_cast<uint64_t>(q_prev);
     *kv0 = static_cast<uint64_t>(kv_prev);
-    *s1_len = static_cast<uint32_t>(lensQ_.GetValue(b) - q_prev);
-    *s2_len = static_cast<uint32_t>(lensKv_.GetValue(b) - kv_prev);
+    *s1_len = static_cast<uint32_t>(Cum(b, false) - q_prev);
+    *s2_len = static_cast<uint32_t>(Cum(b, true) - kv_prev);
   }
 
   // The batch holding query token t (or key token t when `keys`).
   __aicore__ inline uint32_t BatchOf(uint64_t token, bool keys) const {
     if (!Tnd()) return static_cast<uint32_t>(token / (keys ? t_.s2 : t_.s1));
-    const GlobalTensor<int32_t>& lens = keys ? lensKv_ : lensQ_;
     uint32_t b = 0;
-    while (b + 1 < t_.batch && static_cast<uint64_t>(lens.GetValue(b)) <= token) ++b;
+    while (b + 1 < t_.batch && static_cast<uint64_t>(Cum(b, keys)) <= token) ++b;
     return b;
   }
 
@@ -139,6 +148,8 @@ class SfaGeometry {
   SfaTilingData t_{};
   GlobalTensor<int32_t> lensQ_;
   GlobalTensor<int32_t> lensKv_;
+  GlobalTensor<int64_t> lensQ64_;
+  GlobalTensor<int64_t> lensKv64_;
 };
 
 // Copies `rows` rows of cat(main, rope) (row widths d and dr; consecutive source rows are
@@ -181,6 +192,52 @@ class RowGather {
   LocalTensor<T> buf_;
   uint32_t bufRows_ = 0;
 };
+
+// The rope tensor from element `off`, or the (empty) tensor itself without rope.
+template <typename T>
+__aicore__ inline GlobalTensor<T> RopeAt(bool has_rope, const GlobalTensor<T>& g, uint64_t off) {
+  return has_rope ? g[off] : g;
+}
+
+// Where the key side of a query row comes from and where its chunk goes.
+template <typename T>
+struct SfaKeyChunkIo {
+  GlobalTensor<T> key, keyRope, value;  // inputs (value = key when key is value)
+  GlobalTensor<T> wsKf, wsV;            // this AIV's chunk workspace: [chunk, dk] and [chunk, d]
+};
+
+// Walks the visible keys of query row `row` (geometry r) in slot order, gathering cat(key,
+// key_rope) and value rows into the chunk workspace, and calls chunk(n, index) for every full
+// chunk of keyChunk keys and for the last partial one. Returns the number of chunks.
+template <typename T, typename OnChunk>
+__aicore__ inline uint32_t GatherKeyChunks(const SfaTilingData& t, const SfaGeometry& geo, const SfaRow& r,
+                                           uint32_t row, const GlobalTensor<int32_t>& indices, RowGather<T>& gather,
+                                           const SfaKeyChunkIo<T>& io, OnChunk&& chunk) {
+  uint32_t chunks = 0;
+  uint32_t filled = 0;
+  const uint64_t slots = uint64_t{row} * t.k;
+  const uint64_t key_stride = uint64_t{t.n2} * t.d;
+  for (uint32_t slot = 0; slot < t.k; ++slot) {
+    uint32_t key = 0;
+    uint32_t end = 0;
+    if (!geo.BlockKeys(indices.GetValue(slots + slot), r, &key, &end)) continue;
+    while (key < end) {
+      const uint32_t take = end - key < t.keyChunk - filled ? end - key : t.keyChunk - filled;
+      const uint64_t k_row = (r.kv0 + key) * t.n2 + r.g;
+      gather.Copy(io.wsKf[uint64_t{filled} * t.dk], io.key[k_row * t.d], RopeAt(t.hasRope != 0, io.keyRope, k_row * t.dr),
+                  key_stride, take, t.d, t.dr);
+      gather.Copy(io.wsV[uint64_t{filled} * t.d], io.value[k_row * t.d], io.value, key_stride, take, t.d, 0);
+      filled += take;
+      key += take;
+      if (filled == t.keyChunk) {
+        chunk(filled, chunks++);
+        filled = 0;
+      }
+    }
+  }
+  if (filled > 0) chunk(filled, chunks++);
+  return chunks;
+}
 
 // The UB buffers of one AIV, allocated exactly as PlanSfaUb counts them.
 struct SfaUb {

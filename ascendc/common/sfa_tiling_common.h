@@ -36,7 +36,9 @@ struct CubePlatform {
 inline constexpr CubePlatform kAtlasA2Platform{24, 192 * 1024, 512 * 1024, 64 * 1024, 64 * 1024, 128 * 1024};
 
 // Shapes as the op sees them. BSND: batch = B, s1/s2 = S1/S2, t1 = B*S1, t2 = B*S2.
-// TND: batch = entries of actual_seq_lengths_*, s1/s2 unused (0), t1/t2 = T1/T2.
+// TND: batch = entries of actual_seq_lengths_*, s1/s2 unused (0), t1/t2 = T1/T2; batch = 0 means
+// the lengths are absent (zero-size placeholder or no tensor): one sequence of T1 queries and
+// T2 keys, which the tiling lays out as BSND with B = 1 (same memory and statistics layout).
 struct SfaShape {
   SfaLayout layout;
   uint64_t batch;
@@ -49,13 +51,16 @@ struct SfaShape {
   uint64_t d;   // head dim of query/key/value
   uint64_t dr;  // rope dim; 0 = no query_rope/key_rope inputs
   uint64_t k;   // index slots per query row
+  bool seqLensInt64 = false;  // actual_seq_lengths_* are int64 (else int32)
+  bool valueAbsent = false;   // no value input: key is value (forward v = key; grad d_key = dK + dV
+                              // summed in float32 and rounded once, no d_value written)
 };
 
 struct SfaAttrs {
   float scaleValue;
   uint32_t sparseBlockSize;
   uint32_t sparseMode;   // 0 or 3
-  bool deterministic;    // grad only
+  bool deterministic;    // grad only; the kernels are deterministic in every mode (recorded only)
 };
 
 // Cumulative TND lengths (no leading 0) when the host knows their values, for balancing rows
@@ -84,7 +89,9 @@ struct SfaTilingData {
   uint32_t sparseMode;
   uint32_t blockSize;
   uint32_t hasRope;
-  uint32_t deterministic;
+  uint32_t deterministic;  // recorded; the grad kernel is deterministic in every mode
+  uint32_t seqLensInt64;
+  uint32_t hasValue;
   uint32_t batch;
   uint32_t s1;
   uint32_t s2;
@@ -109,24 +116,26 @@ struct SfaTilingData {
   // Workspace: per-AIV regions first, then global buffers (byte offsets from the user workspace).
   uint64_t aivWsBytes;    // size of one AIV region
   uint64_t wsQf;          // [mRows, dk] 16-bit: gathered cat(q, q_rope) rows
-  uint64_t wsKf;          // [keyChunk, dk] 16-bit: gathered cat(key, key_rope) rows
-  uint64_t wsV;           // [keyChunk, d] 16-bit: gathered value rows
+  uint64_t wsKf;          // [chunkCols, dk] 16-bit: gathered cat(key, key_rope) rows
+  uint64_t wsV;           // [chunkCols, d] 16-bit: gathered value rows
   uint64_t wsDo;          // [mRows, d] 16-bit: gathered d_out rows (grad)
-  uint64_t wsS;           // [mRows, keyChunk] float32: scores
-  uint64_t wsDp;          // [mRows, keyChunk] float32: dP (grad)
-  uint64_t wsP;           // [mRows, keyChunk] 16-bit: probabilities
-  uint64_t wsDs;          // [mRows, keyChunk] 16-bit: dS (grad)
-  uint64_t wsAcc;         // [mRows, dk] float32: PV chunk (forward) / dQ accumulator (grad)
-  uint64_t wsDk;          // [keyChunk, dk] float32: dK block accumulator (grad)
-  uint64_t wsDv;          // [keyChunk, d] float32: dV block accumulator (grad)
+  uint64_t wsS;           // [mRows, chunkCols] float32: scores
+  uint64_t wsDp;          // [mRows, chunkCols] float32: dP (grad)
+  uint64_t wsP;           // [mRows, chunkCols] 16-bit: probabilities
+  uint64_t wsDs;          // [mRows, chunkCols] 16-bit: dS (grad)
+  uint64_t wsAcc;         // [mRows, dk] float32: output accumulator (forward) / dQ accumulator (grad)
+  uint64_t wsDk;          // [AlignUp(bs, 16), dk] float32: dK block accumulator (grad key pass)
+  uint64_t wsDv;          // [AlignUp(bs, 16), d] float32: dV block accumulator (grad key pass)
   uint64_t wsDelta;       // global [t1 * n1] float32: rowsum(dO * O) (grad)
   uint64_t workspaceBytes;
-  SfaMatmulTiling mmScore;  // S = Qf Kfᵀ          (forward and grad)
-  SfaMatmulTiling mmPv;     // O = P V              (forward)
-  SfaMatmulTiling mmDp;     // dP = dO Vᵀ           (grad)
-  SfaMatmulTiling mmDq;     // dQf = dS Kf          (grad)
-  SfaMatmulTiling mmDk;     // dKf = dSᵀ Qf         (grad key pass)
-  SfaMatmulTiling mmDv;     // dV = Pᵀ dO           (grad key pass)
+  // One tiling per Matmul object (see ComputeSfaTiling); mmDp / mmDv record the second use
+  // of the A·Bᵀ / Aᵀ·B objects, whose tilings mmScore / mmDk cover.
+  SfaMatmulTiling mmScore;  // S = Qf Kfᵀ, grad also dP = dO Vᵀ  (A·Bᵀ object)
+  SfaMatmulTiling mmPv;     // O = P V (forward, A·B object)
+  SfaMatmulTiling mmDp;     // dP = dO Vᵀ (grad)
+  SfaMatmulTiling mmDq;     // dQf = dS Kf (grad, A·B object)
+  SfaMatmulTiling mmDk;     // dKf = dSᵀ Qf, also dV = Pᵀ dO (grad key pass, Aᵀ·B object)
+  SfaMatmulTiling mmDv;     // dV = Pᵀ dO (grad key pass)
   uint32_t rowStart[kSfaMaxAiv + 1];
   uint32_t keyRowStart[kSfaMaxAiv + 1];
 };
@@ -236,7 +245,7 @@ inline const char* CheckSfaInputs(const SfaShape& s, const SfaAttrs& a, const Cu
   if (s.k == 0) return "sparse_indices needs at least one slot (K >= 1)";
   if (a.sparseBlockSize == 0 || a.sparseBlockSize > 64) return "sparse_block_size must be in [1, 64]";
   if (a.sparseMode != 0 && a.sparseMode != 3) return "sparse_mode must be 0 or 3";
-  if (s.batch == 0) return "batch must be positive";
+  if (s.batch == 0 && s.layout == SfaLayout::kBSND) return "batch must be positive";
   if (s.layout == SfaLayout::kBSND && (s.t1 != s.batch * s.s1 || s.t2 != s.batch * s.s2)) {
     return "BSND: t1/t2 must equal B*S1/B*S2";
   }
@@ -325,13 +334,26 @@ inline void SplitEvenly(uint64_t rows, uint32_t aiv, uint32_t* start) {
 enum class SfaKernel { kForward, kGrad };
 
 // The whole tiling of either kernel.
-inline SfaTilingResult ComputeSfaTiling(SfaKernel kernel, const SfaShape& s, const SfaAttrs& a,
+// TND without lengths is one sequence: the same problem as BSND with B = 1.
+inline SfaShape Normalised(const SfaShape& shape) {
+  SfaShape s = shape;
+  if (s.layout == SfaLayout::kTND && s.batch == 0) {
+    s.layout = SfaLayout::kBSND;
+    s.batch = 1;
+    s.s1 = s.t1;
+    s.s2 = s.t2;
+  }
+  return s;
+}
+
+inline SfaTilingResult ComputeSfaTiling(SfaKernel kernel, const SfaShape& shape, const SfaAttrs& a,
                                         const SfaSeqLengths& lens, const CubePlatform& p) {
   SfaTilingResult r{false, nullptr, {}, 0, 0};
-  if (const char* err = CheckSfaInputs(s, a, p)) {
+  if (const char* err = CheckSfaInputs(shape, a, p)) {
     r.error = err;
     return r;
   }
+  const SfaShape s = Normalised(shape);
   const bool grad = kernel == SfaKernel::kGrad;
   SfaTilingData& t = r.data;
   t.layout = static_cast<uint32_t>(s.layout);
@@ -339,6 +361,8 @@ inline SfaTilingResult ComputeSfaTiling(SfaKernel kernel, const SfaShape& s, con
   t.blockSize = a.sparseBlockSize;
   t.hasRope = s.dr > 0 ? 1 : 0;
   t.deterministic = a.deterministic ? 1 : 0;
+  t.seqLensInt64 = s.seqLensInt64 ? 1 : 0;
+  t.hasValue = s.valueAbsent ? 0 : 1;
   t.batch = static_cast<uint32_t>(s.batch);
   t.s1 = static_cast<uint32_t>(s.s1);
   t.s2 = static_cast<uint32_t>(s.s2);

@@ -118,47 +118,43 @@ constexpr uint32_t ReduceSumWorkElems(uint32_t count) {
   return (partials + per_block - 1) / per_block * per_block;
 }
 
-// dst[0] = sum of the first `count` elements; per-repeat partials first, as the device does.
-template <typename T>
-void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work, uint32_t count) {
-  twin::RequireFloat<T>();
-  const char* op = "ReduceSum";
-  const T* ps = twin::VecSrc(src, count, op);
-  T* pw = twin::VecDst(work, ReduceSumWorkElems<T>(count), "ReduceSum (workspace)");
-  T* pd = twin::VecDst(dst, 1, op);
-  constexpr uint32_t kPerRepeat = 256 / sizeof(T);
-  const uint32_t partials = (count + kPerRepeat - 1) / kPerRepeat;
-  for (uint32_t r = 0; r < partials; ++r) {
-    T acc = 0;
-    for (uint32_t i = r * kPerRepeat; i < count && i < (r + 1) * kPerRepeat; ++i) acc += ps[i];
-    pw[r] = acc;
-  }
-  T total = 0;
-  for (uint32_t r = 0; r < partials; ++r) total += pw[r];
-  pd[0] = total;
-}
-
-// dst[0] = max of the first `count` elements (per-repeat maxima first, as ReduceSum).
-template <typename T>
-void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work, uint32_t count,
-               bool calIndex = false) {
-  twin::RequireFloat<T>();
-  const char* op = "ReduceMax";
-  twin::Require(!calIndex, [] { return std::string("ReduceMax: the twin does not model calIndex"); });
-  twin::Require(count > 0, [] { return std::string("ReduceMax of zero elements"); });
-  const T* ps = twin::VecSrc(src, count, op);
-  T* pw = twin::VecDst(work, ReduceSumWorkElems<T>(count), "ReduceMax (workspace)");
-  T* pd = twin::VecDst(dst, 1, op);
+namespace twin {
+// dst[0] = combine over the first `count` elements: one partial per 256-byte repeat into `work`
+// first, then the partials, as the device reduces.
+template <typename T, typename Combine>
+void ReduceRepeats(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work, uint32_t count,
+                   const char* op, const char* work_op, Combine combine) {
+  RequireFloat<T>();
+  Require(count > 0, [&] { return Cat(op, " of zero elements"); });
+  const T* ps = VecSrc(src, count, op);
+  T* pw = VecDst(work, ReduceSumWorkElems<T>(count), work_op);
+  T* pd = VecDst(dst, 1, op);
   constexpr uint32_t kPerRepeat = 256 / sizeof(T);
   const uint32_t partials = (count + kPerRepeat - 1) / kPerRepeat;
   for (uint32_t r = 0; r < partials; ++r) {
     T acc = ps[r * kPerRepeat];
-    for (uint32_t i = r * kPerRepeat; i < count && i < (r + 1) * kPerRepeat; ++i) acc = ps[i] > acc ? ps[i] : acc;
+    for (uint32_t i = r * kPerRepeat + 1; i < count && i < (r + 1) * kPerRepeat; ++i) acc = combine(acc, ps[i]);
     pw[r] = acc;
   }
-  T best = pw[0];
-  for (uint32_t r = 1; r < partials; ++r) best = pw[r] > best ? pw[r] : best;
-  pd[0] = best;
+  T total = pw[0];
+  for (uint32_t r = 1; r < partials; ++r) total = combine(total, pw[r]);
+  pd[0] = total;
+}
+}  // namespace twin
+
+// dst[0] = sum of the first `count` elements; per-repeat partials first, as the device does.
+template <typename T>
+void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work, uint32_t count) {
+  twin::ReduceRepeats(dst, src, work, count, "ReduceSum", "ReduceSum (workspace)", [](T a, T b) { return a + b; });
+}
+
+// dst[0] = max of the first `count` elements (value only).
+template <typename T>
+void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work, uint32_t count,
+               bool calIndex = false) {
+  twin::Require(!calIndex, [] { return std::string("ReduceMax: the twin does not model calIndex"); });
+  twin::ReduceRepeats(dst, src, work, count, "ReduceMax", "ReduceMax (workspace)",
+                      [](T a, T b) { return b > a ? b : a; });
 }
 
 namespace twin {

@@ -1,28 +1,11 @@
 """``nn.SparseFlashAttention``: sparse MLA attention forward whose backward is the fused grad kernel."""
 from __future__ import annotations
 
-import mindspore as ms
 from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
 from ..ops._optional import Lengths
-
-
-class _Float32Grad(nn.Cell):
-    """Identity whose backward hands the gradient on in float32.
-
-    Applied to key and value when both are given in bfloat16: if they are one tensor, MindSpore's
-    autodiff adds their two gradients with AddN, which the CPU backend has no bfloat16 kernel for
-    (GRAPH compile fails); float32 gradients add there. Pass ``value=None`` instead to get the
-    fused bfloat16 gradient summed in float32 inside the kernel.
-    """
-
-    def construct(self, x: Tensor) -> Tensor:
-        return x
-
-    def bprop(self, x: Tensor, out: Tensor, dout: Tensor) -> tuple[Tensor]:
-        return (msops.cast(dout, ms.float32),)
 
 
 class SparseFlashAttention(nn.Cell):
@@ -43,7 +26,8 @@ class SparseFlashAttention(nn.Cell):
     ``value=None`` means key is value (DeepSeek's shared latent KV): the backward returns one
     gradient for key, ``dK + dV`` summed in float32 inside the kernel and rounded once. Passing one
     tensor as both key and value also works; then MindSpore adds the two gradients (in float32
-    for bfloat16, see ``_Float32Grad``, so the gradient reaching a bfloat16 key/value is float32).
+    for bfloat16, see ``ops.sparse_flash_attention``, so the gradient reaching a bfloat16
+    key/value is float32).
 
     The backward is one fused ``sparse_flash_attention_grad`` kernel call (the bprop of the
     forward primitive) using the forward's softmax statistics; nothing of size ``[T, K, D]`` or
@@ -56,15 +40,11 @@ class SparseFlashAttention(nn.Cell):
         self.attrs = {"scale_value": float(scale_value), "sparse_block_size": int(sparse_block_size),
                       "layout": layout, "sparse_mode": int(sparse_mode)}
         self.return_softmax_lse = bool(return_softmax_lse)
-        self.float32_grad = _Float32Grad()
 
     def construct(self, query: Tensor, key: Tensor, value: Tensor | None, sparse_indices: Tensor,
                   query_rope: Tensor | None = None, key_rope: Tensor | None = None,
                   actual_seq_lengths_query: Lengths = None, actual_seq_lengths_kv: Lengths = None
                   ) -> Tensor | tuple[Tensor, Tensor, Tensor]:
-        if value is not None and key.dtype == ms.bfloat16:
-            key = self.float32_grad(key)
-            value = self.float32_grad(value)
         out, softmax_max, softmax_sum = ops.sparse_flash_attention(
             query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query,
             actual_seq_lengths_kv, **self.attrs)

@@ -1,7 +1,11 @@
 """Functional ``sparse_flash_attention``: top-k sparse MLA attention forward (SPEC section 3)."""
 from __future__ import annotations
 
+import functools
+
+import mindspore as ms
 from mindspore import Tensor
+from mindspore import ops as msops
 
 from .._custom import primitive
 from ._checks import check_tensor, validate
@@ -10,6 +14,21 @@ from ._optional import Lengths, lengths_pair, optional, rope_pair
 _OP = "sparse_flash_attention"
 _NAMES = ("query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query",
           "actual_seq_lengths_kv")
+
+
+def _to_float32(dout: Tensor) -> Tensor:
+    return msops.cast(dout, ms.float32)
+
+
+@functools.cache
+def _float32_grad() -> msops.InsertGradientOf:
+    """Identity whose backward hands the gradient on in float32.
+
+    Applied to key and value when both are given in bfloat16: if they are one tensor, MindSpore's
+    autodiff adds their two gradients with AddN, which its CPU backend has no bfloat16 kernel for
+    (GRAPH compile fails: "Select CPU operator[AddN] fail! ... BFloat16"); float32 gradients add
+    there. ``value=None`` avoids the addition altogether (fused in the kernel, one rounding)."""
+    return msops.InsertGradientOf(_to_float32)
 
 
 def sfa_inputs(op: str, query: Tensor, key: Tensor, value: Tensor | None, sparse_indices: Tensor,
@@ -35,7 +54,9 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor | None, spa
     For query row t, head h (group n2 = h // G) and the visible selected keys j:
     ``S_j = scale_value * cat(q, q_rope)[t,h] . cat(key, key_rope)[j]``, ``out = softmax(S) @ value[j]``.
     Differentiable (``ms.grad``, PyNative and GRAPH): the backward is one
-    ``sparse_flash_attention_grad`` kernel call; the statistics carry no gradient.
+    ``sparse_flash_attention_grad`` kernel call; the statistics carry no gradient. With a
+    bfloat16 ``value`` given, the gradients reaching key and value are float32 (so MindSpore can
+    add them on CPU when key and value are one tensor).
 
     Args:
         query: ``[T1, N1, D]`` (TND) or ``[B, S1, N1, D]`` (BSND); float16/bfloat16/float32.
@@ -58,6 +79,8 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor | None, spa
     """
     inputs = sfa_inputs(_OP, query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query,
                         actual_seq_lengths_kv, layout)
+    if value is not None and inputs[0].dtype == ms.bfloat16:
+        inputs = (inputs[0], _float32_grad()(inputs[1]), _float32_grad()(inputs[2]), *inputs[3:])
     scale, bs, mode = float(scale_value), int(sparse_block_size), int(sparse_mode)
     validate(_OP, _NAMES, inputs, (scale, bs, layout, mode))
     return primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode)(*inputs)

@@ -43,7 +43,7 @@ def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor | None
     inputs = (q, k, v, idx, d_out, out, softmax_max, softmax_sum, lq, lkv, qr, kr)
     scale, bs, mode, pre, nxt = float(scale_value), int(sparse_block_size), int(sparse_mode), int(pre_tokens), \
         int(next_tokens)
-    validate(_OP, _NAMES, inputs, (scale, bs, layout, mode, pre, nxt))
+    validate(_OP, _NAMES, inputs, (scale, bs, layout, mode, pre, nxt, bool(deterministic)))
     prim = primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode,
                      pre_tokens=pre, next_tokens=nxt, deterministic=bool(deterministic))
     d_query, d_key, d_value, d_query_rope, d_key_rope = prim(*inputs)

@@ -56,7 +56,7 @@ def sparse_lightning_indexer_grad_kl_loss(
             ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))
     names = tuple(n for n, _ in args)
     tensors = tuple(t for _, t in args)
-    validate(_OP, names, tensors, (layout, int(sparse_mode)))
+    validate(_OP, names, tensors, (float(scale_value), layout, int(sparse_mode), bool(deterministic)))
     prim = primitive(_OP, scale_value=float(scale_value), layout=layout, sparse_mode=int(sparse_mode),
                      deterministic=bool(deterministic))
     return prim(*tensors)

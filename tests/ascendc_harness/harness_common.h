@@ -88,6 +88,14 @@ std::vector<uint8_t> TilingBytes(const Tiling& t) {
   return bytes;
 }
 
+// "a,b,c": the keys of a name -> snippet map, for the Python tests to check their lists.
+template <typename Map>
+std::string JoinNames(const Map& snippets) {
+  std::string names;
+  for (const auto& entry : snippets) names += (names.empty() ? "" : ",") + entry.first;
+  return names;
+}
+
 // Per-core row ranges of a split, for the tiling-invariant tests.
 inline void WriteRanges(uint32_t used, uint32_t base, uint32_t remainder, int64_t* starts, int64_t* counts) {
   for (uint32_t c = 0; c < used; ++c) {

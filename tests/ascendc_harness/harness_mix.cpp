@@ -64,22 +64,30 @@ TCubeTiling Tiling16(int m, int n, int k, int base = 16) {
 
 int64_t Aiv() { return GetBlockIdx(); }  // AIV index 0..3 (only meaningful on an AIV)
 
-// C[16, 16] per AIV = A (16 x 32 of `in` from element 128 v) times B (the first 16 rows of `in` as [16, 32],
-// transposed): each AIV its own 256 output elements.
-void CleanMatmul(MixGm& gm) {
+// The usual mixed-kernel frame: one Matmul object of type MM registered with tiling `t`; the
+// AIC serves it, every AIV runs body(mm, gm).
+template <typename MM, typename Body>
+void WithMatmul(MixGm& gm, const TCubeTiling& t, Body&& body) {
   TPipe pipe;
-  Matmul<A16, B16T, C32> mm;
-  const TCubeTiling t = Tiling16(16, 16, 32);
+  MM mm;
   REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
   if ASCEND_IS_AIC {
     return;
   }
-  const int64_t v = Aiv();
-  mm.SetOrgShape(16, 16, 32);
-  mm.SetTensorA(gm.In()[static_cast<uint64_t>(v) * 128]);
-  mm.SetTensorB(gm.In(), true);
-  mm.IterateAll(gm.Out()[static_cast<uint64_t>(v) * 256]);
-  mm.End();
+  body(mm, gm);
+}
+
+// C[16, 16] per AIV = A (16 x 32 of `in` from element 128 v) times B (the first 16 rows of `in` as [16, 32],
+// transposed): each AIV its own 256 output elements.
+void CleanMatmul(MixGm& gm) {
+  WithMatmul<Matmul<A16, B16T, C32>>(gm, Tiling16(16, 16, 32), [](auto& mm, MixGm& g) {
+    const int64_t v = Aiv();
+    mm.SetOrgShape(16, 16, 32);
+    mm.SetTensorA(g.In()[static_cast<uint64_t>(v) * 128]);
+    mm.SetTensorB(g.In(), true);
+    mm.IterateAll(g.Out()[static_cast<uint64_t>(v) * 256]);
+    mm.End();
+  });
 }
 
 bool CleanMatmulRight(const MixGm& gm) {
@@ -182,29 +190,18 @@ std::map<std::string, Snippet> Snippets() {
     REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
   }};
   s["matmul_beyond_single_shape"] = {"outside the tiling's singleCore shape", [](MixGm& gm) {
-    TPipe pipe;
-    Matmul<A16, B16T, C32> mm;
-    const TCubeTiling t = Tiling16(16, 16, 32);
-    REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
-    if ASCEND_IS_AIC {
-      return;
-    }
-    mm.SetOrgShape(32, 16, 32);
-    mm.SetSingleShape(32, 16, 32);
-    mm.SetTensorA(gm.In());
-    mm.SetTensorB(gm.In(), true);
-    mm.IterateAll(gm.Out());
-    mm.End();
+    WithMatmul<Matmul<A16, B16T, C32>>(gm, Tiling16(16, 16, 32), [](auto& mm, MixGm& g) {
+      mm.SetOrgShape(32, 16, 32);
+      mm.SetSingleShape(32, 16, 32);
+      mm.SetTensorA(g.In());
+      mm.SetTensorB(g.In(), true);
+      mm.IterateAll(g.Out());
+      mm.End();
+    });
   }};
   s["matmul_transpose_undeclared"] = {"declared without ISTRANS", [](MixGm& gm) {
-    TPipe pipe;
-    Matmul<A16, B16, C32> mm;
-    const TCubeTiling t = Tiling16(16, 16, 32);
-    REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
-    if ASCEND_IS_AIC {
-      return;
-    }
-    mm.SetTensorB(gm.In(), true);
+    WithMatmul<Matmul<A16, B16, C32>>(gm, Tiling16(16, 16, 32),
+                                      [](auto& mm, MixGm& g) { mm.SetTensorB(g.In(), true); });
   }};
   s["regist_after_initbuffer"] = {"REGIST_MATMUL_OBJ after TPipe::InitBuffer", [](MixGm&) {
     TPipe pipe;
@@ -223,31 +220,21 @@ std::map<std::string, Snippet> Snippets() {
     REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), m1, &t, m2, &t, m3, &t, m4, &t, m5, &t);
   }};
   s["matmul_without_end"] = {"Matmul requests or Matmul::End()", [](MixGm& gm) {
-    TPipe pipe;
-    Matmul<A16, B16T, C32> mm;
-    const TCubeTiling t = Tiling16(16, 16, 32);
-    REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
-    if ASCEND_IS_AIC {
-      return;
-    }
-    mm.SetTensorA(gm.In()[static_cast<uint64_t>(Aiv()) * 128]);
-    mm.SetTensorB(gm.In(), true);
-    mm.IterateAll(gm.Out()[static_cast<uint64_t>(Aiv()) * 256]);
+    WithMatmul<Matmul<A16, B16T, C32>>(gm, Tiling16(16, 16, 32), [](auto& mm, MixGm& g) {
+      mm.SetTensorA(g.In()[static_cast<uint64_t>(Aiv()) * 128]);
+      mm.SetTensorB(g.In(), true);
+      mm.IterateAll(g.Out()[static_cast<uint64_t>(Aiv()) * 256]);
+    });
   }};
   s["matmul_reads_unwritten"] = {"that nobody wrote", [](MixGm& gm) {
-    TPipe pipe;
-    Matmul<MatmulType<TPosition::GM, CubeFormat::ND, half>, B16T, C32> mm;
-    const TCubeTiling t = Tiling16(16, 16, 32);
-    REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
-    if ASCEND_IS_AIC {
-      return;
-    }
-    GlobalTensor<half> ws16;
-    ws16.SetGlobalBuffer(reinterpret_cast<half*>(gm.ws.data()), 2 * kN);  // fresh workspace as A
-    mm.SetTensorA(ws16[static_cast<uint64_t>(Aiv()) * 512]);
-    mm.SetTensorB(gm.In(), true);
-    mm.IterateAll(gm.Out()[static_cast<uint64_t>(Aiv()) * 256]);
-    mm.End();
+    WithMatmul<Matmul<A16, B16T, C32>>(gm, Tiling16(16, 16, 32), [](auto& mm, MixGm& g) {
+      GlobalTensor<half> ws16;
+      ws16.SetGlobalBuffer(reinterpret_cast<half*>(g.ws.data()), 2 * kN);  // fresh workspace as A
+      mm.SetTensorA(ws16[static_cast<uint64_t>(Aiv()) * 512]);
+      mm.SetTensorB(g.In(), true);
+      mm.IterateAll(g.Out()[static_cast<uint64_t>(Aiv()) * 256]);
+      mm.End();
+    });
   }};
   s["read_unwritten_workspace"] = {"that nobody wrote", [](MixGm& gm) {
     if ASCEND_IS_AIV {
@@ -333,17 +320,12 @@ std::map<std::string, Snippet> Snippets() {
       CrossCoreSetFlag<2, PIPE_FIX>(9);
     }
   }};
-  s["flag_collides_with_matmul"] = {"belong to the", [](MixGm&) {
-    TPipe pipe;
-    Matmul<A16, B16T, C32> mm;
-    const TCubeTiling t = Tiling16(16, 16, 32);
-    REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
-    if ASCEND_IS_AIC {
-      return;
-    }
-    CrossCoreSetFlag<1, PIPE_MTE3>(1);
-    CrossCoreWaitFlag(1);
-    mm.End();
+  s["flag_collides_with_matmul"] = {"belong to the", [](MixGm& gm) {
+    WithMatmul<Matmul<A16, B16T, C32>>(gm, Tiling16(16, 16, 32), [](auto& mm, MixGm&) {
+      CrossCoreSetFlag<1, PIPE_MTE3>(1);
+      CrossCoreWaitFlag(1);
+      mm.End();
+    });
   }};
   s["write_input"] = {"writes the input buffer", [](MixGm& gm) {
     if ASCEND_IS_AIV {
@@ -370,9 +352,7 @@ std::map<std::string, Snippet> Snippets() {
 extern "C" {
 
 int twin_mix_snippet_names(char* buf, int64_t len) {
-  std::string names;
-  for (const auto& [name, snippet] : Snippets()) names += (names.empty() ? "" : ",") + name;
-  harness::CopyMessage(names, buf, len);
+  harness::CopyMessage(harness::JoinNames(Snippets()), buf, len);
   return harness::kOk;
 }
 

@@ -24,6 +24,7 @@ struct SfaArgs {
   int64_t block_size, sparse_mode, deterministic;
   double scale;
   int64_t core_num, ub_bytes, seed;
+  int64_t value_absent, lens_int64;
 };
 
 SfaShape Shape(const SfaArgs& a) {
@@ -31,7 +32,7 @@ SfaShape Shape(const SfaArgs& a) {
                   static_cast<uint64_t>(a.batch), static_cast<uint64_t>(a.s1), static_cast<uint64_t>(a.s2),
                   static_cast<uint64_t>(a.t1), static_cast<uint64_t>(a.t2), static_cast<uint64_t>(a.n1),
                   static_cast<uint64_t>(a.n2), static_cast<uint64_t>(a.d), static_cast<uint64_t>(a.dr),
-                  static_cast<uint64_t>(a.k)};
+                  static_cast<uint64_t>(a.k), a.lens_int64 != 0, a.value_absent != 0};
 }
 
 SfaAttrs Attrs(const SfaArgs& a) {
@@ -46,17 +47,45 @@ CubePlatform Platform(const SfaArgs& a) {
   return p;
 }
 
-// Host copies of the int32 cumulative lengths as the tiling reads them (int64).
+// Host copies of the int32 / int64 cumulative lengths as the tiling reads them (int64).
 struct HostLens {
   std::vector<int64_t> q, kv;
   SfaSeqLengths view{nullptr, nullptr, 0};
-  HostLens(const SfaArgs& a, const int32_t* lq, const int32_t* lkv) {
-    if (a.layout != 1 || lq == nullptr || lkv == nullptr) return;
-    q.assign(lq, lq + a.batch);
-    kv.assign(lkv, lkv + a.batch);
+  HostLens(const SfaArgs& a, const void* lq, const void* lkv) {
+    if (a.layout != 1 || lq == nullptr || lkv == nullptr || a.batch == 0) return;
+    for (int64_t b = 0; b < a.batch; ++b) {
+      q.push_back(a.lens_int64 ? static_cast<const int64_t*>(lq)[b] : static_cast<const int32_t*>(lq)[b]);
+      kv.push_back(a.lens_int64 ? static_cast<const int64_t*>(lkv)[b] : static_cast<const int32_t*>(lkv)[b]);
+    }
     view = SfaSeqLengths{q.data(), kv.data(), static_cast<uint64_t>(a.batch)};
   }
 };
+
+// Lengths are GM inputs only for TND with lengths (batch > 0).
+bool HasLens(const SfaArgs& a) { return a.layout == 1 && a.batch > 0; }
+uint64_t LensBytes(const SfaArgs& a) { return static_cast<uint64_t>(a.batch) * (a.lens_int64 ? 8 : 4); }
+
+// The GM inputs both kernels take (absent optional ones are not registered).
+struct SharedInputs {
+  const void *q, *k, *v, *idx, *qr, *kr, *lens_q, *lens_kv;
+};
+
+void RegisterShared(harness::GmScope& gm, const SfaArgs& a, const SharedInputs& in) {
+  const uint64_t q_rows = static_cast<uint64_t>(a.t1 * a.n1);
+  const uint64_t k_rows = static_cast<uint64_t>(a.t2 * a.n2);
+  gm.Input(in.q, q_rows * a.d * 2, "query");
+  gm.Input(in.k, k_rows * a.d * 2, "key");
+  if (!a.value_absent) gm.Input(in.v, k_rows * a.d * 2, "value");
+  gm.Input(in.idx, static_cast<uint64_t>(a.t1 * a.n2 * a.k) * 4, "sparse_indices");
+  if (a.dr > 0) {
+    gm.Input(in.qr, q_rows * a.dr * 2, "query_rope");
+    gm.Input(in.kr, k_rows * a.dr * 2, "key_rope");
+  }
+  if (HasLens(a)) {
+    gm.Input(in.lens_q, LensBytes(a), "actual_seq_lengths_query");
+    gm.Input(in.lens_kv, LensBytes(a), "actual_seq_lengths_kv");
+  }
+}
 
 void FillInfo(harness::RunInfo* info, const AscendC::twin::MixStats& stats, const SfaTilingResult& r) {
   *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(r.ubBytes), stats.cores,
@@ -71,7 +100,7 @@ extern "C" {
 // kernel: 0 forward, 1 grad. Writes the tiling's scalars and per-AIV ranges (arrays of
 // 2 * core_num + 1 entries): out = {usedAicNum, aivNum, keyChunk, rowChunk, ubBytes,
 // workspaceBytes, tilingKey, ubTileRows, gatherRows, chunkCols, mRows, aivWsBytes, wsDelta}.
-int twin_sfa_schedule(int kernel, int dtype, const SfaArgs* a, const int32_t* lens_q, const int32_t* lens_kv,
+int twin_sfa_schedule(int kernel, int dtype, const SfaArgs* a, const void* lens_q, const void* lens_kv,
                       int64_t* out, int64_t* row_start, int64_t* key_row_start, char* err, int64_t err_len) {
   const HostLens lens(*a, lens_q, lens_kv);
   const auto kind = kernel == 0 ? mgo::tiling::SfaKernel::kForward : mgo::tiling::SfaKernel::kGrad;
@@ -96,8 +125,8 @@ int twin_sfa_schedule(int kernel, int dtype, const SfaArgs* a, const int32_t* le
 }
 
 int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const void* q, const void* k, const void* v,
-                                const int32_t* idx, const void* qr, const void* kr, const int32_t* lens_q,
-                                const int32_t* lens_kv, void* out, float* smax, float* ssum,
+                                const int32_t* idx, const void* qr, const void* kr, const void* lens_q,
+                                const void* lens_kv, void* out, float* smax, float* ssum,
                                 harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const HostLens lens(*a, lens_q, lens_kv);
@@ -108,22 +137,10 @@ int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const void* q, cons
       return harness::kTilingError;
     }
     const uint64_t q_rows = static_cast<uint64_t>(a->t1 * a->n1);
-    const uint64_t k_rows = static_cast<uint64_t>(a->t2 * a->n2);
     std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
     auto tiling_gm = harness::TilingBytes(tiling.result.data);
     harness::GmScope gm;
-    gm.Input(q, q_rows * a->d * 2, "query");
-    gm.Input(k, k_rows * a->d * 2, "key");
-    gm.Input(v, k_rows * a->d * 2, "value");
-    gm.Input(idx, static_cast<uint64_t>(a->t1 * a->n2 * a->k) * 4, "sparse_indices");
-    if (a->dr > 0) {
-      gm.Input(qr, q_rows * a->dr * 2, "query_rope");
-      gm.Input(kr, k_rows * a->dr * 2, "key_rope");
-    }
-    if (a->layout == 1) {
-      gm.Input(lens_q, static_cast<uint64_t>(a->batch) * 4, "actual_seq_lengths_query");
-      gm.Input(lens_kv, static_cast<uint64_t>(a->batch) * 4, "actual_seq_lengths_kv");
-    }
+    RegisterShared(gm, *a, SharedInputs{q, k, v, idx, qr, kr, lens_q, lens_kv});
     gm.Output(out, q_rows * a->d * 2, "out");
     gm.Output(smax, q_rows * 4, "softmax_max");
     gm.Output(ssum, q_rows * 4, "softmax_sum");
@@ -133,10 +150,10 @@ int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const void* q, cons
     const auto stats = AscendC::twin::LaunchMix(
         tiling.result.data.usedAicNum, tiling.tilingKey, static_cast<uint64_t>(a->ub_bytes),
         static_cast<uint64_t>(a->seed), [&] {
-          sparse_flash_attention(u8(q), u8(k), u8(v), u8(idx), a->dr > 0 ? u8(qr) : nullptr,
-                                 a->dr > 0 ? u8(kr) : nullptr, a->layout == 1 ? u8(lens_q) : nullptr,
-                                 a->layout == 1 ? u8(lens_kv) : nullptr, u8(out), u8(smax), u8(ssum), ws.data(),
-                                 tiling_gm.data());
+          sparse_flash_attention(u8(q), u8(k), a->value_absent ? nullptr : u8(v), u8(idx),
+                                 a->dr > 0 ? u8(qr) : nullptr, a->dr > 0 ? u8(kr) : nullptr,
+                                 HasLens(*a) ? u8(lens_q) : nullptr, HasLens(*a) ? u8(lens_kv) : nullptr, u8(out),
+                                 u8(smax), u8(ssum), ws.data(), tiling_gm.data());
         });
     FillInfo(info, stats, tiling.result);
     return harness::kOk;
@@ -145,7 +162,7 @@ int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const void* q, cons
 
 int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const void* q, const void* k, const void* v,
                                      const int32_t* idx, const void* d_out, const void* out, const float* smax,
-                                     const float* ssum, const int32_t* lens_q, const int32_t* lens_kv, const void* qr,
+                                     const float* ssum, const void* lens_q, const void* lens_kv, const void* qr,
                                      const void* kr, void* dq, void* dk, void* dv, void* dqr, void* dkr,
                                      harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
@@ -161,24 +178,15 @@ int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const void* q,
     std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
     auto tiling_gm = harness::TilingBytes(tiling.result.data);
     harness::GmScope gm;
-    gm.Input(q, q_rows * a->d * 2, "query");
-    gm.Input(k, k_rows * a->d * 2, "key");
-    gm.Input(v, k_rows * a->d * 2, "value");
-    gm.Input(idx, static_cast<uint64_t>(a->t1 * a->n2 * a->k) * 4, "sparse_indices");
+    RegisterShared(gm, *a, SharedInputs{q, k, v, idx, qr, kr, lens_q, lens_kv});
     gm.Input(d_out, q_rows * a->d * 2, "d_out");
     gm.Input(out, q_rows * a->d * 2, "out");
     gm.Input(smax, q_rows * 4, "softmax_max");
     gm.Input(ssum, q_rows * 4, "softmax_sum");
-    if (a->layout == 1) {
-      gm.Input(lens_q, static_cast<uint64_t>(a->batch) * 4, "actual_seq_lengths_query");
-      gm.Input(lens_kv, static_cast<uint64_t>(a->batch) * 4, "actual_seq_lengths_kv");
-    }
     gm.Output(dq, q_rows * a->d * 2, "d_query");
     gm.Output(dk, k_rows * a->d * 2, "d_key");
-    gm.Output(dv, k_rows * a->d * 2, "d_value");
+    if (!a->value_absent) gm.Output(dv, k_rows * a->d * 2, "d_value");
     if (a->dr > 0) {
-      gm.Input(qr, q_rows * a->dr * 2, "query_rope");
-      gm.Input(kr, k_rows * a->dr * 2, "key_rope");
       gm.Output(dqr, q_rows * a->dr * 2, "d_query_rope");
       gm.Output(dkr, k_rows * a->dr * 2, "d_key_rope");
     }
@@ -186,13 +194,15 @@ int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const void* q,
     gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
     auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
     const bool rope = a->dr > 0;
-    const bool tnd = a->layout == 1;
+    const bool tnd = HasLens(*a);
+    const bool value = !a->value_absent;
     const auto stats = AscendC::twin::LaunchMix(
         tiling.result.data.usedAicNum, tiling.tilingKey, static_cast<uint64_t>(a->ub_bytes),
         static_cast<uint64_t>(a->seed), [&] {
-          sparse_flash_attention_grad(u8(q), u8(k), u8(v), u8(idx), u8(d_out), u8(out), u8(smax), u8(ssum),
+          sparse_flash_attention_grad(u8(q), u8(k), value ? u8(v) : nullptr, u8(idx), u8(d_out), u8(out), u8(smax), u8(ssum),
                                       tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr,
-                                      rope ? u8(qr) : nullptr, rope ? u8(kr) : nullptr, u8(dq), u8(dk), u8(dv),
+                                      rope ? u8(qr) : nullptr, rope ? u8(kr) : nullptr, u8(dq), u8(dk),
+                                      value ? u8(dv) : nullptr,
                                       rope ? u8(dqr) : nullptr, rope ? u8(dkr) : nullptr, ws.data(),
                                       tiling_gm.data());
         });

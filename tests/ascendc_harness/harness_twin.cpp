@@ -261,9 +261,7 @@ extern "C" {
 
 // Comma-separated snippet names, so the Python test can check it covers every one.
 int twin_snippet_names(char* buf, int64_t len) {
-  std::string names;
-  for (const auto& [name, snippet] : Snippets()) names += (names.empty() ? "" : ",") + name;
-  harness::CopyMessage(names, buf, len);
+  harness::CopyMessage(harness::JoinNames(Snippets()), buf, len);
   return harness::kOk;
 }
 

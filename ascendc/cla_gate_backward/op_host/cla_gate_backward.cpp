@@ -10,8 +10,7 @@ namespace mgo::op_host {
 
 struct ClaGateBackwardHost {
   static constexpr const char* kName = "ClaGateBackward";
-  static constexpr size_t kInputs = 5;
-  static constexpr size_t kRequiredInputs = 5;
+  static constexpr std::array<bool, 5> kOptional{};  // every input REQUIRED
   struct Attrs {
     std::string input_attn_layout;
   };
@@ -20,7 +19,7 @@ struct ClaGateBackwardHost {
     return mgo::infer::cla_gate_backward(in, a.input_attn_layout);
   }
   // Input 0: grad_merged [T, N, D].
-  static auto Tile(const std::vector<mgo::infer::Shape>& in, mgo::tiling::DType dtype, const Attrs&,
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs&,
                    const Platform& p) {
     const mgo::tiling::ClaGateShape shape{Dim(in[0], 0), Dim(in[0], 1), Dim(in[0], 2)};
     const auto t = mgo::tiling::ComputeClaGateBackwardTiling(shape, dtype, p.aivNum, p.ubBytes);

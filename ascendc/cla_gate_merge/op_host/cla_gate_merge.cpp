@@ -10,15 +10,14 @@ namespace mgo::op_host {
 
 struct ClaGateMergeHost {
   static constexpr const char* kName = "ClaGateMerge";
-  static constexpr size_t kInputs = 4;
-  static constexpr size_t kRequiredInputs = 4;
+  static constexpr std::array<bool, 4> kOptional{};  // every input REQUIRED
   struct Attrs {};
   static Attrs ReadAttrs(const gert::RuntimeAttrs*) { return {}; }
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs&) {
     return mgo::infer::cla_gate_merge(in);
   }
   // Input 0: global_attn [T, N, D].
-  static auto Tile(const std::vector<mgo::infer::Shape>& in, mgo::tiling::DType dtype, const Attrs&,
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs&,
                    const Platform& p) {
     const mgo::tiling::ClaGateShape shape{Dim(in[0], 0), Dim(in[0], 1), Dim(in[0], 2)};
     const auto t = mgo::tiling::ComputeClaGateMergeTiling(shape, dtype, p.aivNum, p.ubBytes);

@@ -9,15 +9,14 @@ namespace mgo::op_host {
 
 struct RopeHost {
   static constexpr const char* kName = "Rope";
-  static constexpr size_t kInputs = 5;
-  static constexpr size_t kRequiredInputs = 5;
+  static constexpr std::array<bool, 5> kOptional{};  // every input REQUIRED
   struct Attrs {};
   static Attrs ReadAttrs(const gert::RuntimeAttrs*) { return {}; }
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs&) {
     return mgo::infer::rope(in);
   }
   // Inputs: q [n_tokens, hidden], k, cos [max_seq_len, 128], sin, q_seq_len [batch].
-  static auto Tile(const std::vector<mgo::infer::Shape>& in, mgo::tiling::DType dtype, const Attrs&,
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs&,
                    const Platform& p) {
     const mgo::tiling::RopeShape shape{Dim(in[0], 0), Dim(in[0], 1), Dim(in[2], 0), Dim(in[4], 0)};
     const auto t = mgo::tiling::ComputeRopeTiling(shape, dtype, p.aivNum, p.ubBytes);

@@ -9,8 +9,7 @@ namespace mgo::op_host {
 
 struct RopeGradHost {
   static constexpr const char* kName = "RopeGrad";
-  static constexpr size_t kInputs = 5;
-  static constexpr size_t kRequiredInputs = 5;
+  static constexpr std::array<bool, 5> kOptional{};  // every input REQUIRED
   struct Attrs {
     std::string mode;
   };
@@ -19,7 +18,7 @@ struct RopeGradHost {
     return mgo::infer::rope_grad(in, a.mode);
   }
   // Inputs: q_grad [n_tokens, hidden], k_grad, cos [max_seq_len, 128], sin, q_seq_len [batch].
-  static auto Tile(const std::vector<mgo::infer::Shape>& in, mgo::tiling::DType dtype, const Attrs& a,
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs& a,
                    const Platform& p) {
     const mgo::tiling::RopeShape shape{Dim(in[0], 0), Dim(in[0], 1), Dim(in[2], 0), Dim(in[4], 0)};
     const auto mode = a.mode == "vjp" ? mgo::tiling::RopeGradMode::kVjp : mgo::tiling::RopeGradMode::kAtb;

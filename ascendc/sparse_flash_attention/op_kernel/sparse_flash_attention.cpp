@@ -52,7 +52,8 @@ class SparseFlashAttentionKernel {
     const uint64_t k_rows = uint64_t{t_.t2} * t_.n2;
     qGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(query), q_rows * t_.d);
     kGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key), k_rows * t_.d);
-    vGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(value), k_rows * t_.d);
+    // Without value, key is value (shared latent KV): V rows are the key rows.
+    vGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(t_.hasValue ? value : key), k_rows * t_.d);
     if (t_.hasRope) {
       qrGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(query_rope), q_rows * t_.dr);
       krGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key_rope), k_rows * t_.dr);
@@ -72,41 +73,17 @@ class SparseFlashAttentionKernel {
     wsAcc_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsAcc), m * t_.dk);
   }
 
-  // The rope tensor from element `off`, or the empty tensor without rope.
-  __aicore__ inline GlobalTensor<T> Rope(const GlobalTensor<T>& g, uint64_t off) const {
-    return t_.hasRope ? g[off] : g;
-  }
-
   __aicore__ inline void ProcessRow(uint32_t row) {
     const SfaRow r = geo_.Row(row);
     const uint64_t q_row0 = uint64_t{r.t} * t_.n1 + uint64_t{r.g} * t_.g;  // first head row of the group
-    gather_.Copy(wsQf_, qGm_[q_row0 * t_.d], Rope(qrGm_, q_row0 * t_.dr), t_.d, t_.g, t_.d, t_.dr);
+    gather_.Copy(wsQf_, qGm_[q_row0 * t_.d], RopeAt(t_.hasRope != 0, qrGm_, q_row0 * t_.dr), t_.d, t_.g, t_.d,
+                 t_.dr);
     Duplicate(Stat(kMax), kLowestFloat, t_.g);
     Duplicate(Stat(kSum), 0.0f, t_.g);
 
-    uint32_t chunks = 0;
-    uint32_t filled = 0;
-    const uint64_t slots = uint64_t{row} * t_.k;
-    const uint64_t key_stride = uint64_t{t_.n2} * t_.d;
-    for (uint32_t slot = 0; slot < t_.k; ++slot) {
-      uint32_t key = 0;
-      uint32_t end = 0;
-      if (!geo_.BlockKeys(idxGm_.GetValue(slots + slot), r, &key, &end)) continue;
-      while (key < end) {
-        const uint32_t take = end - key < t_.keyChunk - filled ? end - key : t_.keyChunk - filled;
-        const uint64_t k_row = (r.kv0 + key) * t_.n2 + r.g;
-        gather_.Copy(wsKf_[uint64_t{filled} * t_.dk], kGm_[k_row * t_.d], Rope(krGm_, k_row * t_.dr), key_stride,
-                     take, t_.d, t_.dr);
-        gather_.Copy(wsV_[uint64_t{filled} * t_.d], vGm_[k_row * t_.d], vGm_, key_stride, take, t_.d, 0);
-        filled += take;
-        key += take;
-        if (filled == t_.keyChunk) {
-          Chunk(filled, chunks++);
-          filled = 0;
-        }
-      }
-    }
-    if (filled > 0) Chunk(filled, chunks++);
+    const SfaKeyChunkIo<T> io{kGm_, krGm_, vGm_, wsKf_, wsV_};
+    const uint32_t chunks =
+        GatherKeyChunks(t_, geo_, r, row, idxGm_, gather_, io, [this](uint32_t n, uint32_t i) { Chunk(n, i); });
     Finish(r, q_row0, chunks > 0);
   }
 

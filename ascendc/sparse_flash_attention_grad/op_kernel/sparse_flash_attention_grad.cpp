@@ -15,7 +15,8 @@
 // Every dK/dV sum is therefore formed by one core in a fixed order: the bits do not depend on
 // the core count or the order in which cores run (deterministic in every mode; the
 // `deterministic` attribute changes nothing). The price is a second S/dP computation.
-// Rows without a visible key contribute nothing; key rows nobody selects get zeros.
+// Rows without a visible key contribute nothing; key rows nobody selects get zeros. Without
+// value (key is value) V is read from key and d_key = scale * dK + dV (one rounding), no d_value.
 #include "kernel_operator.h"
 #include "lib/matmul_intf.h"
 
@@ -68,7 +69,8 @@ class SparseFlashAttentionGradKernel {
     const uint64_t k_rows = uint64_t{t_.t2} * t_.n2;
     qGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.query), q_rows * t_.d);
     kGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.key), k_rows * t_.d);
-    vGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.value), k_rows * t_.d);
+    // Without value, key is value (shared latent KV): V rows are the key rows.
+    vGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(t_.hasValue ? io.value : io.key), k_rows * t_.d);
     doGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_out), q_rows * t_.d);
     oGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.out), q_rows * t_.d);
     idxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(io.indices), uint64_t{t_.t1} * t_.n2 * t_.k);
@@ -76,7 +78,7 @@ class SparseFlashAttentionGradKernel {
     sumGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.softmax_sum), q_rows);
     dqGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_query), q_rows * t_.d);
     dkGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_key), k_rows * t_.d);
-    dvGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_value), k_rows * t_.d);
+    if (t_.hasValue) dvGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_value), k_rows * t_.d);
     if (t_.hasRope) {
       qrGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.query_rope), q_rows * t_.dr);
       krGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.key_rope), k_rows * t_.dr);
@@ -103,7 +105,7 @@ class SparseFlashAttentionGradKernel {
   }
 
   __aicore__ inline GlobalTensor<T> Rope(const GlobalTensor<T>& g, uint64_t off) const {
-    return t_.hasRope ? g[off] : g;
+    return RopeAt(t_.hasRope != 0, g, off);
   }
   __aicore__ inline LocalTensor<float> Stat(StatSlot s) const { return ub_.stat[s].template Get<float>(); }
 
@@ -119,30 +121,10 @@ class SparseFlashAttentionGradKernel {
       Stat(kSum).SetValue(h, sumGm_.GetValue(at + h));
     }
 
-    uint32_t chunks = 0;
-    uint32_t filled = 0;
-    const uint64_t slots = uint64_t{row} * t_.k;
-    const uint64_t key_stride = uint64_t{t_.n2} * t_.d;
-    for (uint32_t slot = 0; slot < t_.k; ++slot) {
-      uint32_t key = 0;
-      uint32_t end = 0;
-      if (!geo_.BlockKeys(idxGm_.GetValue(slots + slot), r, &key, &end)) continue;
-      while (key < end) {
-        const uint32_t take = end - key < t_.keyChunk - filled ? end - key : t_.keyChunk - filled;
-        const uint64_t k_row = (r.kv0 + key) * t_.n2 + r.g;
-        gather_.Copy(wsKf_[uint64_t{filled} * t_.dk], kGm_[k_row * t_.d], Rope(krGm_, k_row * t_.dr), key_stride,
-                     take, t_.d, t_.dr);
-        gather_.Copy(wsV_[uint64_t{filled} * t_.d], vGm_[k_row * t_.d], vGm_, key_stride, take, t_.d, 0);
-        filled += take;
-        key += take;
-        if (filled == t_.keyChunk) {
-          RowChunk(q_row0, filled, chunks++);
-          filled = 0;
-        }
-      }
-    }
-    if (filled > 0) RowChunk(q_row0, filled, chunks++);
-    WriteRows(wsAcc_, chunks > 0, t_.g, q_row0, 1, dqGm_, dqrGm_, t_.dk, t_.dr, t_.scaleValue);
+    const SfaKeyChunkIo<T> io{kGm_, krGm_, vGm_, wsKf_, wsV_};
+    const uint32_t chunks = GatherKeyChunks(t_, geo_, r, row, idxGm_, gather_, io,
+                                            [this, q_row0](uint32_t n, uint32_t i) { RowChunk(q_row0, n, i); });
+    WriteRows(wsAcc_, chunks > 0, t_.g, q_row0, 1, dqGm_, dqrGm_, t_.dk, t_.dr, t_.scaleValue, nullptr);
   }
 
   // delta[h] = sum_d dO[h, d] * O[h, d] for the G heads of a row -> Stat(kDelta) and workspace.
@@ -237,20 +219,24 @@ class SparseFlashAttentionGradKernel {
     StoreRows16(wsDs_[uint64_t{r0} * n], ds16, rows, n);
   }
 
-  // Output rows row0 + i * stride (i < rows) = scale * acc row i, split d | dr into `main` and
-  // `rope`; zeros when no chunk contributed.
+  // Output rows row0 + i * stride (i < rows) = scale * acc row i (+ row i of `plus`, d wide,
+  // added in float32 to the first d columns), split d | dr into `main` and `rope`; zeros when no
+  // chunk contributed.
   __aicore__ inline void WriteRows(const GlobalTensor<float>& acc, bool any, uint32_t rows, uint64_t row0,
                                    uint64_t stride, const GlobalTensor<T>& main, const GlobalTensor<T>& rope,
-                                   uint32_t width, uint32_t dr, float scale) {
+                                   uint32_t width, uint32_t dr, float scale, const GlobalTensor<float>* plus) {
     const LocalTensor<float> rowf = ub_.rowF[0].template Get<float>();
+    const LocalTensor<float> plusf = ub_.rowF[1].template Get<float>();
     const LocalTensor<T> rowh = ub_.rowH[0].template Get<T>();
     const uint32_t d = width - dr;
     if (!any) Duplicate(rowf, 0.0f, width);
     for (uint32_t i = 0; i < rows; ++i) {
       if (any) {
         DataCopy(rowf, acc[uint64_t{i} * width], width);
+        if (plus != nullptr) DataCopy(plusf, (*plus)[uint64_t{i} * d], d);
         SyncPipes<HardEvent::MTE2_V>();
         if (scale != 1.0f) Muls(rowf, rowf, scale, width);
+        if (plus != nullptr) Add(rowf, rowf, plusf, d);
       }
       Cast(rowh, rowf, RoundMode::CAST_RINT, width);
       SyncPipes<HardEvent::V_MTE3>();
@@ -302,8 +288,12 @@ class SparseFlashAttentionGradKernel {
       }
     }
     if (count > 0) KeyChunk(g, count, n, chunks++);
-    WriteRows(wsDk_, chunks > 0, n, k_row, t_.n2, dkGm_, dkrGm_, t_.dk, t_.dr, t_.scaleValue);
-    WriteRows(wsDv_, chunks > 0, n, k_row, t_.n2, dvGm_, dvGm_, t_.d, 0, 1.0f);
+    if (t_.hasValue) {
+      WriteRows(wsDk_, chunks > 0, n, k_row, t_.n2, dkGm_, dkrGm_, t_.dk, t_.dr, t_.scaleValue, nullptr);
+      WriteRows(wsDv_, chunks > 0, n, k_row, t_.n2, dvGm_, dvGm_, t_.d, 0, 1.0f, nullptr);
+    } else {  // key is value: d_key = scale * dK + dV, rounded once
+      WriteRows(wsDk_, chunks > 0, n, k_row, t_.n2, dkGm_, dkrGm_, t_.dk, t_.dr, t_.scaleValue, &wsDv_);
+    }
   }
 
   // Recomputes S, dP, P, dS of `count` query rows against the block's n keys, then

@@ -88,8 +88,18 @@ struct StubInputs {
 class ExtendedKernelContext {
  public:
   const RuntimeAttrs* GetAttrs() const { return &attrs_; }
+  const CompileTimeTensorDesc* GetRequiredInputDesc(size_t ir) {
+    desc_.clear();
+    for (ge::DataType t : in_.dtypes) desc_.emplace_back(t);
+    return ir < desc_.size() ? &desc_[ir] : nullptr;
+  }
+  const CompileTimeTensorDesc* GetOptionalInputDesc(size_t ir) {
+    const CompileTimeTensorDesc* d = GetRequiredInputDesc(ir);
+    return d != nullptr && in_.present[ir] ? d : nullptr;
+  }
   RuntimeAttrs attrs_;
   StubInputs in_;
+  std::vector<CompileTimeTensorDesc> desc_;
 };
 
 class InferShapeContext : public ExtendedKernelContext {
@@ -121,11 +131,6 @@ class InferDataTypeContext : public ExtendedKernelContext {
 
 class TilingContext : public ExtendedKernelContext {
  public:
-  const CompileTimeTensorDesc* GetInputDesc(size_t i) {
-    desc_.clear();
-    for (ge::DataType t : in_.dtypes) desc_.emplace_back(t);
-    return &desc_.at(i);
-  }
   const StorageShape* GetRequiredInputShape(size_t ir) {
     storage_.clear();
     for (const Shape& s : in_.shapes) storage_.emplace_back(s);
@@ -138,16 +143,15 @@ class TilingContext : public ExtendedKernelContext {
   fe::PlatFormInfos* GetPlatformInfo() const { return nullptr; }
   template <typename T>
   T* GetTilingData() {
-    tiling_.assign(sizeof(T), 0);
+    tiling_.assign((sizeof(T) + 7) / 8, 0);
     return reinterpret_cast<T*>(tiling_.data());
   }
   ge::graphStatus SetBlockDim(uint32_t d) { block_dim_ = d; return ge::GRAPH_SUCCESS; }
   ge::graphStatus SetTilingKey(uint64_t k) { tiling_key_ = k; return ge::GRAPH_SUCCESS; }
   ge::graphStatus SetScheduleMode(uint32_t m) { schedule_mode_ = m; return ge::GRAPH_SUCCESS; }
   size_t* GetWorkspaceSizes(size_t n) { workspace_.assign(n, 0); return workspace_.data(); }
-  std::vector<CompileTimeTensorDesc> desc_;
   std::vector<StorageShape> storage_;
-  std::vector<uint8_t> tiling_;  // 8-byte aligned enough for the stub: std::vector<uint64_t> would be stricter
+  std::vector<uint64_t> tiling_;  // 8-byte words: aligned for any tiling struct
   uint32_t block_dim_ = 0;
   uint64_t tiling_key_ = 0;
   uint32_t schedule_mode_ = 0;
