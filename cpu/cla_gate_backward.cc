@@ -1,6 +1,7 @@
 // CPU AOT kernel of `cla_gate_backward` (SPEC section 2):
 // dO_g = G*s_g, dO_l = G*s_l, dz_g = (sum_d G*O_g) * s_g * (1 - s_g), likewise dz_l, with s
-// recomputed in float32 and the D-sum in float32 per (token, head) row.
+// recomputed in float32 and the D-sum in float32 per (token, head) row; s * (1 - s) is evaluated
+// as s * sigmoid(-z) (no cancellation for large z).
 #include "../infer_shape/cla_gate_backward.h"
 
 #include <cmath>
@@ -176,8 +177,8 @@ void backward(const aot::KernelArgs& args) {
         store(b.data(), d_ol + r0 * d, nr * d);
       }
       for (int64_t r = 0; r < nr; ++r) {
-        dot_g[r] *= sg[r] * (1.0f - sg[r]);
-        dot_l[r] *= sl[r] * (1.0f - sl[r]);
+        dot_g[r] *= sigmoid_slope(to_float(zg[r0 + r]));
+        dot_l[r] *= sigmoid_slope(to_float(zl[r0 + r]));
       }
       store(dot_g.data(), d_zg + r0, nr);
       store(dot_l.data(), d_zl + r0, nr);

@@ -32,6 +32,10 @@ inline float fast_exp(float x) {
   return x != x ? x : y;
 }
 
+// [x > 0] as a factor: a NaN di or w must reach ds as NaN even where x <= 0 (NaN * 0 = NaN, as the
+// reference computes it), and a NaN x gives NaN.
+inline float relu_step(float x) { return x > 0.0f ? 1.0f : x != x ? x : 0.0f; }
+
 }  // namespace
 
 RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi_arg, int ki_arg, int lens_q_arg,
@@ -104,13 +108,13 @@ void indexer_score_grads(const float* sx, int64_t ld, int64_t nidx, int64_t n, c
         const float x = row[j0 + l];
         const float d = di[j0 + l];
         lanes[l] += d * std::max(x, 0.0f);
-        out[j0 + l] = x > 0.0f ? d * wg : 0.0f;
+        out[j0 + l] = d * wg * relu_step(x);
       }
     }
     float tail = 0.0f;
     for (int64_t j = n_main; j < n; ++j) {
       tail += di[j] * std::max(row[j], 0.0f);
-      out[j] = row[j] > 0.0f ? di[j] * wg : 0.0f;
+      out[j] = di[j] * wg * relu_step(row[j]);
     }
     for (int64_t j = n; j < ld; ++j) out[j] = 0.0f;
     float sum = 0.0f;

@@ -72,7 +72,8 @@ class ParallelError {
 
 // The row-local backward of the indexer score: with R = relu(sx) ([nidx, ld], first n columns used)
 //   dw[g]    = sum_{j<n} di[j] * R[g, j]
-//   ds[g, j] = sx[g, j] > 0 ? di[j] * w[g] : 0   for j < n, and 0 for n <= j < ld.
+//   ds[g, j] = di[j] * w[g] * [sx[g, j] > 0]     for j < n, and 0 for n <= j < ld
+// ([x > 0] is 1 or 0, NaN for a NaN x; a product, so NaN in di or w reaches ds as IEEE says).
 // Sums use 16 fixed lanes (vectorisable, same order on every call).
 void indexer_score_grads(const float* sx, int64_t ld, int64_t nidx, int64_t n, const float* di, const float* w,
                          float* dw, float* ds);

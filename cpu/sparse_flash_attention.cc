@@ -86,7 +86,7 @@ void forward(const aot::KernelArgs& args, const Problem& p, const std::vector<in
           for (int64_t h = 0; h < g; ++h) {
             float* srow = sc.data() + h * ncp;
             const float cm = row_max(srow, nc);
-            const float m_new = cm > m[h] ? cm : m[h];
+            const float m_new = max_keep_nan(cm, m[h]);  // a NaN score makes the row's max NaN
             if (c0 > 0) {
               const float alpha = std::exp(m[h] - m_new);
               l[h] *= alpha;

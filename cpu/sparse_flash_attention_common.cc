@@ -133,11 +133,11 @@ float row_max(const float* x, int64_t n) {
   for (int64_t l = 0; l < kLanes; ++l) acc[l] = -std::numeric_limits<float>::infinity();
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) acc[l] = acc[l] > x[i + l] ? acc[l] : x[i + l];
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] = max_keep_nan(acc[l], x[i + l]);
   }
-  for (int64_t l = 0; i + l < n; ++l) acc[l] = acc[l] > x[i + l] ? acc[l] : x[i + l];
+  for (int64_t l = 0; i + l < n; ++l) acc[l] = max_keep_nan(acc[l], x[i + l]);
   float m = acc[0];
-  for (int64_t l = 1; l < kLanes; ++l) m = m > acc[l] ? m : acc[l];
+  for (int64_t l = 1; l < kLanes; ++l) m = max_keep_nan(m, acc[l]);
   return m;
 }
 

@@ -108,7 +108,10 @@ void gather_heads(const Problem& p, const T* x, const T* x_rope, int64_t t, int6
 
 // --- vectorised float32 helpers (sparse_flash_attention_common.cc) -----------------------------
 
-// max of x[0..n) (n >= 1).
+// max(a, b) that keeps a NaN from either side (std::max and `a > b ? a : b` drop one of them).
+inline float max_keep_nan(float a, float b) { return a > b || a != a ? a : b; }
+
+// max of x[0..n) (n >= 1); NaN if any element is NaN, as IEEE arithmetic would give.
 float row_max(const float* x, int64_t n);
 // x[j] <- exp(x[j] - m) for j < n, 0 for n <= j < npad; returns the float32 sum (fixed order).
 float exp_shift_sum(float* x, int64_t n, int64_t npad, float m);

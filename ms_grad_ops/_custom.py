@@ -139,6 +139,16 @@ def _primitive(name: str, attr_items: tuple[tuple[str, object], ...]) -> ops.Cus
 _primitive_cached = functools.lru_cache(maxsize=None)(_primitive)
 
 
+@functools.cache
+def reads_int64(name: str, arg: str) -> bool:
+    """Whether the kernel of op ``name`` on the current device target takes input ``arg`` as int64
+    (the CPU kernels read int32 and int64 lengths; the Ascend OpDefs declare int32 only). Cached
+    like ``_primitive_cached``, so a GRAPH-mode construct can call it."""
+    spec = OP_SPECS[name]
+    i = spec.inputs.index(arg)
+    return any(combo[i] == "int64" for combo in (spec.ascend_dtypes if device_target() == "Ascend" else spec.dtypes))
+
+
 def primitive(name: str, **attrs: object) -> ops.Custom:
     """The cached ``ops.Custom`` of op ``name`` for the current device target."""
     return _primitive_cached(name, tuple(sorted(attrs.items())))

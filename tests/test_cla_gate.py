@@ -58,3 +58,29 @@ def test_nan_and_inf_propagate(dtype: str) -> None:
     # sigmoid(inf) = 1, so dz_g = dot * 1 * 0 = 0 and dO_g = G exactly.
     assert out[2][1, 1] == 0.0
     np.testing.assert_array_equal(out[0][1, 1], xs[0][1, 1])
+
+
+@pytest.mark.parametrize("z", [0.5, 4.0, 7.2, 10.0, 16.0])
+def test_float32_gate_gradient_is_accurate_for_large_logits(z: float) -> None:
+    """s * (1 - s) cancels for large |z| (3.2e-5 relative error at z = 7.2 before the fix): every
+    output must stay within the float32 bound, both signs of z, T = N = 1 (the issue's case) and
+    many rows. In the single row G and O are positive: a float32 D-sum that cancels has a relative
+    error of its own (the SPEC's float32 reduction), which is not what this test measures."""
+    for t, n in ((1, 1), (16, 4)):
+        rng = np.random.default_rng(int(z * 10) + t)
+        xs = _inputs(rng, t, n, 128, "float32")
+        if t == 1:
+            xs[:3] = [np.abs(x) for x in xs[:3]]
+        xs[3] = quantize(z * rng.choice([-1.0, 1.0], (t, n)), "float32")
+        xs[4] = -xs[3]
+        out = mgo.ops.cla_gate_backward(*(to_ms(x, "float32") for x in xs))
+        for i, (o, w) in enumerate(zip(out, ref.cla_gate_backward(*xs))):
+            assert_close(to_np(o), w, "float32", what=f"cla_gate_backward output {i}, |z| = {z}, T = {t}")
+
+
+def test_reference_gate_slope_has_no_cancellation() -> None:
+    """The float64 reference itself: sigmoid'(z) for z = 40 is exp(-40) to 1e-15, not 0."""
+    g = np.ones((1, 1, 1))
+    dz = ref.cla_gate_backward(g, g, g, np.array([[40.0]]), np.array([[-40.0]]))[2:]
+    for d in dz:
+        np.testing.assert_allclose(d, np.exp(-40.0) / (1 + np.exp(-40.0)) ** 2, rtol=1e-12)

@@ -80,6 +80,24 @@ def test_malformed_length_tensor_is_a_runtime_error_not_a_crash(exec_mode: str, 
         out[0].asnumpy()
 
 
+@pytest.mark.parametrize("op", ["rope", "rope_grad"])
+def test_int64_lengths_beyond_int32_are_not_wrapped(exec_mode: str, op: str) -> None:
+    """2**32 + 2 must not be read as 2: [2, 1, 4, 4] would be valid."""
+    args = list(_rope_args(q_seq_len=lens_t([2**32 + 2, 1, 4, 4], np.int64)).values())
+    fn = getattr(mgo.ops, op)
+    with pytest.raises(RuntimeError, match=rf"{op}: q_seq_len\[0\] = 4294967298 must be in \[1, max_seq_len = 4\]"):
+        out = (Fn(fn) if exec_mode == "graph" else fn)(*args)
+        out[0].asnumpy()
+
+
+def test_int64_lengths_saturate_where_the_kernel_reads_int32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Ascend (int32 lengths) a value beyond int32 becomes INT32_MAX or INT32_MIN, never a valid length."""
+    from ms_grad_ops.ops import _checks
+    monkeypatch.setattr(_checks, "reads_int64", lambda op, arg: False)
+    got = _checks.kernel_lengths("rope", "q_seq_len", lens_t([2**32 + 2, -2**32 + 3, 4], np.int64))
+    assert got.dtype == ms.int32 and got.asnumpy().tolist() == [2**31 - 1, -2**31, 4]
+
+
 def _cla(**over: object) -> list:
     args = dict(g=t((5, 3, 8)), og=t((5, 3, 8)), ol=t((5, 3, 8)), zg=t((5, 3)), zl=t((5, 3)))
     args.update(over)

@@ -10,9 +10,13 @@ from collections.abc import Sequence
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor
+from mindspore import ops as msops
 from mindspore.ops import constexpr
 
 from .. import _validate
+from .._custom import reads_int64
+
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 
 _DTYPE_NAMES = {
     ms.float16: "float16",
@@ -64,14 +68,24 @@ def _check_length_values(op: str, arg: str, lens: np.ndarray, n_tokens: int, max
         raise ValueError(f"{op}: sum({arg}) = {int(lens.sum())} must equal n_tokens = {n_tokens}")
 
 
+def kernel_lengths(op: str, arg: str, value: Tensor) -> Tensor:
+    """An int lengths tensor as the kernel of ``op`` reads it. int64 passes unchanged where the
+    kernel reads int64 (CPU), so it sees every value as given. Where it reads int32 only (the
+    Ascend OpDefs), int64 is saturated to the int32 range before the cast: a plain cast would wrap
+    2**32 + 2 into a valid 2, a saturated value stays outside every valid range."""
+    if value.dtype == ms.int64 and not reads_int64(op, arg):
+        low, high = Tensor(INT32_MIN, ms.int64), Tensor(INT32_MAX, ms.int64)
+        return msops.minimum(msops.maximum(value, low), high).astype(ms.int32)
+    return value
+
+
 def seq_lengths(op: str, arg: str, value: object, n_tokens: int, max_seq_len: int) -> Tensor:
     """``value`` (a Python sequence, NumPy array or int tensor of per-sequence lengths) as an
     int tensor input. Python values are checked here (``ValueError``); tensor values are checked
     by the kernel when it runs (``RuntimeError`` naming the op), since inside a compiled graph
     they are not known before."""
     if isinstance(value, Tensor):
-        # int32 on every backend (the Ascend kernels read int32; a cast of B values is free).
-        return value.astype(ms.int32) if value.dtype == ms.int64 else value
+        return kernel_lengths(op, arg, value)
     if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)):
         lens = np.asarray(value)
         if lens.ndim != 1 or lens.size == 0:

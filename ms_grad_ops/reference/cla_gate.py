@@ -26,6 +26,7 @@ def cla_gate_backward(grad_merged: np.ndarray, global_attn: np.ndarray, local_at
     """Returns (dO_g, dO_l, dz_g, dz_l) of :func:`cla_gate_merge` for upstream ``grad_merged``."""
     g = f64(grad_merged)
     s_g, s_l = _sigmoid(global_gate_logits), _sigmoid(local_gate_logits)
-    dz_g = (g * f64(global_attn)).sum(-1) * s_g * (1.0 - s_g)
-    dz_l = (g * f64(local_attn)).sum(-1) * s_l * (1.0 - s_l)
+    # s * (1 - s) as s * sigmoid(-z): 1 - s cancels for large z, even in float64 (z > 36.7 gives 0).
+    dz_g = (g * f64(global_attn)).sum(-1) * s_g * _sigmoid(-f64(global_gate_logits))
+    dz_l = (g * f64(local_attn)).sum(-1) * s_l * _sigmoid(-f64(local_gate_logits))
     return g * s_g[..., None], g * s_l[..., None], dz_g, dz_l

@@ -3,7 +3,7 @@
 // walks it in tiles of tileRows rows: copy in (G, O_g, O_l, z_g, z_l) -> compute in float32 ->
 // copy out (dO_g, dO_l, dz_g, dz_l). Every queue holds two buffers, so the copy of tile i+1
 // overlaps the compute of tile i.
-//   s = sigmoid(z); dO = G * s; dz = (sum_d G * O) * s * (1 - s)
+//   s = sigmoid(z); dO = G * s; dz = (sum_d G * O) * s * (1 - s), the slope as s * sigmoid(-z)
 #include "kernel_operator.h"
 
 #include "../../common/kernel_helpers.h"
@@ -115,8 +115,13 @@ class ClaGateBackwardKernel {
     olQue_.FreeTensor(ol);
     zQue_.FreeTensor(z);
 
+    // The slope s * (1 - s) as s * sigmoid(-z): 1 - s cancels for large z. `sums` is free until
+    // the row loop fills it, so it holds sigmoid(-z) meanwhile; aux ends as the slope.
+    Muls(sums, s, -1.0f, gates);
+    SigmoidInPlace(sums, aux, gates);
     SigmoidInPlace(s, aux, gates);
-    SyncPipes<HardEvent::V_S>();  // the row loop reads the gates as scalars
+    Mul(aux, s, sums, gates);
+    SyncPipes<HardEvent::V_S>();  // the row loop reads the gates as scalars (and rewrites sums)
     constexpr uint32_t kLocalSlot = 32 / sizeof(float);  // second ReduceSum result, 32B aligned
     for (uint32_t r = 0; r < rows; ++r) {
       const float sg = s.GetValue(r);
@@ -135,10 +140,7 @@ class ClaGateBackwardKernel {
     }
     SyncPipes<HardEvent::S_V>();  // the scalar-written sums feed vector ops below
 
-    // dz = sums * s * (1 - s), for both gates at once.
-    Muls(aux, s, -1.0f, gates);
-    Adds(aux, aux, 1.0f, gates);
-    Mul(aux, aux, s, gates);
+    // dz = sums * slope, for both gates at once.
     Mul(aux, aux, sums, gates);
 
     LocalTensor<T> dog = dogQue_.template AllocTensor<T>();
