@@ -111,7 +111,8 @@ class LightningIndexerKernel {
 
   __aicore__ inline void Row(uint32_t t) {
     const SfaRow r = geo_.Row(t);
-    const auto n = static_cast<uint32_t>(r.limit + 1);  // visible keys: the batch-local prefix [0, n)
+    // Visible keys: the batch-local prefix [0, n) (the causal limit may lie before key 0).
+    const uint32_t n = r.limit < 0 ? 0 : static_cast<uint32_t>(r.limit + 1);
     LoadWeights(t);
     uint32_t cur = 0;
     uint32_t count = 0;
