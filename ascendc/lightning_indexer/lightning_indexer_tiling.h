@@ -97,7 +97,9 @@ inline const char* CheckLiInputs(const LiShape& s, uint32_t mode, const CubePlat
   if (p.aicNum == 0) return "core count must be positive";
   if (p.aicNum > kSfaMaxAic) return "more than 64 AI cores: the tiling arrays hold 128 AIVs";
   if (s.nIdx == 0 || s.nIdx > 128) return "Nidx must be in [1, 128]";
-  if (s.dIdx == 0 || s.dIdx % 16 != 0 || s.dIdx > 1024) return "indexer head dim Didx must be a multiple of 16 in [16, 1024]";
+  if (s.dIdx == 0 || s.dIdx % 16 != 0 || s.dIdx > 1024) {
+    return "indexer head dim Didx must be a multiple of 16 in [16, 1024]";
+  }
   if (s.k == 0 || s.k > 16384) return "sparse_count must be in [1, 16384]";
   if (mode != 0 && mode != 3) return "sparse_mode must be 0 or 3";
   if (s.batch == 0 && s.layout == SfaLayout::kBSND) return "batch must be positive";

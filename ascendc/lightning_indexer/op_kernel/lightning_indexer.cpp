@@ -14,7 +14,7 @@
 #include "kernel_operator.h"
 #include "lib/matmul_intf.h"
 
-#include "../../common/sfa_kernel_common.h"
+#include "../../common/indexer_kernel_common.h"
 #include "../lightning_indexer_tiling.h"
 
 namespace mgo::kernel {
@@ -24,23 +24,6 @@ using mgo::tiling::LiTilingData;
 struct LiIo {
   GM_ADDR query_index, key_index, weights, lens_q, lens_k, sparse_indices, sparse_values, workspace;
 };
-
-// The SFA geometry (N2 = 1, block size 1) of the indexer's shapes.
-__aicore__ inline SfaTilingData LiGeometry(const LiTilingData& t) {
-  SfaTilingData g{};
-  g.layout = t.layout;
-  g.sparseMode = t.sparseMode;
-  g.blockSize = 1;
-  g.batch = t.batch;
-  g.s1 = t.s1;
-  g.s2 = t.s2;
-  g.t1 = t.t1;
-  g.t2 = t.t2;
-  g.n1 = 1;
-  g.n2 = 1;
-  g.g = 1;
-  return g;
-}
 
 template <typename T, typename W>
 class LightningIndexerKernel {
@@ -58,7 +41,7 @@ class LightningIndexerKernel {
       return;
     }
     InitGm(io);
-    geo_.Init(LiGeometry(t), io.lens_q, io.lens_k);
+    geo_.Init(IndexerGeometry(t.layout, t.sparseMode, t.batch, t.s1, t.s2, t.t1, t.t2, 1), io.lens_q, io.lens_k);
     InitUb();
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) Row(row);
@@ -95,18 +78,7 @@ class LightningIndexerKernel {
   }
 
   __aicore__ inline void LoadWeights(uint64_t t) {
-    const LocalTensor<W> raw = wRaw_.template Get<W>();
-    const LocalTensor<float> w = w_.template Get<float>();
-    DataCopyPad(raw, wGm_[t * t_.nIdx], DataCopyExtParams{1, static_cast<uint32_t>(t_.nIdx * sizeof(W)), 0, 0, 0},
-                DataCopyPadExtParams<W>{false, 0, 0, W(0.0f)});
-    SyncPipes<HardEvent::MTE2_V>();
-    if constexpr (kWeightsF32) {
-      Adds(w, raw, 0.0f, t_.nIdx);
-    } else {
-      Cast(w, raw, RoundMode::CAST_NONE, t_.nIdx);
-    }
-    SyncPipes<HardEvent::V_S>();
-    SyncPipes<HardEvent::V_MTE2>();
+    LoadWeightsF32(wRaw_.template Get<W>(), wGm_[t * t_.nIdx], w_.template Get<float>(), t_.nIdx);
   }
 
   __aicore__ inline void Row(uint32_t t) {
