@@ -25,6 +25,7 @@ using GM_ADDR = uint8_t*;
 #include "twin_types.h"
 #include "twin_vector.h"
 #include "twin_vector_math.h"
+#include "twin_sort.h"
 #include "twin_mix.h"
 #include "twin_matmul.h"
 

@@ -490,3 +490,91 @@ def sli_schedule(p: SliProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> Sl
     _raise_for(code, err)
     aiv = int(out[1])
     return SliSchedule(*(int(x) for x in out), starts[: aiv + 1].copy(), kstarts[: aiv + 1].copy())
+
+
+# ---------------------------------------------------------------- lightning indexer forward
+class LiArgs(ctypes.Structure):
+    """Mirror of LiArgs in harness_li.cpp."""
+
+    _fields_ = [("layout", _I64), ("batch", _I64), ("s1", _I64), ("s2", _I64), ("t1", _I64), ("t2", _I64),
+                ("n_idx", _I64), ("d_idx", _I64), ("k", _I64), ("sparse_mode", _I64), ("weights_f32", _I64),
+                ("core_num", _I64), ("ub_bytes", _I64), ("seed", _I64)]
+
+
+@dataclass
+class LiProblem:
+    """Inputs of one lightning_indexer call (float arrays already rounded to ``dtype`` /
+    ``wdtype``), cumulative TND lengths or None."""
+
+    dtype: str
+    wdtype: str
+    layout: str
+    query_index: np.ndarray
+    key_index: np.ndarray
+    weights: np.ndarray
+    lens_q: list[int] | None
+    lens_k: list[int] | None
+    sparse_count: int
+    sparse_mode: int
+
+    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB) -> LiArgs:
+        qi, ki = self.query_index, self.key_index
+        if self.layout == "BSND":
+            b, s1, nidx, didx = qi.shape
+            s2 = ki.shape[1]
+            t1, t2 = b * s1, b * s2
+        else:
+            t1, nidx, didx = qi.shape
+            t2 = ki.shape[0]
+            b, s1, s2 = 0 if self.lens_q is None else len(self.lens_q), 0, 0
+        return LiArgs(1 if self.layout == "TND" else 0, b, s1, s2, t1, t2, nidx, didx, self.sparse_count,
+                      self.sparse_mode, int(self.wdtype == "float32"), core_num, ub_bytes, seed)
+
+    def lens(self) -> tuple[object, object, list[np.ndarray]]:
+        if self.lens_q is None:
+            return None, None, []
+        lq, lk = np.ascontiguousarray(self.lens_q, np.int32), np.ascontiguousarray(self.lens_k, np.int32)
+        return _P(_ptr(lq)), _P(_ptr(lk)), [lq, lk]
+
+
+def lightning_indexer(p: LiProblem, core_num: int, seed: int = 0) -> KernelRun:
+    """(sparse_indices int32, sparse_values float32) of the kernel on the twin, shaped as the op's."""
+    args = p.args(core_num, seed)
+    qi, ki = to_bits(p.query_index, p.dtype), to_bits(p.key_index, p.dtype)
+    w = _store(p.weights, p.wdtype)
+    lq, lk, keep = p.lens()
+    shape = (*p.query_index.shape[:-2], 1, p.sparse_count)
+    idx = np.full(shape, -7, np.int32)
+    val = np.full(shape, np.nan, np.float32)
+    info = _call("twin_lightning_indexer", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args), _P(_ptr(qi)),
+                 _P(_ptr(ki)), _P(_ptr(w)), lq, lk, _P(_ptr(idx)), _P(_ptr(val)))
+    del keep
+    return KernelRun((idx, val), info)
+
+
+@dataclass
+class LiSchedule:
+    used_aic: int
+    aiv: int
+    key_chunk: int
+    k_pad: int
+    ub_bytes: int
+    workspace_bytes: int
+    tiling_key: int
+    aiv_ws_bytes: int
+    row_start: np.ndarray
+
+
+def li_schedule(p: LiProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> LiSchedule:
+    """The pure tiling of lightning_indexer for ``p`` on ``core_num`` AI cores."""
+    args = p.args(core_num, 0, ub_bytes)
+    lq, lk, keep = p.lens()
+    out = np.zeros(8, np.int64)
+    starts = np.zeros(2 * max(core_num, 1) + 1, np.int64)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().twin_li_schedule(ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args), lq, lk, _P(_ptr(out)),
+                                  _P(_ptr(starts)), err, _I64(_ERR_LEN))
+    del keep
+    _raise_for(code, err)
+    aiv = int(out[1])
+    return LiSchedule(*(int(x) for x in out), starts[: aiv + 1].copy())

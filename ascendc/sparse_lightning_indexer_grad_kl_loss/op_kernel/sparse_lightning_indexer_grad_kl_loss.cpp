@@ -20,7 +20,7 @@
 #include "kernel_operator.h"
 #include "lib/matmul_intf.h"
 
-#include "../../common/sfa_kernel_common.h"
+#include "../../common/indexer_kernel_common.h"
 #include "../sparse_lightning_indexer_grad_kl_loss_tiling.h"
 
 namespace mgo::kernel {
@@ -34,24 +34,6 @@ struct SliGradIo {
 };
 
 inline constexpr float kLogFloor = 1e-8f;
-
-// The SFA geometry (N2 = 1, block size 1) of the indexer's shapes.
-__aicore__ inline SfaTilingData SliGeometry(const SliTilingData& t) {
-  SfaTilingData g{};
-  g.layout = t.layout;
-  g.sparseMode = t.sparseMode;
-  g.blockSize = 1;
-  g.seqLensInt64 = 0;
-  g.batch = t.batch;
-  g.s1 = t.s1;
-  g.s2 = t.s2;
-  g.t1 = t.t1;
-  g.t2 = t.t2;
-  g.n1 = t.n1;
-  g.n2 = 1;
-  g.g = t.n1;
-  return g;
-}
 
 // T: query/key/index dtype (half or bfloat16_t); W: weights and d_weights (T or float).
 template <typename T, typename W>
@@ -73,7 +55,7 @@ class SparseLightningIndexerGradKernel {
       return;
     }
     InitGm(io);
-    geo_.Init(SliGeometry(t), io.lens_q, io.lens_k);
+    geo_.Init(IndexerGeometry(t.layout, t.sparseMode, t.batch, t.s1, t.s2, t.t1, t.t2, t.n1), io.lens_q, io.lens_k);
     InitUb();
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) QueryRow(row);
@@ -148,20 +130,8 @@ class SparseLightningIndexerGradKernel {
   }
   __aicore__ inline float Reduced() const { return red_.template Get<float>().GetValue(0); }
 
-  // weights[t, :] as float32 into dst[row0 ...] (UB), readable by the scalar unit and V.
   __aicore__ inline void LoadWeights(uint64_t t, const LocalTensor<float>& dst) {
-    const LocalTensor<W> raw = wRaw_.template Get<W>();
-    DataCopyPad(raw, wGm_[t * t_.nIdx],
-                DataCopyExtParams{1, static_cast<uint32_t>(t_.nIdx * sizeof(W)), 0, 0, 0},
-                DataCopyPadExtParams<W>{false, 0, 0, W(0.0f)});
-    SyncPipes<HardEvent::MTE2_V>();
-    if constexpr (kWeightsF32) {
-      Adds(dst, raw, 0.0f, t_.nIdx);
-    } else {
-      Cast(dst, raw, RoundMode::CAST_NONE, t_.nIdx);
-    }
-    SyncPipes<HardEvent::V_S>();
-    SyncPipes<HardEvent::V_MTE2>();  // the next token's weights overwrite raw
+    LoadWeightsF32(wRaw_.template Get<W>(), wGm_[t * t_.nIdx], dst, t_.nIdx);
   }
 
   // ---------------------------------------------------------------- row pass
