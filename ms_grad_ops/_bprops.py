@@ -3,7 +3,9 @@
 ``_custom`` attaches ``bprop_of(name, attrs)`` to the ``ops.Custom`` it builds, so ``ms.grad``
 works through the functional ops and the Cells alike, in PyNative and GRAPH mode. Every input is
 a tensor (absent optional inputs are placeholders, ``ops/_optional.py``), so each bprop returns one
-fixed structure: one gradient per input, zeros for indices, lengths and tables.
+fixed structure: one gradient per input, zeros for indices, lengths and tables. The other ops get
+a bprop that raises a RuntimeError saying why they have no gradient (instead of MindSpore's
+"Illegal primitive Custom's bprop not defined").
 """
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from collections.abc import Callable
 
 from mindspore import Tensor
 from mindspore import ops as msops
+
+from ._specs import OP_SPECS
 
 
 def _rope(attrs: dict[str, object]) -> Callable[..., tuple]:
@@ -57,26 +61,47 @@ def _sparse_flash_attention(attrs: dict[str, object]) -> Callable[..., tuple]:
     return sparse_flash_attention_bprop
 
 
-def _lightning_indexer(attrs: dict[str, object]) -> Callable[..., tuple]:
-    def lightning_indexer_bprop(query_index: Tensor, key_index: Tensor, weights: Tensor, lens_q: Tensor,
-                                lens_k: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
-        raise RuntimeError("lightning_indexer has no gradient (top-k selection is not differentiable): wrap its "
-                           "outputs in mindspore.ops.stop_gradient (nn.LightningIndexer does) and train the indexer "
-                           "with nn.IndexerKLLoss")
+def _no_gradient(name: str, reason: str, n_inputs: int) -> Callable[..., tuple]:
+    """A bprop that says why op ``name`` (``n_inputs`` inputs) has no gradient, instead of
+    MindSpore's "Illegal primitive Custom's bprop not defined". GRAPH mode needs the exact
+    parameter list (no ``*args``), hence one function per input count the ops have."""
+    message = f"{name} has no gradient: {reason}"
 
-    return lightning_indexer_bprop
+    def no_gradient_bprop_5(i0: Tensor, i1: Tensor, i2: Tensor, i3: Tensor, i4: Tensor, out: object,
+                            dout: object) -> tuple[Tensor, ...]:
+        raise RuntimeError(message)
+
+    def no_gradient_bprop_12(i0: Tensor, i1: Tensor, i2: Tensor, i3: Tensor, i4: Tensor, i5: Tensor, i6: Tensor,
+                             i7: Tensor, i8: Tensor, i9: Tensor, i10: Tensor, i11: Tensor, out: object,
+                             dout: object) -> tuple[Tensor, ...]:
+        raise RuntimeError(message)
+
+    return {5: no_gradient_bprop_5, 12: no_gradient_bprop_12}[n_inputs]
+
+
+# Why the other ops have no gradient of their own.
+_NO_GRADIENT = {
+    "lightning_indexer": "top-k selection is not differentiable; wrap its outputs in "
+                         "mindspore.ops.stop_gradient (nn.LightningIndexer does) and train the indexer with "
+                         "nn.IndexerKLLoss",
+    "sparse_lightning_indexer_grad_kl_loss": "it returns the loss together with its gradients; use "
+                                             "nn.IndexerKLLoss, whose backward scales them by the incoming gradient",
+}
 
 
 _BPROPS: dict[str, Callable[[dict[str, object]], Callable[..., tuple]]] = {
     "rope": _rope,
     "cla_gate_merge": _cla_gate_merge,
     "sparse_flash_attention": _sparse_flash_attention,
-    "lightning_indexer": _lightning_indexer,
 }
 
 
-def bprop_of(name: str, attrs: dict[str, object]) -> Callable[..., tuple] | None:
-    """The bprop of the primitive of op ``name`` with attribute values ``attrs``, or None (the
-    grad ops themselves and the indexer loss, whose Cell supplies its own)."""
+def bprop_of(name: str, attrs: dict[str, object]) -> Callable[..., tuple]:
+    """The bprop of the primitive of op ``name`` with attribute values ``attrs``: our fused grad
+    kernel, or for an op without a gradient (a backward op itself, the indexer's selection and
+    loss) one that raises a RuntimeError saying why."""
     factory = _BPROPS.get(name)
-    return factory(attrs) if factory is not None else None
+    if factory is not None:
+        return factory(attrs)
+    reason = _NO_GRADIENT.get(name, "it is a backward op itself; differentiate the forward op or its nn Cell instead")
+    return _no_gradient(name, reason, len(OP_SPECS[name].inputs))

@@ -17,7 +17,7 @@ from ms_grad_ops._specs import ASCEND_KERNEL_PENDING, OP_SPECS
 
 ASCENDC = Path(__file__).resolve().parents[1] / "ascendc"
 OPS = ("rope", "rope_grad", "cla_gate_merge", "cla_gate_backward", "sparse_flash_attention",
-       "sparse_flash_attention_grad")
+       "sparse_flash_attention_grad", "sparse_lightning_indexer_grad_kl_loss", "lightning_indexer")
 GE_DTYPES = {"DT_FLOAT16": "float16", "DT_BF16": "bfloat16", "DT_FLOAT": "float32", "DT_INT32": "int32",
              "DT_INT64": "int64"}
 ATTR_TYPES = {"String": "str", "Int": "int", "Float": "float", "Bool": "bool", "ListInt": "listInt"}
@@ -350,6 +350,70 @@ def test_sfa_tiling_adapter_refuses_other_dtypes(driver: Path, op: str) -> None:
     inputs = sfa_inputs(op, "TND", "float32", rope=True, lengths=True)
     out, err = run_adapter(driver, op, "tiling", inputs, defaults(op, layout="TND"))
     assert out == "failed" and err.endswith("the kernel takes float16 or bfloat16 inputs only")
+
+
+def sli_inputs(layout: str, dtype: str, wdtype: str, *, rope: bool, lengths: bool, omit: bool = True) -> list[Input]:
+    """Inputs of sparse_lightning_indexer_grad_kl_loss: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10,
+    T2 = 14), N1 = 4, D = 32, Dr = 16, Nidx = 2, Didx = 16, K = 3."""
+    lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
+    absent: Input = None if omit else ([0], dtype)
+    qr, kr = (([*lead_q, 4, 16], dtype), ([*lead_k, 1, 16], dtype)) if rope else (absent, absent)
+    lq, lk = (([2], "int32"), ([2], "int32")) if lengths else (None if omit else ([0], "int32"),) * 2
+    stats = ([2, 1, 5, 4] if layout == "BSND" else [1, 10, 4], "float32")
+    return [([*lead_q, 4, 32], dtype), ([*lead_k, 1, 32], dtype), ([*lead_q, 2, 16], dtype),
+            ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype), ([*lead_q, 1, 3], "int32"), stats, stats, qr, kr, lq,
+            lk]
+
+
+SLI = "sparse_lightning_indexer_grad_kl_loss"
+
+
+@pytest.mark.parametrize("layout, rope, lengths", SFA_CASES)
+@pytest.mark.parametrize("dtype, wdtype", [("float16", "float16"), ("bfloat16", "float32")])
+def test_sli_adapters_pass_the_inputs(driver: Path, layout: str, rope: bool, lengths: bool, dtype: str,
+                                      wdtype: str) -> None:
+    attrs = defaults(SLI, layout=layout, scale_value=0.25, sparse_mode=0, deterministic=True)
+    inputs = sli_inputs(layout, dtype, wdtype, rope=rope, lengths=lengths)
+    assert adapter_infer(driver, SLI, inputs, attrs) == rules(SLI, inputs, attrs)
+    t = tiling(driver, SLI, inputs, attrs)
+    as_bsnd = layout == "BSND" or not lengths  # TND without lengths: one sequence, BSND with B = 1
+    batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
+    expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n1": 4,
+                "d": 32, "dr": 16 if rope else 0, "has_rope": int(rope), "n_idx": 2, "d_idx": 16, "k": 3,
+                "sparse_mode": 0, "scale": 0.25, "deterministic": 1}
+    assert {key: t[key] for key in expected} == expected
+    assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype] + (10 if wdtype == "float32" else 0)
+    assert t["block_dim"] == t["used_aic"] >= 1
+    assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
+    assert t["schedule_mode"] == 1  # SyncAll between the passes needs every core started at once
+    placeheld = sli_inputs(layout, dtype, wdtype, rope=rope, lengths=lengths, omit=False)
+    assert tiling(driver, SLI, placeheld, attrs) == t, "an omitted input and the placeholder tile alike"
+
+
+def test_sli_tiling_adapter_refuses_other_dtypes(driver: Path) -> None:
+    out, err = run_adapter(driver, SLI, "tiling", sli_inputs("TND", "float32", "float32", rope=True, lengths=True),
+                           defaults(SLI, layout="TND"))
+    assert out == "failed" and err.endswith("the kernel takes float16 or bfloat16 inputs only")
+
+
+@pytest.mark.parametrize("layout, lengths", [("TND", True), ("TND", False), ("BSND", False)])
+@pytest.mark.parametrize("dtype, wdtype", [("float16", "float16"), ("bfloat16", "float32")])
+def test_lightning_indexer_adapters_pass_the_inputs(driver: Path, layout: str, lengths: bool, dtype: str,
+                                                    wdtype: str) -> None:
+    lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
+    lens: list[Input] = [([2], "int32"), ([2], "int32")] if lengths else [None, None]
+    inputs: list[Input] = [([*lead_q, 2, 16], dtype), ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype), *lens]
+    attrs = defaults("lightning_indexer", sparse_count=6, layout=layout, sparse_mode=0)
+    assert adapter_infer(driver, "lightning_indexer", inputs, attrs) == rules("lightning_indexer", inputs, attrs)
+    t = tiling(driver, "lightning_indexer", inputs, attrs)
+    as_bsnd = layout == "BSND" or not lengths
+    batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
+    expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n_idx": 2,
+                "d_idx": 16, "k": 6, "sparse_mode": 0}
+    assert {key: t[key] for key in expected} == expected
+    assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype] + (10 if wdtype == "float32" else 0)
+    assert t["block_dim"] == t["used_aic"] >= 1 and t["schedule_mode"] == 0
+    assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
 
 
 @pytest.mark.parametrize("mode, key", [("atb", 1), ("vjp", 11)])

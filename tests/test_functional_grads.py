@@ -93,7 +93,18 @@ def test_lightning_indexer_has_no_gradient(exec_mode: str) -> None:
     def loss(qi: Tensor, ki: Tensor, w: Tensor) -> Tensor:
         return mgo.ops.lightning_indexer(qi, ki, w, sparse_count=3, layout="TND")[1].sum()
 
-    with pytest.raises(RuntimeError, match="lightning_indexer has no gradient .*stop_gradient"):
+    with pytest.raises(RuntimeError, match="lightning_indexer has no gradient: .*stop_gradient"):
         g = ms.grad(loss, grad_position=0)(Tensor(_f32(rng, 6, 2, 4)), Tensor(_f32(rng, 6, 1, 4)),
                                            Tensor(_f32(rng, 6, 2)))
         g.asnumpy()
+
+
+def test_grad_op_has_no_gradient(exec_mode: str) -> None:
+    rng = np.random.default_rng(6)
+    cos, sin = Tensor(_f32(rng, 3, 128)), Tensor(_f32(rng, 3, 128))
+
+    def loss(g: Tensor) -> Tensor:
+        return mgo.ops.rope_grad(g, g, cos, sin, [3], mode="vjp")[0].sum()
+
+    with pytest.raises(RuntimeError, match="rope_grad has no gradient: it is a backward op itself"):
+        ms.grad(loss, grad_position=0)(Tensor(_f32(rng, 3, 128))).asnumpy()

@@ -60,7 +60,7 @@ struct SfaAttrs {
   float scaleValue;
   uint32_t sparseBlockSize;
   uint32_t sparseMode;   // 0 or 3
-  bool deterministic;    // grad only
+  bool deterministic;    // grad only; the kernels are deterministic in every mode (recorded only)
 };
 
 // Cumulative TND lengths (no leading 0) when the host knows their values, for balancing rows
@@ -89,7 +89,7 @@ struct SfaTilingData {
   uint32_t sparseMode;
   uint32_t blockSize;
   uint32_t hasRope;
-  uint32_t deterministic;
+  uint32_t deterministic;  // recorded; the grad kernel is deterministic in every mode
   uint32_t seqLensInt64;
   uint32_t hasValue;
   uint32_t batch;
@@ -116,24 +116,26 @@ struct SfaTilingData {
   // Workspace: per-AIV regions first, then global buffers (byte offsets from the user workspace).
   uint64_t aivWsBytes;    // size of one AIV region
   uint64_t wsQf;          // [mRows, dk] 16-bit: gathered cat(q, q_rope) rows
-  uint64_t wsKf;          // [keyChunk, dk] 16-bit: gathered cat(key, key_rope) rows
-  uint64_t wsV;           // [keyChunk, d] 16-bit: gathered value rows
+  uint64_t wsKf;          // [chunkCols, dk] 16-bit: gathered cat(key, key_rope) rows
+  uint64_t wsV;           // [chunkCols, d] 16-bit: gathered value rows
   uint64_t wsDo;          // [mRows, d] 16-bit: gathered d_out rows (grad)
-  uint64_t wsS;           // [mRows, keyChunk] float32: scores
-  uint64_t wsDp;          // [mRows, keyChunk] float32: dP (grad)
-  uint64_t wsP;           // [mRows, keyChunk] 16-bit: probabilities
-  uint64_t wsDs;          // [mRows, keyChunk] 16-bit: dS (grad)
-  uint64_t wsAcc;         // [mRows, dk] float32: PV chunk (forward) / dQ accumulator (grad)
-  uint64_t wsDk;          // [keyChunk, dk] float32: dK block accumulator (grad)
-  uint64_t wsDv;          // [keyChunk, d] float32: dV block accumulator (grad)
+  uint64_t wsS;           // [mRows, chunkCols] float32: scores
+  uint64_t wsDp;          // [mRows, chunkCols] float32: dP (grad)
+  uint64_t wsP;           // [mRows, chunkCols] 16-bit: probabilities
+  uint64_t wsDs;          // [mRows, chunkCols] 16-bit: dS (grad)
+  uint64_t wsAcc;         // [mRows, dk] float32: output accumulator (forward) / dQ accumulator (grad)
+  uint64_t wsDk;          // [AlignUp(bs, 16), dk] float32: dK block accumulator (grad key pass)
+  uint64_t wsDv;          // [AlignUp(bs, 16), d] float32: dV block accumulator (grad key pass)
   uint64_t wsDelta;       // global [t1 * n1] float32: rowsum(dO * O) (grad)
   uint64_t workspaceBytes;
-  SfaMatmulTiling mmScore;  // S = Qf Kfᵀ          (forward and grad)
-  SfaMatmulTiling mmPv;     // O = P V              (forward)
-  SfaMatmulTiling mmDp;     // dP = dO Vᵀ           (grad)
-  SfaMatmulTiling mmDq;     // dQf = dS Kf          (grad)
-  SfaMatmulTiling mmDk;     // dKf = dSᵀ Qf         (grad key pass)
-  SfaMatmulTiling mmDv;     // dV = Pᵀ dO           (grad key pass)
+  // One tiling per Matmul object (see ComputeSfaTiling); mmDp / mmDv record the second use
+  // of the A·Bᵀ / Aᵀ·B objects, whose tilings mmScore / mmDk cover.
+  SfaMatmulTiling mmScore;  // S = Qf Kfᵀ, grad also dP = dO Vᵀ  (A·Bᵀ object)
+  SfaMatmulTiling mmPv;     // O = P V (forward, A·B object)
+  SfaMatmulTiling mmDp;     // dP = dO Vᵀ (grad)
+  SfaMatmulTiling mmDq;     // dQf = dS Kf (grad, A·B object)
+  SfaMatmulTiling mmDk;     // dKf = dSᵀ Qf, also dV = Pᵀ dO (grad key pass, Aᵀ·B object)
+  SfaMatmulTiling mmDv;     // dV = Pᵀ dO (grad key pass)
   uint32_t rowStart[kSfaMaxAiv + 1];
   uint32_t keyRowStart[kSfaMaxAiv + 1];
 };

@@ -24,6 +24,8 @@ using GM_ADDR = uint8_t*;
 #include "twin_tensor.h"
 #include "twin_types.h"
 #include "twin_vector.h"
+#include "twin_vector_math.h"
+#include "twin_sort.h"
 #include "twin_mix.h"
 #include "twin_matmul.h"
 

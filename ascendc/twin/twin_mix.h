@@ -72,7 +72,6 @@ class MixLaunch final : public SyncOracle {
       for (auto& f : kind) f.vc.assign(n, 0);
     }
     requests_.resize(static_cast<size_t>(cores));
-    barrier_acc_.assign(n, 0);
   }
 
   // Agent numbering: core c has AIC 3c, AIV0 3c + 1, AIV1 3c + 2.
@@ -121,16 +120,6 @@ class MixLaunch final : public SyncOracle {
     std::unique_lock<std::mutex> lk(mu_);
     agents_[static_cast<size_t>(me)].ready = std::move(ready);
     agents_[static_cast<size_t>(me)].what = std::move(what);
-    PassTurn(me);
-    WaitTurn(lk, me);
-  }
-
-  // Lets another runnable core go first (a seeded launch picks at random; seed 0 keeps order).
-  void Yield(int me) {
-    if (seed_ == 0) return;
-    std::unique_lock<std::mutex> lk(mu_);
-    agents_[static_cast<size_t>(me)].ready = [] { return true; };
-    agents_[static_cast<size_t>(me)].what = [] { return std::string("yielding"); };
     PassTurn(me);
     WaitTurn(lk, me);
   }
@@ -454,7 +443,6 @@ class MixLaunch final : public SyncOracle {
   std::vector<std::deque<MatmulRequest*>> requests_;
   Barrier aiv_barrier_;
   Barrier all_barrier_;
-  std::vector<uint32_t> barrier_acc_;
   uint32_t barriers_done_ = 0;
   std::mt19937_64 rng_;
   uint64_t seed_;

@@ -15,7 +15,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 ASCENDC = REPO / "ascendc"
-UNITS = ("harness_twin", "harness_cla_gate", "harness_rope", "harness_mix", "harness_sfa")
+UNITS = ("harness_twin", "harness_cla_gate", "harness_rope", "harness_mix", "harness_sfa", "harness_sli",
+         "harness_li")
 CXXFLAGS = ("-std=c++17", "-O2", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Werror", f"-I{ASCENDC / 'twin'}")
 
 

@@ -369,3 +369,212 @@ def sparse_flash_attention_grad(p: SfaProblem, d_out: np.ndarray, out: np.ndarra
         assert np.all(outs[2] == NAN16), "d_value written although value is absent"
         values[2] = None
     return KernelRun(tuple(values), info)
+
+
+# ---------------------------------------------------------------- lightning indexer grad
+class SliArgs(ctypes.Structure):
+    """Mirror of SliArgs in harness_sli.cpp."""
+
+    _fields_ = [("layout", _I64), ("batch", _I64), ("s1", _I64), ("s2", _I64), ("t1", _I64), ("t2", _I64),
+                ("n1", _I64), ("d", _I64), ("dr", _I64), ("n_idx", _I64), ("d_idx", _I64), ("k", _I64),
+                ("sparse_mode", _I64), ("deterministic", _I64), ("weights_f32", _I64), ("scale", ctypes.c_double),
+                ("core_num", _I64), ("ub_bytes", _I64), ("seed", _I64)]
+
+
+@dataclass
+class SliProblem:
+    """Inputs of one sparse_lightning_indexer_grad_kl_loss call in their SPEC layouts (float
+    arrays already rounded to ``dtype`` / ``wdtype``), cumulative TND lengths or None."""
+
+    dtype: str
+    wdtype: str
+    layout: str
+    arrays: dict[str, np.ndarray]
+    lens_q: list[int] | None
+    lens_k: list[int] | None
+    scale: float
+    sparse_mode: int
+
+    def args(self, core_num: int, seed: int = 0, deterministic: bool = False, ub_bytes: int = DEFAULT_UB) -> SliArgs:
+        a = self.arrays
+        q, qi = a["query"], a["query_index"]
+        dr = a["query_rope"].shape[-1] if a.get("query_rope") is not None else 0
+        if self.layout == "BSND":
+            b, s1, n1, d = q.shape
+            s2 = a["key"].shape[1]
+            t1, t2 = b * s1, b * s2
+        else:
+            t1, n1, d = q.shape
+            t2 = a["key"].shape[0]
+            b, s1, s2 = 0 if self.lens_q is None else len(self.lens_q), 0, 0
+        return SliArgs(1 if self.layout == "TND" else 0, b, s1, s2, t1, t2, n1, d, dr, qi.shape[-2], qi.shape[-1],
+                       a["sparse_indices"].shape[-1], self.sparse_mode, int(deterministic),
+                       int(self.wdtype == "float32"), self.scale, core_num, ub_bytes, seed)
+
+    def lens(self) -> tuple[object, object, list[np.ndarray]]:
+        if self.lens_q is None:
+            return None, None, []
+        lq, lk = np.ascontiguousarray(self.lens_q, np.int32), np.ascontiguousarray(self.lens_k, np.int32)
+        return _P(_ptr(lq)), _P(_ptr(lk)), [lq, lk]
+
+
+def _store(x: np.ndarray, dtype: str) -> np.ndarray:
+    return np.ascontiguousarray(x, np.float32) if dtype == "float32" else to_bits(x, dtype)
+
+
+def _load(x: np.ndarray, dtype: str) -> np.ndarray:
+    return x.astype(np.float64) if dtype == "float32" else from_bits(x, dtype)
+
+
+def _poisoned_as(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    return np.full(shape, np.nan, np.float32) if dtype == "float32" else poisoned(shape)
+
+
+def sparse_lightning_indexer_grad_kl_loss(p: SliProblem, core_num: int, seed: int = 0,
+                                          deterministic: bool = False) -> KernelRun:
+    """(d_query_index, d_key_index, d_weights, loss) of the kernel on the twin; the 16-bit / float32
+    raw outputs are in ``KernelRun.outputs[4:]`` for bitwise comparisons."""
+    a = p.arrays
+    args = p.args(core_num, seed, deterministic)
+    ins = [to_bits(a[n], p.dtype) for n in ("query", "key", "query_index", "key_index")]
+    w = _store(a["weights"], p.wdtype)
+    idx = np.ascontiguousarray(a["sparse_indices"], np.int32)
+    stats = [np.ascontiguousarray(a[n], np.float32) for n in ("softmax_max", "softmax_sum")]
+    rope = a.get("query_rope") is not None
+    ropes = [to_bits(a[n], p.dtype) if rope else None for n in ("query_rope", "key_rope")]
+    lq, lk, keep = p.lens()
+    outs = [poisoned(a["query_index"].shape), poisoned(a["key_index"].shape),
+            _poisoned_as(a["weights"].shape, p.wdtype)]
+    loss = np.full(1, np.nan, np.float32)
+    info = _call("twin_sparse_lightning_indexer_grad_kl_loss", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
+                 *(_P(_ptr(x)) for x in ins), _P(_ptr(w)), _P(_ptr(idx)), *(_P(_ptr(x)) for x in stats),
+                 _p(ropes[0]), _p(ropes[1]), lq, lk, *(_P(_ptr(x)) for x in outs), _P(_ptr(loss)))
+    del keep
+    values = (from_bits(outs[0], p.dtype), from_bits(outs[1], p.dtype), _load(outs[2], p.wdtype), float(loss[0]))
+    return KernelRun((*values, *outs, loss), info)
+
+
+@dataclass
+class SliSchedule:
+    used_aic: int
+    aiv: int
+    key_chunk: int
+    tile_rows: int
+    gather_rows: int
+    key_block: int
+    key_blocks: int
+    row_chunk: int
+    m_key: int
+    ub_bytes: int
+    workspace_bytes: int
+    tiling_key: int
+    aiv_ws_bytes: int
+    ws_di: int
+    ws_loss: int
+    k_pad: int
+    row_start: np.ndarray
+    key_block_start: np.ndarray
+
+
+def sli_schedule(p: SliProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> SliSchedule:
+    """The pure tiling of sparse_lightning_indexer_grad_kl_loss for ``p`` on ``core_num`` AI cores."""
+    args = p.args(core_num, 0, False, ub_bytes)
+    lq, lk, keep = p.lens()
+    out = np.zeros(16, np.int64)
+    starts = np.zeros(2 * max(core_num, 1) + 1, np.int64)
+    kstarts = np.zeros_like(starts)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().twin_sli_schedule(ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args), lq, lk, _P(_ptr(out)),
+                                   _P(_ptr(starts)), _P(_ptr(kstarts)), err, _I64(_ERR_LEN))
+    del keep
+    _raise_for(code, err)
+    aiv = int(out[1])
+    return SliSchedule(*(int(x) for x in out), starts[: aiv + 1].copy(), kstarts[: aiv + 1].copy())
+
+
+# ---------------------------------------------------------------- lightning indexer forward
+class LiArgs(ctypes.Structure):
+    """Mirror of LiArgs in harness_li.cpp."""
+
+    _fields_ = [("layout", _I64), ("batch", _I64), ("s1", _I64), ("s2", _I64), ("t1", _I64), ("t2", _I64),
+                ("n_idx", _I64), ("d_idx", _I64), ("k", _I64), ("sparse_mode", _I64), ("weights_f32", _I64),
+                ("core_num", _I64), ("ub_bytes", _I64), ("seed", _I64)]
+
+
+@dataclass
+class LiProblem:
+    """Inputs of one lightning_indexer call (float arrays already rounded to ``dtype`` /
+    ``wdtype``), cumulative TND lengths or None."""
+
+    dtype: str
+    wdtype: str
+    layout: str
+    query_index: np.ndarray
+    key_index: np.ndarray
+    weights: np.ndarray
+    lens_q: list[int] | None
+    lens_k: list[int] | None
+    sparse_count: int
+    sparse_mode: int
+
+    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB) -> LiArgs:
+        qi, ki = self.query_index, self.key_index
+        if self.layout == "BSND":
+            b, s1, nidx, didx = qi.shape
+            s2 = ki.shape[1]
+            t1, t2 = b * s1, b * s2
+        else:
+            t1, nidx, didx = qi.shape
+            t2 = ki.shape[0]
+            b, s1, s2 = 0 if self.lens_q is None else len(self.lens_q), 0, 0
+        return LiArgs(1 if self.layout == "TND" else 0, b, s1, s2, t1, t2, nidx, didx, self.sparse_count,
+                      self.sparse_mode, int(self.wdtype == "float32"), core_num, ub_bytes, seed)
+
+    def lens(self) -> tuple[object, object, list[np.ndarray]]:
+        if self.lens_q is None:
+            return None, None, []
+        lq, lk = np.ascontiguousarray(self.lens_q, np.int32), np.ascontiguousarray(self.lens_k, np.int32)
+        return _P(_ptr(lq)), _P(_ptr(lk)), [lq, lk]
+
+
+def lightning_indexer(p: LiProblem, core_num: int, seed: int = 0) -> KernelRun:
+    """(sparse_indices int32, sparse_values float32) of the kernel on the twin, shaped as the op's."""
+    args = p.args(core_num, seed)
+    qi, ki = to_bits(p.query_index, p.dtype), to_bits(p.key_index, p.dtype)
+    w = _store(p.weights, p.wdtype)
+    lq, lk, keep = p.lens()
+    shape = (*p.query_index.shape[:-2], 1, p.sparse_count)
+    idx = np.full(shape, -7, np.int32)
+    val = np.full(shape, np.nan, np.float32)
+    info = _call("twin_lightning_indexer", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args), _P(_ptr(qi)),
+                 _P(_ptr(ki)), _P(_ptr(w)), lq, lk, _P(_ptr(idx)), _P(_ptr(val)))
+    del keep
+    return KernelRun((idx, val), info)
+
+
+@dataclass
+class LiSchedule:
+    used_aic: int
+    aiv: int
+    key_chunk: int
+    k_pad: int
+    ub_bytes: int
+    workspace_bytes: int
+    tiling_key: int
+    aiv_ws_bytes: int
+    row_start: np.ndarray
+
+
+def li_schedule(p: LiProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> LiSchedule:
+    """The pure tiling of lightning_indexer for ``p`` on ``core_num`` AI cores."""
+    args = p.args(core_num, 0, ub_bytes)
+    lq, lk, keep = p.lens()
+    out = np.zeros(8, np.int64)
+    starts = np.zeros(2 * max(core_num, 1) + 1, np.int64)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().twin_li_schedule(ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args), lq, lk, _P(_ptr(out)),
+                                  _P(_ptr(starts)), err, _I64(_ERR_LEN))
+    del keep
+    _raise_for(code, err)
+    aiv = int(out[1])
+    return LiSchedule(*(int(x) for x in out), starts[: aiv + 1].copy())

@@ -35,6 +35,20 @@ void Describe(const mgo::tiling::SfaTilingData& t) {
             << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
 }
 
+void Describe(const mgo::tiling::SliTilingData& t) {
+  std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " has_rope=" << t.hasRope
+            << " deterministic=" << t.deterministic << " batch=" << t.batch << " s1=" << t.s1 << " s2=" << t.s2
+            << " t1=" << t.t1 << " t2=" << t.t2 << " n1=" << t.n1 << " d=" << t.d << " dr=" << t.dr
+            << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx << " k=" << t.k << " scale=" << t.scaleValue
+            << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
+}
+
+void Describe(const mgo::tiling::LiTilingData& t) {
+  std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " batch=" << t.batch << " s1=" << t.s1
+            << " s2=" << t.s2 << " t1=" << t.t1 << " t2=" << t.t2 << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx
+            << " k=" << t.k << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
+}
+
 template <typename Data>
 void PrintTiling(gert::TilingContext& ctx) {
   Data data;
@@ -99,6 +113,8 @@ int main() {
     if (def.aicore_.tiling_(&ctx) != ge::GRAPH_SUCCESS) return std::cout << "failed\n", 0;
     if (op == "Rope" || op == "RopeGrad") PrintTiling<mgo::tiling::RopeTilingData>(ctx);
     else if (op == "ClaGateMerge" || op == "ClaGateBackward") PrintTiling<mgo::tiling::ClaGateTilingData>(ctx);
+    else if (op == "SparseLightningIndexerGradKLLoss") PrintTiling<mgo::tiling::SliTilingData>(ctx);
+    else if (op == "LightningIndexer") PrintTiling<mgo::tiling::LiTilingData>(ctx);
     else PrintTiling<mgo::tiling::SfaTilingData>(ctx);
   }
   return 0;

@@ -1,0 +1,49 @@
+// Kernel pieces shared by LightningIndexer and SparseLightningIndexerGradKLLoss. Include after
+// "kernel_operator.h", "lib/matmul_intf.h" and "sfa_kernel_common.h".
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "sfa_kernel_common.h"
+
+namespace mgo::kernel {
+
+// The SFA geometry of the indexer's shapes: N2 = 1, block size 1 (token indices), G = n1 heads
+// per statistics row (n1 = 1 where no statistics are read).
+__aicore__ inline SfaTilingData IndexerGeometry(uint32_t layout, uint32_t sparse_mode, uint32_t batch, uint32_t s1,
+                                                uint32_t s2, uint32_t t1, uint32_t t2, uint32_t n1) {
+  SfaTilingData g{};
+  g.layout = layout;
+  g.sparseMode = sparse_mode;
+  g.blockSize = 1;
+  g.seqLensInt64 = 0;
+  g.batch = batch;
+  g.s1 = s1;
+  g.s2 = s2;
+  g.t1 = t1;
+  g.t2 = t2;
+  g.n1 = n1;
+  g.n2 = 1;
+  g.g = n1;
+  return g;
+}
+
+// Weights row [n] (W = 16-bit or float) -> float32 `dst`, readable by V and the scalar unit;
+// `raw` holds the row as stored and may be refilled right after.
+template <typename W>
+__aicore__ inline void LoadWeightsF32(const LocalTensor<W>& raw, const GlobalTensor<W>& row,
+                                      const LocalTensor<float>& dst, uint32_t n) {
+  DataCopyPad(raw, row, DataCopyExtParams{1, static_cast<uint32_t>(n * sizeof(W)), 0, 0, 0},
+              DataCopyPadExtParams<W>{false, 0, 0, W(0.0f)});
+  SyncPipes<HardEvent::MTE2_V>();
+  if constexpr (std::is_same_v<W, float>) {
+    Adds(dst, raw, 0.0f, n);
+  } else {
+    Cast(dst, raw, RoundMode::CAST_NONE, n);
+  }
+  SyncPipes<HardEvent::V_S>();
+  SyncPipes<HardEvent::V_MTE2>();
+}
+
+}  // namespace mgo::kernel

@@ -1,0 +1,288 @@
+// Pure tiling of SparseLightningIndexerGradKLLoss (mixed kernel: one AIC + two AIV per AI core).
+// Work units:
+//   * row pass: query token t (N2 = 1, block size 1), split over the AIVs in contiguous ranges
+//     balanced by the visible-key bound; its visible selected keys are gathered in chunks of
+//     keyChunk for S = cat(q, q_rope) cat(k, k_rope)ᵀ, and all of them (<= K) at once for
+//     Sx = q_index k_indexᵀ, the softmax over I and d_query_index;
+//   * key pass (after SyncAll): key blocks of keyBlock consecutive key tokens (global token
+//     space, fixed by the shape alone), split over the AIVs in contiguous ranges; each block's
+//     d_key_index rows are summed by one AIV over the (query row, slot) pairs that select them
+//     in ascending order, in chunks of rowChunk pairs. The block and chunk boundaries never
+//     depend on the core count, so neither do the bits (deterministic in every mode).
+// Plain C++17 over <cstdint>: compiles for the host tiling, the device and the CPU twin.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/sfa_tiling_common.h"
+
+namespace mgo::tiling {
+
+inline constexpr uint32_t kSliKeyBlock = 16;        // key tokens per key-pass block (one fractal edge)
+inline constexpr uint32_t kSliMaxKeyChunk = 512;    // keys per S chunk
+
+// Tiling key: I/O dtype + 10 when weights (and d_weights) are float32 (else the I/O dtype).
+inline constexpr uint64_t SparseLightningIndexerGradKlLossTilingKey(DType dtype, bool weights_f32) {
+  return static_cast<uint64_t>(dtype) + (weights_f32 ? 10u : 0u);
+}
+
+// Shapes as the op sees them (N2 = 1). BSND: batch = B, s1/s2 = S1/S2, t1 = B*S1, t2 = B*S2.
+// TND: batch = entries of the (int32 cumulative) lengths, 0 = absent (one sequence).
+struct SliShape {
+  SfaLayout layout;
+  uint64_t batch;
+  uint64_t s1;
+  uint64_t s2;
+  uint64_t t1;
+  uint64_t t2;
+  uint64_t n1;    // heads of the main attention (query)
+  uint64_t d;     // head dim of query/key
+  uint64_t dr;    // rope dim; 0 = no query_rope/key_rope
+  uint64_t nIdx;  // indexer heads
+  uint64_t dIdx;  // indexer head dim
+  uint64_t k;     // index slots per query token
+};
+
+struct SliAttrs {
+  float scaleValue;
+  uint32_t sparseMode;  // 0 or 3
+  bool deterministic;   // honoured always: the scatter is by key ownership (see above)
+};
+
+struct SliTilingData {
+  uint32_t layout;
+  uint32_t sparseMode;
+  uint32_t deterministic;
+  uint32_t hasRope;
+  uint32_t batch;
+  uint32_t s1;
+  uint32_t s2;
+  uint32_t t1;
+  uint32_t t2;
+  uint32_t n1;
+  uint32_t d;
+  uint32_t dr;
+  uint32_t dk;          // d + dr
+  uint32_t nIdx;
+  uint32_t dIdx;
+  uint32_t k;
+  uint32_t kPad;        // AlignUp(k, 16): columns of the per-row buffers
+  float scaleValue;
+  uint32_t usedAicNum;  // blockDim of the mixed launch
+  uint32_t aivNum;
+  uint32_t keyChunk;    // keys per S chunk (multiple of 16)
+  uint32_t tileRows;    // rows of a [tileRows, keyChunk] float32 S tile in UB
+  uint32_t gatherRows;  // rows per UB gather tile
+  uint32_t keyBlock;    // key tokens per key-pass block
+  uint32_t keyBlocks;   // ceil(t2 / keyBlock)
+  uint32_t rowChunk;    // (query row, slot) pairs per key-pass chunk
+  uint32_t mKey;        // rowChunk * nIdx: matmul rows of a key-pass chunk
+  // Workspace: per-AIV regions first, then global buffers (byte offsets from the user workspace).
+  uint64_t aivWsBytes;
+  uint64_t wsQf;    // [n1, dk] 16-bit: cat(q, q_rope) rows of the token
+  uint64_t wsKf;    // [keyChunk, dk] 16-bit: gathered cat(key, key_rope) rows
+  uint64_t wsS;     // [n1, keyChunk] float32: S chunk
+  uint64_t wsKi;    // [kPad, dIdx] 16-bit: gathered key_index rows of the token's visible keys
+  uint64_t wsSx;    // [nIdx, kPad] float32: Sx
+  uint64_t wsDs;    // [nIdx, kPad] 16-bit: dI * w * [Sx > 0]
+  uint64_t wsDq;    // [nIdx, dIdx] float32: d_query_index of the token
+  uint64_t wsQi;    // [mKey, dIdx] 16-bit: query_index rows of a key-pass chunk
+  uint64_t wsKb;    // [keyBlock, dIdx] 16-bit: key_index rows of a key block
+  uint64_t wsSxk;   // [mKey, keyBlock] float32: Sx of a key-pass chunk
+  uint64_t wsCoef;  // [mKey, keyBlock] 16-bit: dI * w * [Sx > 0] on the selected column
+  uint64_t wsDkb;   // [keyBlock, dIdx] float32: d_key_index block accumulator
+  uint64_t wsDi;    // global [t1, k] float32: dI per slot (0 for -1 / hidden slots)
+  uint64_t wsLoss;  // global [t1] float32: loss of each token
+  uint64_t workspaceBytes;
+  SfaMatmulTiling mmNT;  // S = Qf Kfᵀ, Sx = Qi Kiᵀ (row pass), Sx = Qi Kbᵀ (key pass)
+  SfaMatmulTiling mmNN;  // d_query_index = dS Ki
+  SfaMatmulTiling mmTN;  // d_key_index block += Coefᵀ Qi
+  uint32_t rowStart[kSfaMaxAiv + 1];       // AIV i owns query tokens [rowStart[i], rowStart[i+1])
+  uint32_t keyBlockStart[kSfaMaxAiv + 1];  // AIV i owns key blocks [keyBlockStart[i], ...[i+1])
+};
+
+struct SliTilingResult {
+  bool ok;
+  const char* error;        // static text when !ok
+  SliTilingData data;
+  uint64_t workspaceBytes;  // user workspace (the op_host adds the system workspace)
+  uint64_t ubBytes;         // largest UB footprint of an AIV
+};
+
+// Every UB buffer the kernel allocates (it allocates exactly these), so Total() is its footprint.
+struct SliUbPlan {
+  uint32_t gatherBytes;  // [gatherRows, max(dk, dIdx)] 16-bit
+  uint32_t tileBytes;    // [tileRows, keyChunk] float32 S tile; also the key-pass Sx tile
+  uint32_t tile16Bytes;  // [mKey, keyBlock] 16-bit key-pass coefficients
+  uint32_t vecBytes;     // [kPad] float32, kVecs of them (p, I/y, dI, two scratch, dI by slot)
+  uint32_t vec16Bytes;   // [kPad] 16-bit: one dS row on its way to the workspace
+  uint32_t headBytes;    // [AlignUp(max(n1, nIdx, mKey), 8)] float32: statistics / weights
+  uint32_t wBytes;       // [AlignUp(nIdx, 16)] weights as stored (16-bit or float32)
+  uint32_t rowFBytes;    // [AlignUp(dIdx, 8)] float32: one output row
+  uint32_t rowHBytes;    // [AlignUp(dIdx, 16)] 16-bit: one output row
+  uint32_t workBytes;    // ReduceSum/ReduceMax scratch for kPad floats
+  static constexpr uint32_t kVecs = 6;
+  static constexpr uint32_t kHeads = 4;       // softmax_max, softmax_sum, weights, d_weights
+  static constexpr uint32_t kRedBytes = 32;
+  __aicore__ uint64_t Total() const {
+    return uint64_t{gatherBytes} + tileBytes + tile16Bytes + kVecs * uint64_t{vecBytes} + vec16Bytes +
+           kHeads * uint64_t{headBytes} + wBytes + rowFBytes + rowHBytes + workBytes + kRedBytes;
+  }
+};
+
+__aicore__ inline SliUbPlan PlanSliUb(const SliTilingData& t, bool weights_f32) {
+  SliUbPlan p{};
+  const uint32_t widest = t.dk > t.dIdx ? t.dk : t.dIdx;
+  p.gatherBytes = static_cast<uint32_t>(AlignUp(uint64_t{t.gatherRows} * widest * kElemBytes16, kUbAlignBytes));
+  const uint64_t s_tile = uint64_t{t.tileRows} * t.keyChunk * 4;
+  const uint64_t k_tile = uint64_t{t.mKey} * t.keyBlock * 4;
+  p.tileBytes = static_cast<uint32_t>(s_tile > k_tile ? s_tile : k_tile);
+  p.tile16Bytes = static_cast<uint32_t>(uint64_t{t.mKey} * t.keyBlock * kElemBytes16);
+  p.vecBytes = t.kPad * 4;
+  p.vec16Bytes = t.kPad * kElemBytes16;
+  uint32_t heads = t.n1 > t.nIdx ? t.n1 : t.nIdx;
+  heads = heads > t.mKey ? heads : t.mKey;
+  p.headBytes = static_cast<uint32_t>(AlignUp(heads, 8) * 4);
+  p.wBytes = static_cast<uint32_t>(AlignUp(uint64_t{t.nIdx} * (weights_f32 ? 4 : 2), kUbAlignBytes));
+  p.rowFBytes = static_cast<uint32_t>(AlignUp(t.dIdx, 8) * 4);
+  p.rowHBytes = static_cast<uint32_t>(AlignUp(t.dIdx, 16) * kElemBytes16);
+  p.workBytes = ReduceScratchFloats(t.kPad) * 4;
+  return p;
+}
+
+inline const char* CheckSliInputs(const SliShape& s, const SliAttrs& a, const CubePlatform& p) {
+  if (p.aicNum == 0) return "core count must be positive";
+  if (p.aicNum > kSfaMaxAic) return "more than 64 AI cores: the tiling arrays hold 128 AIVs";
+  if (s.n1 == 0 || s.nIdx == 0) return "N1 and Nidx must be positive";
+  if (s.d == 0 || s.d % 16 != 0) return "head dim D must be a positive multiple of 16 (32-byte rows)";
+  if (s.dr % 16 != 0) return "rope dim Dr must be a multiple of 16 (32-byte rows)";
+  if (s.dIdx == 0 || s.dIdx % 16 != 0) return "indexer head dim Didx must be a positive multiple of 16";
+  if (s.k == 0) return "sparse_indices needs at least one slot (K >= 1)";
+  if (a.sparseMode != 0 && a.sparseMode != 3) return "sparse_mode must be 0 or 3";
+  if (s.batch == 0 && s.layout == SfaLayout::kBSND) return "batch must be positive";
+  if (s.layout == SfaLayout::kBSND && (s.t1 != s.batch * s.s1 || s.t2 != s.batch * s.s2)) {
+    return "BSND: t1/t2 must equal B*S1/B*S2";
+  }
+  if (s.t1 * s.n1 > UINT32_MAX || s.t2 > UINT32_MAX || s.k > 16384 || s.d + s.dr > 4096 || s.nIdx > 128 ||
+      s.dIdx > 1024 || s.n1 > 256) {
+    return "shape out of range (T*N < 2^32, K <= 16384, D + Dr <= 4096, Nidx <= 128, Didx <= 1024, N1 <= 256)";
+  }
+  return nullptr;
+}
+
+// As the SFA tiling: TND without lengths is BSND with B = 1.
+inline SfaShape SliAsSfaShape(const SliShape& s) {
+  return SfaShape{s.layout, s.batch, s.s1, s.s2, s.t1, s.t2, s.n1, 1, s.d, s.dr, s.k, false, false};
+}
+
+inline SliTilingResult ComputeSliTiling(const SliShape& shape, const SliAttrs& a, bool weights_f32,
+                                        const SfaSeqLengths& lens, const CubePlatform& p) {
+  SliTilingResult r{false, nullptr, {}, 0, 0};
+  if (const char* err = CheckSliInputs(shape, a, p)) {
+    r.error = err;
+    return r;
+  }
+  const SfaShape s = Normalised(SliAsSfaShape(shape));
+  SliTilingData& t = r.data;
+  t.layout = static_cast<uint32_t>(s.layout);
+  t.sparseMode = a.sparseMode;
+  t.deterministic = a.deterministic ? 1 : 0;
+  t.hasRope = s.dr > 0 ? 1 : 0;
+  t.batch = static_cast<uint32_t>(s.batch);
+  t.s1 = static_cast<uint32_t>(s.s1);
+  t.s2 = static_cast<uint32_t>(s.s2);
+  t.t1 = static_cast<uint32_t>(s.t1);
+  t.t2 = static_cast<uint32_t>(s.t2);
+  t.n1 = static_cast<uint32_t>(s.n1);
+  t.d = static_cast<uint32_t>(s.d);
+  t.dr = static_cast<uint32_t>(s.dr);
+  t.dk = t.d + t.dr;
+  t.nIdx = static_cast<uint32_t>(shape.nIdx);
+  t.dIdx = static_cast<uint32_t>(shape.dIdx);
+  t.k = static_cast<uint32_t>(s.k);
+  t.kPad = static_cast<uint32_t>(AlignUp(s.k, kCubeAlign));
+  t.scaleValue = a.scaleValue;
+
+  // Cores: never more AIVs than query tokens (at least one core).
+  const uint64_t want_aic = (s.t1 + 1) / 2;
+  t.usedAicNum = static_cast<uint32_t>(want_aic == 0 ? 1 : (want_aic < p.aicNum ? want_aic : p.aicNum));
+  t.aivNum = 2 * t.usedAicNum;
+  const SfaAttrs balance{a.scaleValue, 1, a.sparseMode, false};
+  SplitQueryRows(s, balance, lens, t.aivNum, t.rowStart);
+  t.keyBlock = kSliKeyBlock;
+  t.keyBlocks = static_cast<uint32_t>((s.t2 + t.keyBlock - 1) / t.keyBlock);
+  SplitEvenly(t.keyBlocks, t.aivNum, t.keyBlockStart);
+  t.rowChunk = t.nIdx >= 128 ? 1 : 128 / t.nIdx;
+  t.mKey = t.rowChunk * t.nIdx;
+
+  // UB: shrink the S chunk, then the S tile rows, then the gather tile until the plan fits.
+  t.keyChunk = static_cast<uint32_t>(AlignUp(s.k < kSliMaxKeyChunk ? s.k : kSliMaxKeyChunk, kCubeAlign));
+  t.tileRows = t.n1 < 64 ? t.n1 : 64;
+  t.gatherRows = 16;
+  while (PlanSliUb(t, weights_f32).Total() > p.ubBytes) {
+    if (t.keyChunk > 128) {
+      t.keyChunk /= 2;
+    } else if (t.tileRows > 8) {
+      t.tileRows /= 2;
+    } else if (t.gatherRows > 1) {
+      t.gatherRows /= 2;
+    } else {
+      r.error = "K slots or these dims do not fit in the unified buffer";
+      return r;
+    }
+  }
+  r.ubBytes = PlanSliUb(t, weights_f32).Total();
+
+  // One Matmul object per transpose mode, tiled for the largest problem it serves.
+  const auto max3 = [](uint64_t x, uint64_t y, uint64_t z) { return x > y ? (x > z ? x : z) : (y > z ? y : z); };
+  t.mmNT = PlanMatmul(max3(t.n1, t.nIdx, t.mKey), t.keyChunk > t.kPad ? t.keyChunk : t.kPad,
+                      t.dk > t.dIdx ? t.dk : t.dIdx, p);
+  t.mmNN = PlanMatmul(t.nIdx, t.dIdx, t.kPad, p);
+  t.mmTN = PlanMatmul(t.keyBlock, t.dIdx, t.mKey, p);
+  for (const SfaMatmulTiling* mm : {&t.mmNT, &t.mmNN, &t.mmTN}) {
+    if (!MatmulFits(*mm, p)) {
+      r.error = "no matmul base block fits L0A/L0B/L0C";
+      return r;
+    }
+  }
+
+  uint64_t off = 0;
+  const auto take = [&off](uint64_t bytes) {
+    const uint64_t at = off;
+    off += AlignUp(bytes, 512);  // 512 B: one cube fractal, so every operand starts aligned
+    return at;
+  };
+  t.wsQf = take(uint64_t{t.n1} * t.dk * kElemBytes16);
+  t.wsKf = take(uint64_t{t.keyChunk} * t.dk * kElemBytes16);
+  t.wsS = take(uint64_t{t.n1} * t.keyChunk * 4);
+  t.wsKi = take(uint64_t{t.kPad} * t.dIdx * kElemBytes16);
+  t.wsSx = take(uint64_t{t.nIdx} * t.kPad * 4);
+  t.wsDs = take(uint64_t{t.nIdx} * t.kPad * kElemBytes16);
+  t.wsDq = take(uint64_t{t.nIdx} * t.dIdx * 4);
+  t.wsQi = take(uint64_t{t.mKey} * t.dIdx * kElemBytes16);
+  t.wsKb = take(uint64_t{t.keyBlock} * t.dIdx * kElemBytes16);
+  t.wsSxk = take(uint64_t{t.mKey} * t.keyBlock * 4);
+  t.wsCoef = take(uint64_t{t.mKey} * t.keyBlock * kElemBytes16);
+  t.wsDkb = take(uint64_t{t.keyBlock} * t.dIdx * 4);
+  t.aivWsBytes = off;
+  t.wsDi = off * t.aivNum;
+  t.wsLoss = t.wsDi + AlignUp(s.t1 * s.k * 4, 512);
+  t.workspaceBytes = t.wsLoss + AlignUp(s.t1 * 4, 512);
+  r.workspaceBytes = t.workspaceBytes;
+  r.ok = true;
+  return r;
+}
+
+struct SparseLightningIndexerGradKlLossTiling {
+  SliTilingResult result;  // result.data.usedAicNum is the blockDim of the mixed launch
+  uint64_t tilingKey;
+};
+
+inline SparseLightningIndexerGradKlLossTiling ComputeSparseLightningIndexerGradKlLossTiling(
+    const SliShape& shape, const SliAttrs& attrs, DType dtype, bool weights_f32, const SfaSeqLengths& lens,
+    const CubePlatform& platform) {
+  return SparseLightningIndexerGradKlLossTiling{ComputeSliTiling(shape, attrs, weights_f32, lens, platform),
+                                                SparseLightningIndexerGradKlLossTilingKey(dtype, weights_f32)};
+}
+
+}  // namespace mgo::tiling

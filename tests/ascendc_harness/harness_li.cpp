@@ -1,0 +1,124 @@
+// ctypes entry points running lightning_indexer on the twin as a mixed launch, and exposing its
+// pure tiling for the invariant tests.
+#include <vector>
+
+#include "harness_common.h"
+
+#include "../../ascendc/lightning_indexer/op_kernel/lightning_indexer.cpp"
+
+namespace {
+
+using mgo::tiling::CubePlatform;
+using mgo::tiling::DType;
+using mgo::tiling::LiShape;
+using mgo::tiling::SfaLayout;
+using mgo::tiling::SfaSeqLengths;
+
+// Shape of one call, mirrored by a ctypes.Structure in twin_lib.py.
+struct LiArgs {
+  int64_t layout;  // 0 BSND, 1 TND
+  int64_t batch, s1, s2, t1, t2, n_idx, d_idx, k;
+  int64_t sparse_mode, weights_f32;
+  int64_t core_num, ub_bytes, seed;
+};
+
+LiShape Shape(const LiArgs& a) {
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  return LiShape{a.layout == 1 ? SfaLayout::kTND : SfaLayout::kBSND, u(a.batch), u(a.s1), u(a.s2), u(a.t1),
+                 u(a.t2), u(a.n_idx), u(a.d_idx), u(a.k)};
+}
+
+CubePlatform Platform(const LiArgs& a) {
+  CubePlatform p = mgo::tiling::kAtlasA2Platform;
+  p.aicNum = static_cast<uint32_t>(a.core_num);
+  p.ubBytes = static_cast<uint64_t>(a.ub_bytes);
+  return p;
+}
+
+bool HasLens(const LiArgs& a) { return a.layout == 1 && a.batch > 0; }
+
+struct HostLens {
+  std::vector<int64_t> q, kv;
+  SfaSeqLengths view{nullptr, nullptr, 0};
+  HostLens(const LiArgs& a, const int32_t* lq, const int32_t* lkv) {
+    if (!HasLens(a) || lq == nullptr || lkv == nullptr) return;
+    q.assign(lq, lq + a.batch);
+    kv.assign(lkv, lkv + a.batch);
+    view = SfaSeqLengths{q.data(), kv.data(), static_cast<uint64_t>(a.batch)};
+  }
+};
+
+mgo::tiling::LightningIndexerTiling Tile(int dtype, const LiArgs& a, const HostLens& lens) {
+  return mgo::tiling::ComputeLightningIndexerTiling(Shape(a), static_cast<uint32_t>(a.sparse_mode),
+                                                    static_cast<DType>(dtype), a.weights_f32 != 0, lens.view,
+                                                    Platform(a));
+}
+
+}  // namespace
+
+extern "C" {
+
+// out = {usedAicNum, aivNum, keyChunk, kPad, ubBytes, workspaceBytes, tilingKey, aivWsBytes};
+// row_start holds aivNum + 1 entries.
+int twin_li_schedule(int dtype, const LiArgs* a, const int32_t* lens_q, const int32_t* lens_kv, int64_t* out,
+                     int64_t* row_start, char* err, int64_t err_len) {
+  const HostLens lens(*a, lens_q, lens_kv);
+  const auto tiling = Tile(dtype, *a, lens);
+  const auto& r = tiling.result;
+  if (!r.ok) {
+    harness::CopyMessage(r.error, err, err_len);
+    return harness::kTilingError;
+  }
+  const auto& t = r.data;
+  const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.kPad, static_cast<int64_t>(r.ubBytes),
+                          static_cast<int64_t>(r.workspaceBytes), static_cast<int64_t>(tiling.tilingKey),
+                          static_cast<int64_t>(t.aivWsBytes)};
+  for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
+  for (uint32_t i = 0; i <= t.aivNum; ++i) row_start[i] = t.rowStart[i];
+  return harness::kOk;
+}
+
+int twin_lightning_indexer(int dtype, const LiArgs* a, const void* qi, const void* ki, const void* w,
+                           const int32_t* lens_q, const int32_t* lens_kv, int32_t* indices, float* values,
+                           harness::RunInfo* info, char* err, int64_t err_len) {
+  return harness::Guarded(err, err_len, [&]() -> int {
+    const HostLens lens(*a, lens_q, lens_kv);
+    const auto tiling = Tile(dtype, *a, lens);
+    if (!tiling.result.ok) {
+      harness::CopyMessage(tiling.result.error, err, err_len);
+      return harness::kTilingError;
+    }
+    const auto t1 = static_cast<uint64_t>(a->t1);
+    const auto t2 = static_cast<uint64_t>(a->t2);
+    const auto nidx = static_cast<uint64_t>(a->n_idx);
+    const auto didx = static_cast<uint64_t>(a->d_idx);
+    std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
+    auto tiling_gm = harness::TilingBytes(tiling.result.data);
+    harness::GmScope gm;
+    gm.Input(qi, t1 * nidx * didx * 2, "query_index");
+    gm.Input(ki, t2 * didx * 2, "key_index");
+    gm.Input(w, t1 * nidx * (a->weights_f32 ? 4 : 2), "weights");
+    const bool tnd = HasLens(*a);
+    if (tnd) {
+      gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
+      gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");
+    }
+    gm.Output(indices, t1 * a->k * 4, "sparse_indices");
+    gm.Output(values, t1 * a->k * 4, "sparse_values");
+    gm.Workspace(ws.data(), ws.size(), "workspace");
+    gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
+    auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
+    const auto stats = AscendC::twin::LaunchMix(
+        tiling.result.data.usedAicNum, tiling.tilingKey, static_cast<uint64_t>(a->ub_bytes),
+        static_cast<uint64_t>(a->seed), [&] {
+          lightning_indexer(u8(qi), u8(ki), u8(w), tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr,
+                            u8(indices), u8(values), ws.data(), tiling_gm.data());
+        });
+    *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),
+                             stats.cores, tiling.result.data.keyChunk, 0, 0};
+    harness::FillWriteStats(info);
+    return harness::kOk;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,153 @@
+// ctypes entry points running sparse_lightning_indexer_grad_kl_loss on the twin as a mixed
+// launch, and exposing its pure tiling for the invariant tests.
+#include <vector>
+
+#include "harness_common.h"
+
+#include "../../ascendc/sparse_lightning_indexer_grad_kl_loss/op_kernel/sparse_lightning_indexer_grad_kl_loss.cpp"
+
+namespace {
+
+using mgo::tiling::CubePlatform;
+using mgo::tiling::DType;
+using mgo::tiling::SfaLayout;
+using mgo::tiling::SfaSeqLengths;
+using mgo::tiling::SliAttrs;
+using mgo::tiling::SliShape;
+
+// Shape of one call, mirrored by a ctypes.Structure in twin_lib.py.
+struct SliArgs {
+  int64_t layout;  // 0 BSND, 1 TND
+  int64_t batch, s1, s2, t1, t2, n1, d, dr, n_idx, d_idx, k;
+  int64_t sparse_mode, deterministic, weights_f32;
+  double scale;
+  int64_t core_num, ub_bytes, seed;
+};
+
+SliShape Shape(const SliArgs& a) {
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  return SliShape{a.layout == 1 ? SfaLayout::kTND : SfaLayout::kBSND,
+                  u(a.batch), u(a.s1), u(a.s2), u(a.t1), u(a.t2), u(a.n1), u(a.d), u(a.dr), u(a.n_idx),
+                  u(a.d_idx), u(a.k)};
+}
+
+SliAttrs Attrs(const SliArgs& a) {
+  return SliAttrs{static_cast<float>(a.scale), static_cast<uint32_t>(a.sparse_mode), a.deterministic != 0};
+}
+
+CubePlatform Platform(const SliArgs& a) {
+  CubePlatform p = mgo::tiling::kAtlasA2Platform;
+  p.aicNum = static_cast<uint32_t>(a.core_num);
+  p.ubBytes = static_cast<uint64_t>(a.ub_bytes);
+  return p;
+}
+
+bool HasLens(const SliArgs& a) { return a.layout == 1 && a.batch > 0; }
+
+// Host copies of the int32 cumulative lengths as the tiling reads them (int64).
+struct HostLens {
+  std::vector<int64_t> q, kv;
+  SfaSeqLengths view{nullptr, nullptr, 0};
+  HostLens(const SliArgs& a, const int32_t* lq, const int32_t* lkv) {
+    if (!HasLens(a) || lq == nullptr || lkv == nullptr) return;
+    q.assign(lq, lq + a.batch);
+    kv.assign(lkv, lkv + a.batch);
+    view = SfaSeqLengths{q.data(), kv.data(), static_cast<uint64_t>(a.batch)};
+  }
+};
+
+}  // namespace
+
+extern "C" {
+
+// out = {usedAicNum, aivNum, keyChunk, tileRows, gatherRows, keyBlock, keyBlocks, rowChunk, mKey,
+// ubBytes, workspaceBytes, tilingKey, aivWsBytes, wsDi, wsLoss, kPad}; row_start / key_block_start
+// hold aivNum + 1 entries.
+int twin_sli_schedule(int dtype, const SliArgs* a, const int32_t* lens_q, const int32_t* lens_kv, int64_t* out,
+                      int64_t* row_start, int64_t* key_block_start, char* err, int64_t err_len) {
+  const HostLens lens(*a, lens_q, lens_kv);
+  const auto tiling = mgo::tiling::ComputeSparseLightningIndexerGradKlLossTiling(
+      Shape(*a), Attrs(*a), static_cast<DType>(dtype), a->weights_f32 != 0, lens.view, Platform(*a));
+  const auto& r = tiling.result;
+  if (!r.ok) {
+    harness::CopyMessage(r.error, err, err_len);
+    return harness::kTilingError;
+  }
+  const auto& t = r.data;
+  const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.tileRows, t.gatherRows, t.keyBlock, t.keyBlocks,
+                          t.rowChunk, t.mKey, static_cast<int64_t>(r.ubBytes),
+                          static_cast<int64_t>(r.workspaceBytes), static_cast<int64_t>(tiling.tilingKey),
+                          static_cast<int64_t>(t.aivWsBytes), static_cast<int64_t>(t.wsDi),
+                          static_cast<int64_t>(t.wsLoss), t.kPad};
+  for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
+  for (uint32_t i = 0; i <= t.aivNum; ++i) {
+    row_start[i] = t.rowStart[i];
+    key_block_start[i] = t.keyBlockStart[i];
+  }
+  return harness::kOk;
+}
+
+int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a, const void* q, const void* k,
+                                               const void* qi, const void* ki, const void* w, const int32_t* idx,
+                                               const float* smax, const float* ssum, const void* qr, const void* kr,
+                                               const int32_t* lens_q, const int32_t* lens_kv, void* dqi, void* dki,
+                                               void* dw, float* loss, harness::RunInfo* info, char* err,
+                                               int64_t err_len) {
+  return harness::Guarded(err, err_len, [&]() -> int {
+    const HostLens lens(*a, lens_q, lens_kv);
+    const auto tiling = mgo::tiling::ComputeSparseLightningIndexerGradKlLossTiling(
+        Shape(*a), Attrs(*a), static_cast<DType>(dtype), a->weights_f32 != 0, lens.view, Platform(*a));
+    if (!tiling.result.ok) {
+      harness::CopyMessage(tiling.result.error, err, err_len);
+      return harness::kTilingError;
+    }
+    const auto t1 = static_cast<uint64_t>(a->t1);
+    const auto t2 = static_cast<uint64_t>(a->t2);
+    const auto n1 = static_cast<uint64_t>(a->n1);
+    const auto nidx = static_cast<uint64_t>(a->n_idx);
+    const auto didx = static_cast<uint64_t>(a->d_idx);
+    const uint64_t w_bytes = a->weights_f32 ? 4 : 2;
+    std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
+    auto tiling_gm = harness::TilingBytes(tiling.result.data);
+    harness::GmScope gm;
+    gm.Input(q, t1 * n1 * a->d * 2, "query");
+    gm.Input(k, t2 * a->d * 2, "key");
+    gm.Input(qi, t1 * nidx * didx * 2, "query_index");
+    gm.Input(ki, t2 * didx * 2, "key_index");
+    gm.Input(w, t1 * nidx * w_bytes, "weights");
+    gm.Input(idx, t1 * a->k * 4, "sparse_indices");
+    gm.Input(smax, t1 * n1 * 4, "softmax_max");
+    gm.Input(ssum, t1 * n1 * 4, "softmax_sum");
+    const bool rope = a->dr > 0;
+    if (rope) {
+      gm.Input(qr, t1 * n1 * a->dr * 2, "query_rope");
+      gm.Input(kr, t2 * a->dr * 2, "key_rope");
+    }
+    const bool tnd = HasLens(*a);
+    if (tnd) {
+      gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
+      gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");
+    }
+    gm.Output(dqi, t1 * nidx * didx * 2, "d_query_index");
+    gm.Output(dki, t2 * didx * 2, "d_key_index");
+    gm.Output(dw, t1 * nidx * w_bytes, "d_weights");
+    gm.Output(loss, 4, "loss");
+    gm.Workspace(ws.data(), ws.size(), "workspace");
+    gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
+    auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
+    const auto stats = AscendC::twin::LaunchMix(
+        tiling.result.data.usedAicNum, tiling.tilingKey, static_cast<uint64_t>(a->ub_bytes),
+        static_cast<uint64_t>(a->seed), [&] {
+          sparse_lightning_indexer_grad_kl_loss(u8(q), u8(k), u8(qi), u8(ki), u8(w), u8(idx), u8(smax), u8(ssum),
+                                                rope ? u8(qr) : nullptr, rope ? u8(kr) : nullptr,
+                                                tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr, u8(dqi),
+                                                u8(dki), u8(dw), u8(loss), ws.data(), tiling_gm.data());
+        });
+    *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),
+                             stats.cores, tiling.result.data.keyChunk, 0, 0};
+    harness::FillWriteStats(info);
+    return harness::kOk;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,185 @@
+"""sparse_lightning_indexer_grad_kl_loss Ascend C kernel on the CPU twin (mixed AIC + AIV launch:
+row pass for the teacher p, softmax(I), loss, d_weights, d_query_index; key-block ownership pass
+for d_key_index) against the float64 reference, with teacher statistics from a real forward over
+the same selected keys; fp16/bf16 inputs, weights of the same dtype or float32, TND/BSND, rope
+present or absent, -1 slots anywhere, rows with one or no visible key, the Ascend shapes; 1/8/24
+cores and the same output bits for any core count and any core execution order. Plus the pure
+tiling's invariants for 1, 8, 20, 24, 40 and 48 AI cores."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _indexer_cases import Case, make_case
+from _util import TOLERANCES, rel_l2
+from ascendc_harness import twin_lib as twin
+
+from ms_grad_ops import reference as ref
+
+NAMES = ("d_query_index", "d_key_index", "d_weights")
+LOSS_TOL = 1e-4
+CORE_COUNTS = (1, 8, 20, 24, 40, 48)
+
+
+def problem(case: Case, dtype: str, wdtype: str) -> twin.SliProblem:
+    return twin.SliProblem(dtype, wdtype, case.layout, case.arrays, case.lens_q, case.lens_k, case.scale,
+                           case.sparse_mode)
+
+
+def small(seed: int, dtype: str, wdtype: str, layout: str, rope: bool = True, **kw: object) -> Case:
+    """Small generic shapes (multiples of 16 where the kernel's 32-byte rows need them)."""
+    args = {"n1": 4, "d": 32, "dr": 16 if rope else 0, "nidx": 4, "didx": 16, "k": 8} | kw
+    return make_case(np.random.default_rng(seed), dtype, wdtype, layout, **args)
+
+
+def check(run: twin.KernelRun, case: Case, dtype: str) -> None:
+    info = run.info
+    assert info.min_writes == 1 and info.max_writes == 1, "every output byte written exactly once"
+    assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.DEFAULT_UB, "UB footprint = the tiling's plan"
+    want = ref.sparse_lightning_indexer_grad_kl_loss(*case.ref_args(), **case.ref_kwargs())
+    tol = TOLERANCES["attention"][dtype]
+    for name, got, ref_val in zip(NAMES, run.outputs[:3], want[:3]):
+        assert np.isfinite(got).all(), name
+        err = rel_l2(got, ref_val)
+        assert err <= tol, f"{name}: relative L2 error {err:.3g} > {tol:g} ({dtype})"
+        zero = np.all(ref_val == 0, axis=-1)  # rows nothing reaches: exactly zero
+        assert (got[zero] == 0).all(), f"{name}: rows without a contribution must be 0"
+    assert abs(run.outputs[3] - want[3]) <= LOSS_TOL * abs(want[3]), f"loss {run.outputs[3]} vs {want[3]}"
+
+
+@pytest.mark.parametrize("layout", ["TND", "BSND"])
+@pytest.mark.parametrize(("dtype", "wdtype"), [("float16", "float16"), ("float16", "float32"),
+                                               ("bfloat16", "bfloat16"), ("bfloat16", "float32")])
+def test_small_cases(layout: str, dtype: str, wdtype: str) -> None:
+    for cores, rope in ((1, True), (8, False), (24, True)):
+        case = small(cores + len(layout), dtype, wdtype, layout, rope=rope)
+        check(twin.sparse_lightning_indexer_grad_kl_loss(problem(case, dtype, wdtype), cores), case, dtype)
+
+
+@pytest.mark.parametrize("mode", [0, 3])
+def test_sparse_mode_and_odd_lengths(mode: int) -> None:
+    case = small(11, "bfloat16", "float32", "TND", lens_q=[1, 17, 0, 6], lens_k=[3, 21, 2, 33], k=12,
+                 sparse_mode=mode, drop=0.4)
+    check(twin.sparse_lightning_indexer_grad_kl_loss(problem(case, "bfloat16", "float32"), 8), case, "bfloat16")
+
+
+def test_rows_with_one_or_no_visible_key() -> None:
+    """Row 0 sees one key (the causal limit), row 1 selects only -1, row 2 only hidden keys, row 3
+    one visible key among -1 and hidden slots; the others are random."""
+    case = small(3, "float16", "float16", "BSND", b=1, s1=8, s2=8, k=6)
+    si = case.arrays["sparse_indices"]
+    si[0, 0, 0] = [-1, 0, -1, -1, -1, -1]
+    si[0, 1, 0] = -1
+    si[0, 2, 0] = [7, 6, 5, -1, 4, 3]  # all beyond row 2's limit (keys 0..2)
+    si[0, 3, 0] = [-1, 6, 2, -1, 5, -1]
+    case = rebuild_stats(case)
+    run = twin.sparse_lightning_indexer_grad_kl_loss(problem(case, "float16", "float16"), 2)
+    check(run, case, "float16")
+    d_qi, _, d_w, _ = run.outputs[:4]
+    assert (d_qi[0, 1] == 0).all() and (d_w[0, 1] == 0).all() and (d_qi[0, 2] == 0).all()
+    # a single visible key: y = p = 1, so dI = 0 and every gradient of the row vanishes
+    assert np.abs(d_w[0, 0]).max() < 1e-3 and np.abs(d_w[0, 3]).max() < 1e-3
+
+
+def rebuild_stats(case: Case) -> Case:
+    """Teacher statistics of the main attention over the (edited) selected keys."""
+    a = case.arrays
+    mx, sm = ref.attention_softmax_stats(a["query"], a["key"], a["sparse_indices"], a.get("query_rope"),
+                                         a.get("key_rope"), case.lens_q, case.lens_k, scale_value=case.scale,
+                                         layout=case.layout, sparse_mode=case.sparse_mode)
+    a["softmax_max"] = mx.astype(np.float32).astype(np.float64)
+    a["softmax_sum"] = sm.astype(np.float32).astype(np.float64)
+    return case
+
+
+@pytest.mark.parametrize(("dtype", "nidx", "n1", "layout"), [("bfloat16", 8, 32, "TND"), ("float16", 64, 64, "BSND")])
+def test_ascend_shapes(dtype: str, nidx: int, n1: int, layout: str) -> None:
+    """D = 512, Dr = 64, Didx = 128, K = 1024 at small S (most slots -1)."""
+    extra = {"lens_q": [3, 2], "lens_k": [5, 9]} if layout == "TND" else {"b": 1, "s1": 4, "s2": 6}
+    case = make_case(np.random.default_rng(nidx), dtype, "float32" if nidx == 8 else dtype, layout, n1=n1, d=512,
+                     dr=64, nidx=nidx, didx=128, k=1024, **extra)
+    check(twin.sparse_lightning_indexer_grad_kl_loss(problem(case, dtype, "float32" if nidx == 8 else dtype), 8),
+          case, dtype)
+
+
+def test_deterministic_bits_across_cores_and_orders() -> None:
+    """d_key_index sums are formed by one AIV per key block in a fixed order: identical bits for
+    any core count and any (seeded, shuffled) core execution order."""
+    case = small(5, "bfloat16", "float32", "TND", lens_q=[9, 14, 5], lens_k=[40, 18, 23], k=16, drop=0.1)
+    p = problem(case, "bfloat16", "float32")
+    first = twin.sparse_lightning_indexer_grad_kl_loss(p, 1, deterministic=True)
+    check(first, case, "bfloat16")
+    for cores, seed in ((8, 0), (24, 0), (8, 3), (24, 11)):
+        run = twin.sparse_lightning_indexer_grad_kl_loss(p, cores, seed=seed, deterministic=True)
+        for a, b in zip(first.outputs[4:], run.outputs[4:]):
+            assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"bits differ at {cores} cores, seed {seed}"
+
+
+# ---------------------------------------------------------------- pure tiling
+def shape_only(layout: str, *, lens_q: list[int] | None = None, lens_k: list[int] | None = None, b: int = 1,
+               s1: int = 1, s2: int = 1, n1: int = 64, d: int = 512, dr: int = 64, nidx: int = 64, didx: int = 128,
+               k: int = 2048, wdtype: str = "bfloat16", mode: int = 3) -> twin.SliProblem:
+    """Shapes only (zero-stride arrays): the tiling never reads tensor values."""
+    def arr(*shape: int) -> np.ndarray:
+        return np.broadcast_to(np.zeros(1), shape)
+    tok_q, tok_k = ((sum(lens_q),), (sum(lens_k),)) if layout == "TND" else ((b, s1), (b, s2))
+    arrays = {"query": arr(*tok_q, n1, d), "key": arr(*tok_k, 1, d), "query_index": arr(*tok_q, nidx, didx),
+              "key_index": arr(*tok_k, 1, didx), "weights": arr(*tok_q, nidx), "sparse_indices": arr(*tok_q, 1, k)}
+    if dr:
+        arrays["query_rope"] = arr(*tok_q, n1, dr)
+    cq = list(np.cumsum(lens_q)) if layout == "TND" else None
+    ck = list(np.cumsum(lens_k)) if layout == "TND" else None
+    return twin.SliProblem("bfloat16", wdtype, layout, arrays, cq, ck, 0.1, mode)
+
+
+TILING_SHAPES = [
+    ("TND", {"lens_q": [4096, 3, 0, 1500], "lens_k": [4096, 3, 7, 2000]}),
+    ("TND", {"lens_q": [1], "lens_k": [1], "n1": 32, "nidx": 8, "k": 1024, "wdtype": "float32"}),
+    ("BSND", {"b": 2, "s1": 777, "s2": 1000, "dr": 0, "k": 512}),
+    ("BSND", {"b": 1, "s1": 5, "s2": 5, "n1": 128, "nidx": 16, "didx": 64, "k": 3, "d": 128}),
+]
+
+
+@pytest.mark.parametrize("cores", CORE_COUNTS)
+@pytest.mark.parametrize(("layout", "kw"), TILING_SHAPES)
+def test_tiling_invariants(cores: int, layout: str, kw: dict) -> None:
+    p = shape_only(layout, **kw)
+    s = twin.sli_schedule(p, cores)
+    args = p.args(cores)
+    t1, t2, k = args.t1, args.t2, args.k
+    assert 1 <= s.used_aic <= cores and s.aiv == 2 * s.used_aic
+    assert s.used_aic == min(cores, max(1, (t1 + 1) // 2)), "no idle AI core, never more than the cores"
+    for starts, total in ((s.row_start, t1), (s.key_block_start, s.key_blocks)):
+        assert starts[0] == 0 and starts[-1] == total and np.all(np.diff(starts) >= 0), "each unit exactly once"
+    assert s.key_blocks * s.key_block >= t2 > (s.key_blocks - 1) * s.key_block
+    kb = np.diff(s.key_block_start)
+    assert kb.max() - kb.min() <= 1, "key blocks split evenly"
+    assert s.ub_bytes <= twin.DEFAULT_UB
+    assert s.k_pad == -(-k // 16) * 16 and s.key_chunk % 16 == 0 and s.key_chunk <= 512
+    assert s.m_key == s.row_chunk * args.n_idx <= max(128, args.n_idx)
+    # workspace = per-AIV regions + dI [t1, K] + per-token loss [t1], each region 512-aligned
+    assert s.ws_di == s.aiv * s.aiv_ws_bytes
+    assert s.ws_loss == s.ws_di + -(-t1 * k * 4 // 512) * 512
+    assert s.workspace_bytes == s.ws_loss + -(-t1 * 4 // 512) * 512
+    assert s.tiling_key == (1 if p.dtype == "bfloat16" else 0) + (10 if p.wdtype == "float32" else 0)
+    # rows balanced by the visible-key bound (+16 per row): no AIV above the mean plus one row
+    weights = row_weights(p, args)
+    loads = np.array([weights[a:b].sum() for a, b in zip(s.row_start[:-1], s.row_start[1:])])
+    assert loads.max() <= weights.sum() / s.aiv + weights.max()
+
+
+def row_weights(p: twin.SliProblem, args: twin.SliArgs) -> np.ndarray:
+    spans = list(zip(np.diff([0, *p.lens_q]), np.diff([0, *p.lens_k]))) if p.layout == "TND" else \
+        [(args.s1, args.s2)] * args.batch
+    out = []
+    for s1, s2 in spans:
+        for i in range(s1):
+            vis = max(0, min(s2, i + s2 - s1 + 1)) if p.sparse_mode == 3 else s2
+            out.append(16 + min(vis, args.k))
+    return np.array(out, np.int64)
+
+
+@pytest.mark.parametrize(("kw", "match"), [({"d": 24}, "multiple of 16"), ({"didx": 40}, "Didx"),
+                                           ({"mode": 1}, "sparse_mode"), ({"k": 20000}, "out of range")])
+def test_tiling_rejects(kw: dict, match: str) -> None:
+    with pytest.raises(twin.TilingError, match=match):
+        twin.sli_schedule(shape_only("BSND", **kw), 24)
