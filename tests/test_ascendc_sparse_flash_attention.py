@@ -131,3 +131,20 @@ def test_forward_same_bits_for_any_core_count_and_order(name: str) -> None:
 def test_forward_optional_inputs(variant: str, dtype: str) -> None:
     p = make_variant(variant, dtype, seed=13)
     check(twin.sparse_flash_attention(p, core_num=8), p)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_forward_nan_propagates(dtype: str) -> None:
+    # NaN in one query head and in one key: out and both statistics are NaN exactly where the
+    # float64 reference has NaN (a max that drops NaN would give a finite softmax_max).
+    _, p = make("tnd_uneven", dtype, seed=4)
+    p.query[1, 0, 3] = np.nan
+    p.key[20, 0, 2] = np.nan
+    run = twin.sparse_flash_attention(p, core_num=8)
+    want = reference(p)
+    for what, got, ref_val in zip(("out", "softmax_max", "softmax_sum"), run.outputs, want):
+        got = got.reshape(ref_val.shape)
+        assert np.isnan(ref_val).any() and (np.isnan(got) == np.isnan(ref_val)).all(), f"{what}: NaN pattern"
+        ok = ~np.isnan(ref_val)
+        assert rel_l2(got[ok], ref_val[ok]) <= TOLERANCES["attention"][dtype], what

@@ -122,7 +122,11 @@ class SparseFlashAttentionKernel {
         ReduceSum(red, s, work, n);
         Cast(p16[i * pitch_h], s, RoundMode::CAST_RINT, n);
         SyncPipes<HardEvent::V_S>();
-        Stat(kRowSum).SetValue(h0 + i, red.GetValue(0));
+        const float row_sum = red.GetValue(0);
+        Stat(kRowSum).SetValue(h0 + i, row_sum);
+        // A NaN score makes the row sum NaN; the max must be NaN too (IEEE propagation, as the
+        // reference's), whatever ReduceMax does with NaN. (+inf - +inf is NaN too: keep +inf.)
+        if (row_sum != row_sum && !(new_max > 3.0e38f)) Stat(kNewMax).SetValue(h0 + i, row_sum);
       }
       StoreRows16(wsP_[uint64_t{h0} * n], p16, rows, n);
     }
