@@ -1,4 +1,4 @@
-"""Main job: train a small network in GRAPH mode whose backward runs our fused CPU kernels.
+"""Second example: train a small network in GRAPH mode whose backward runs the fused rope and CLA kernels.
 
 The network projects packed (unpadded) token features to q and k, rotates them with
 ``ms_grad_ops.nn.RotaryEmbedding`` (bprop: the fused ``rope_grad`` kernel, mode="vjp"), treats
@@ -27,10 +27,6 @@ def rope_tables(max_seq_len: int, base: float = 10000.0) -> tuple[np.ndarray, np
     ang = np.arange(max_seq_len)[:, None] * inv[None, :]
     ang = np.concatenate([ang, ang], axis=1)
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
-
-
-
-
 
 
 class ToyBlock(nn.Cell):

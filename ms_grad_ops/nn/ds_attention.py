@@ -1,0 +1,250 @@
+"""``nn.DSAttention``: DeepSeek-V3.2 sparse attention (MLA + lightning indexer) from the package's Cells."""
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, Tensor, nn
+from mindspore import ops as msops
+from mindspore.common.initializer import Normal, initializer
+
+from .indexer_kl_loss import IndexerKLLoss
+from .lightning_indexer import LightningIndexer
+from .sparse_flash_attention import SparseFlashAttention
+
+
+def rope_tables(max_seq_len: int, rope_dim: int, theta: float) -> tuple[Tensor, Tensor]:
+    """cos/sin ``[max_seq_len, rope_dim // 2]`` float32: angle ``pos * theta**(-2i/rope_dim)`` of pair i."""
+    inv = theta ** (-np.arange(0, rope_dim, 2, dtype=np.float64) / rope_dim)
+    ang = np.arange(max_seq_len, dtype=np.float64)[:, None] * inv[None, :]
+    return Tensor(np.cos(ang).astype(np.float32)), Tensor(np.sin(ang).astype(np.float32))
+
+
+def _rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """DeepSeek's rotary embedding (complex multiply of adjacent pairs) on the last axis of ``x``
+    ``[N, H, Dr]`` float32; cos/sin ``[N, Dr // 2]`` gathered at each token's position."""
+    n, h, dr = x.shape
+    pairs = x.reshape(n, h, dr // 2, 2)
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    c, s = cos.expand_dims(1), sin.expand_dims(1)
+    return msops.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).reshape(n, h, dr)
+
+
+def _positions(t: int, lengths: Tensor) -> Tensor:
+    """Position of every packed token inside its own sequence (TND, cumulative int lengths)."""
+    lengths = lengths.astype(ms.int32)
+    tokens = msops.arange(t).astype(ms.int32)
+    seq = (tokens.reshape(-1, 1) >= lengths.reshape(1, -1)).astype(ms.int32).sum(1)
+    starts = msops.concat((msops.zeros(1, ms.int32), lengths))
+    return tokens - msops.gather(starts, seq, 0)
+
+
+class _RMSNorm(nn.Cell):
+    """``x * rsqrt(mean(x^2) + eps) * weight`` over the last axis, float32."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = Parameter(initializer("ones", (dim,), ms.float32), name="weight")
+
+    def construct(self, x: Tensor) -> Tensor:
+        return x * msops.rsqrt((x * x).mean(-1, keep_dims=True) + self.eps) * self.weight
+
+
+def _dense(n_in: int, n_out: int) -> nn.Dense:
+    return nn.Dense(n_in, n_out, has_bias=False, weight_init=Normal(n_in ** -0.5))
+
+
+class DSAttention(nn.Cell):
+    """DeepSeek-V3.2 sparse attention: MLA whose keys are chosen by the lightning indexer.
+
+    ``construct(x, actual_seq_lengths=None) -> (out, indexer_loss)``
+
+    ``x``: float32 ``[B, S, dim]`` (layout "BSND") or ``[T, dim]`` (layout "TND": the tokens of
+    all sequences packed; ``actual_seq_lengths`` cumulative, CANN style: lengths ``[3, 5]`` are
+    written ``[3, 8]``; a Python list or an int32/int64 tensor; None = one sequence). ``out`` is
+    shaped like ``x``; ``indexer_loss`` float32 ``[1]`` is the indexer's KL loss summed over the
+    query tokens (``IndexerKLLoss``). Train on ``task_loss(out) + indexer_loss``: each part reaches
+    only its own parameters.
+
+    Structure (DeepSeek-V3.2-Exp ``inference/model.py``, classes ``MLA`` and ``Indexer``):
+
+    - query: ``qr = q_norm(wq_a(x))`` (RMSNorm), ``wq_b(qr)`` -> per head ``q_nope``
+      (``qk_nope_head_dim``) and ``q_pe`` (``qk_rope_head_dim``, rotated);
+    - key/value: ``wkv_a(x)`` -> latent ``kv`` (``kv_lora_rank``, RMSNorm ``kv_norm``) and one shared
+      ``k_pe`` (rotated);
+    - MLA in absorbed form: ``q_nope`` is multiplied by ``w_uk[h]`` (``[qk_nope_head_dim,
+      kv_lora_rank]``), so the attention is MQA over the latent: query ``[.., n_heads,
+      kv_lora_rank]`` + rope ``[.., n_heads, qk_rope_head_dim]``, one shared key = value ``kv`` +
+      rope ``k_pe`` (``nn.SparseFlashAttention``, causal); its latent output goes through
+      ``w_uv[h]`` (``[v_head_dim, kv_lora_rank]``) and ``wo``. ``w_uk``/``w_uv`` are DeepSeek's
+      ``wkv_b`` viewed per head;
+    - indexer on the *detached* ``x`` and ``qr``: ``q_idx = wq_idx(qr)`` (``index_n_heads x
+      index_head_dim``), ``k_idx = k_norm(wk_idx(x))`` (LayerNorm, one head), rope on their first
+      ``qk_rope_head_dim`` channels (DeepSeek's indexer puts the rope part first, MLA last),
+      ``weights = weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5``; top
+      ``index_topk`` keys per query row (``nn.LightningIndexer``, causal);
+    - ``indexer_loss = IndexerKLLoss(...)``: KL divergence between the head-averaged main
+      attention over the selected keys and the indexer's softmax over them. The main-attention
+      tensors enter it as constants and the indexer's inputs are detached, so the KL loss trains
+      only the indexer and the task loss never reaches it.
+
+    ``index_topk >= S`` makes the attention dense (every visible key is selected): that is the
+    dense warm-up stage of DeepSeek-V3.2's training, where the indexer learns the dense attention.
+
+    Differences from DeepSeek's code, on purpose: rope is DeepSeek's interleaved (adjacent pairs)
+    layout computed with MindSpore ops in float32, because the package's ``rope`` kernel is ATB's
+    rotate-half on 128-wide heads; plain rope frequencies (no YaRN: give ``softmax_scale`` to
+    reproduce its mscale); no Hadamard rotation of the indexer's q/k (it exists for their FP8
+    quantisation; an orthogonal map of both leaves ``q . k`` unchanged); no FP8, no KV cache.
+
+    Args (DeepSeek-V3.2 671B values in brackets):
+        dim: model width [7168]. n_heads: attention heads [128]. q_lora_rank: [1536] (> 0).
+        kv_lora_rank: latent width = the attention's D [512]. qk_nope_head_dim: [128].
+        qk_rope_head_dim: the attention's Dr, even [64]. v_head_dim: [128].
+        index_n_heads: [64]. index_head_dim: [128] (>= qk_rope_head_dim). index_topk: K [2048].
+        max_seq_len: positions covered by the rope tables (>= the longest sequence). rope_theta: [10000].
+        softmax_scale: attention logit scale; None = ``(qk_nope_head_dim + qk_rope_head_dim)**-0.5``.
+        layout: "BSND" or "TND". dtype: the dtype of the fused kernels' inputs (float32, float16
+            or bfloat16); parameters, projections and norms stay float32 (MindSpore's CPU backend
+            has no bfloat16 MatMul). eps: norm epsilon [1e-6].
+    """
+
+    def __init__(self, dim: int, n_heads: int, q_lora_rank: int, kv_lora_rank: int, qk_nope_head_dim: int,
+                 qk_rope_head_dim: int, v_head_dim: int, index_n_heads: int, index_head_dim: int, index_topk: int,
+                 *, max_seq_len: int, rope_theta: float = 10000.0, softmax_scale: float | None = None,
+                 layout: str = "BSND", dtype: ms.dtype = ms.float32, eps: float = 1e-6) -> None:
+        super().__init__()
+        if layout not in ("BSND", "TND"):
+            raise ValueError(f"DSAttention: layout must be \"BSND\" or \"TND\", got {layout!r}")
+        if dtype not in (ms.float32, ms.float16, ms.bfloat16):
+            raise TypeError(f"DSAttention: dtype must be float32, float16 or bfloat16, got {dtype}")
+        if qk_rope_head_dim <= 0 or qk_rope_head_dim % 2 or index_head_dim < qk_rope_head_dim:
+            raise ValueError(f"DSAttention: qk_rope_head_dim ({qk_rope_head_dim}) must be even and positive and "
+                             f"<= index_head_dim ({index_head_dim})")
+        if min(dim, n_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, v_head_dim, index_n_heads,
+               index_topk, max_seq_len) <= 0:
+            raise ValueError("DSAttention: every size must be positive")
+        self.layout, self.dtype = layout, dtype
+        self.n_heads, self.rope_dim = n_heads, qk_rope_head_dim
+        self.nope_dim, self.kv_rank, self.v_dim = qk_nope_head_dim, kv_lora_rank, v_head_dim
+        self.index_heads, self.index_dim = index_n_heads, index_head_dim
+        scale = (qk_nope_head_dim + qk_rope_head_dim) ** -0.5 if softmax_scale is None else float(softmax_scale)
+
+        self.wq_a = _dense(dim, q_lora_rank)
+        self.q_norm = _RMSNorm(q_lora_rank, eps)
+        self.wq_b = _dense(q_lora_rank, n_heads * (qk_nope_head_dim + qk_rope_head_dim))
+        self.wkv_a = _dense(dim, kv_lora_rank + qk_rope_head_dim)
+        self.kv_norm = _RMSNorm(kv_lora_rank, eps)
+        self.w_uk = Parameter(initializer(Normal(qk_nope_head_dim ** -0.5), (n_heads, qk_nope_head_dim,
+                                                                             kv_lora_rank)), name="w_uk")
+        self.w_uv = Parameter(initializer(Normal(kv_lora_rank ** -0.5), (n_heads, v_head_dim, kv_lora_rank)),
+                              name="w_uv")
+        self.wo = _dense(n_heads * v_head_dim, dim)
+
+        self.wq_idx = _dense(q_lora_rank, index_n_heads * index_head_dim)
+        self.wk_idx = _dense(dim, index_head_dim)
+        self.k_norm = nn.LayerNorm((index_head_dim,), epsilon=eps)
+        self.weights_proj = _dense(dim, index_n_heads)
+        self.weights_scale = index_n_heads ** -0.5 * index_head_dim ** -0.5
+
+        self.cos, self.sin = rope_tables(max_seq_len, qk_rope_head_dim, rope_theta)
+        self.indexer = LightningIndexer(index_topk, layout=layout)
+        self.attention = SparseFlashAttention(scale, layout=layout, return_softmax_lse=True)
+        self.indexer_loss = IndexerKLLoss(scale, layout=layout)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _lengths(self, actual_seq_lengths: object) -> Tensor | None:
+        """The cumulative lengths as an int32 tensor (TND), or None (one sequence, or BSND)."""
+        if actual_seq_lengths is None:
+            return None
+        if self.layout == "BSND":
+            raise ValueError("DSAttention: actual_seq_lengths must be None with layout \"BSND\" "
+                             "(every batch holds S tokens)")
+        if isinstance(actual_seq_lengths, (list, tuple)):
+            return Tensor(actual_seq_lengths, ms.int32)
+        return actual_seq_lengths.astype(ms.int32)
+
+    def _tables(self, x: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor]:
+        """cos/sin ``[N, Dr // 2]`` for the N = B*S (or T) tokens of ``x``."""
+        if self.layout == "BSND":
+            b, s = x.shape[0], x.shape[1]
+            cos, sin = self.cos[:s], self.sin[:s]
+            return msops.tile(cos, (b, 1)), msops.tile(sin, (b, 1))
+        if lengths is None:
+            return self.cos[:x.shape[0]], self.sin[:x.shape[0]]
+        pos = _positions(x.shape[0], lengths)
+        return msops.gather(self.cos, pos, 0), msops.gather(self.sin, pos, 0)
+
+    def _shape(self, t: Tensor, lead: tuple) -> Tensor:
+        """``[N, H, D]`` -> ``[B, S, H, D]`` (BSND) or unchanged (TND), in the kernels' dtype."""
+        return t.reshape(lead + t.shape[1:]).astype(self.dtype)
+
+    def _index_inputs(self, x: Tensor, qr: Tensor, cos: Tensor, sin: Tensor, lead: tuple
+                      ) -> tuple[Tensor, Tensor, Tensor]:
+        """The lightning indexer's ``(query_index, key_index, weights)`` from flat ``x [N, dim]`` and
+        ``qr [N, q_lora_rank]`` (both detached here), in the kernels' layout and dtype (weights float32)."""
+        x, qr = msops.stop_gradient(x), msops.stop_gradient(qr)
+        n, r = x.shape[0], self.rope_dim
+        q = self.wq_idx(qr).reshape(n, self.index_heads, self.index_dim)
+        q = msops.concat((_rope_interleaved(q[..., :r], cos, sin), q[..., r:]), -1)
+        k = self.k_norm(self.wk_idx(x)).reshape(n, 1, self.index_dim)
+        k = msops.concat((_rope_interleaved(k[..., :r], cos, sin), k[..., r:]), -1)
+        w = self.weights_proj(x) * self.weights_scale
+        return self._shape(q, lead), self._shape(k, lead), w.reshape(lead + (self.index_heads,))
+
+    def index_inputs(self, x: Tensor, actual_seq_lengths: object = None) -> tuple[Tensor, Tensor, Tensor]:
+        """``(query_index, key_index, weights)`` as fed to the indexer (for ``nn.LightningIndexer``
+        with another ``sparse_count``, e.g. to measure what a sparser top-k would select)."""
+        lengths = self._lengths(actual_seq_lengths)
+        flat = x.reshape(-1, x.shape[-1])
+        cos, sin = self._tables(x, lengths)
+        return self._index_inputs(flat, self.q_norm(self.wq_a(flat)), cos, sin, x.shape[:-1])
+
+    def select(self, x: Tensor, actual_seq_lengths: object = None) -> Tensor:
+        """The int32 key indices the forward attends to: ``[B, S, 1, index_topk]`` / ``[T, 1, index_topk]``,
+        local to each sequence, -1 in unused slots."""
+        q_idx, k_idx, weights = self.index_inputs(x, actual_seq_lengths)
+        lengths = self._lengths(actual_seq_lengths)
+        return self.indexer(q_idx, k_idx, weights, lengths, lengths)[0]
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def construct(self, x: Tensor, actual_seq_lengths: object = None) -> tuple[Tensor, Tensor]:
+        lengths = self._lengths(actual_seq_lengths)
+        lead = x.shape[:-1]
+        flat = x.reshape(-1, x.shape[-1])
+        n, h = flat.shape[0], self.n_heads
+        cos, sin = self._tables(x, lengths)
+
+        qr = self.q_norm(self.wq_a(flat))
+        q = self.wq_b(qr).reshape(n, h, self.nope_dim + self.rope_dim)
+        q_nope, q_pe = q[..., :self.nope_dim], _rope_interleaved(q[..., self.nope_dim:], cos, sin)
+        q_lat = msops.bmm(q_nope.transpose(1, 0, 2), self.w_uk).transpose(1, 0, 2)
+        kv = self.wkv_a(flat)
+        latent = self.kv_norm(kv[:, :self.kv_rank]).reshape(n, 1, self.kv_rank)
+        k_pe = _rope_interleaved(kv[:, self.kv_rank:].reshape(n, 1, self.rope_dim), cos, sin)
+
+        q_idx, k_idx, weights = self._index_inputs(flat, qr, cos, sin, lead)
+        indices, _ = self.indexer(q_idx, k_idx, weights, lengths, lengths)
+
+        query, key = self._shape(q_lat, lead), self._shape(latent, lead)
+        query_rope, key_rope = self._shape(q_pe, lead), self._shape(k_pe, lead)
+        # value=None: the latent is key and value; the kernel sums their gradients in float32.
+        o, softmax_max, softmax_sum = self.attention(query, key, None, indices, query_rope, key_rope, lengths,
+                                                     lengths)
+
+        # The KL loss sees the main attention as constants, recast from detached float32 tensors so
+        # no low-precision tensor feeds two consumers (autodiff would add their gradients with a
+        # bfloat16 AddN, which MindSpore's CPU backend lacks).
+        stop = msops.stop_gradient
+        loss = self.indexer_loss(
+            self._shape(stop(q_lat), lead), self._shape(stop(latent), lead), q_idx, k_idx, weights, indices,
+            softmax_max, softmax_sum, self._shape(stop(q_pe), lead), self._shape(stop(k_pe), lead),
+            lengths, lengths)
+
+        o = o.astype(ms.float32).reshape(n, h, self.kv_rank)
+        v = msops.bmm(o.transpose(1, 0, 2), self.w_uv.transpose(0, 2, 1)).transpose(1, 0, 2)
+        out = self.wo(v.reshape(n, h * self.v_dim))
+        return out.reshape(lead + (out.shape[-1],)), loss
+

@@ -1,0 +1,131 @@
+"""``nn.DSAttention``: every parameter's gradient against the float64 oracle in ``_dsa_oracle``
+(dense attention with mask = selected & causal, the selection taken from the layer's forward)."""
+from __future__ import annotations
+
+import _dsa_oracle as oracle
+import mindspore as ms
+import numpy as np
+import pytest
+from _util import MS_DTYPES, TOLERANCES, quantize, rel_l2
+from mindspore import Tensor, nn
+
+import ms_grad_ops as mgo
+
+CFG = {"dim": 20, "n_heads": 2, "q_lora_rank": 12, "kv_lora_rank": 10, "qk_nope_head_dim": 6,
+       "qk_rope_head_dim": 4, "v_head_dim": 5, "index_n_heads": 3, "index_head_dim": 8, "index_topk": 3}
+EXTRA = {"rope_theta": 10000.0, "eps": 1e-6}
+INDEXER = ("wq_idx.", "wk_idx.", "k_norm.", "weights_proj.")
+KL_WEIGHT = 0.5
+
+
+def _layer(layout: str, dtype: str) -> mgo.nn.DSAttention:
+    ms.set_seed(1)
+    return mgo.nn.DSAttention(**CFG, max_seq_len=16, layout=layout, dtype=MS_DTYPES[dtype], **EXTRA)
+
+
+def _inputs(layout: str, rng: np.random.Generator) -> tuple[Tensor, object, np.ndarray, np.ndarray]:
+    """x, lengths argument, and per flat token its sequence id and position."""
+    if layout == "BSND":
+        b, s = 2, 7
+        x = rng.standard_normal((b, s, CFG["dim"]))
+        return Tensor(x.astype(np.float32)), None, np.repeat(np.arange(b), s), np.tile(np.arange(s), b)
+    lens = [4, 9, 13]
+    x = rng.standard_normal((lens[-1], CFG["dim"]))
+    seq = np.repeat(np.arange(len(lens)), np.diff([0, *lens]))
+    pos = np.arange(lens[-1]) - np.array([0, *lens])[seq]
+    return Tensor(x.astype(np.float32)), Tensor(np.array(lens, np.int64)), seq, pos
+
+
+class _Objective(nn.Cell):
+    """``sum(out * d_out) + KL_WEIGHT * indexer_loss`` (or only the first term)."""
+
+    def __init__(self, layer: nn.Cell, d_out: Tensor, with_kl: bool) -> None:
+        super().__init__()
+        self.layer, self.d_out, self.with_kl = layer, d_out, with_kl
+
+    def construct(self, x: Tensor, lengths: object) -> Tensor:
+        out, loss = self.layer(x, lengths)
+        main = (out * self.d_out).sum()
+        return main + KL_WEIGHT * loss.sum() if self.with_kl else main
+
+
+def _short(name: str) -> str:
+    """The parameter's name inside DSAttention (the wrapper Cell prefixes it with "layer.")."""
+    return name[len("layer."):] if name.startswith("layer.") else name
+
+
+# A GRAPH compile of the layer's gradient costs ~20 s of CPU, a PyNative run ~3 s: every layout
+# and dtype runs in PyNative, the low-precision ones (the GRAPH training case) in GRAPH too.
+CASES = [("pynative", "BSND", "float32"), ("pynative", "TND", "float32"), ("pynative", "BSND", "bfloat16"),
+         ("pynative", "TND", "float16"), ("graph", "BSND", "float16"), ("graph", "TND", "bfloat16")]
+
+
+@pytest.mark.parametrize(("mode", "layout", "dtype"), CASES)
+def test_gradients_match_oracle(mode: str, layout: str, dtype: str) -> None:
+    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+    try:
+        _check_gradients(mode, layout, dtype)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def _check_gradients(exec_mode: str, layout: str, dtype: str) -> None:
+    rng = np.random.default_rng(7)
+    layer = _layer(layout, dtype)
+    x, lengths, seq, pos = _inputs(layout, rng)
+    d_out = rng.standard_normal(x.shape)
+    objective = _Objective(layer, Tensor(d_out.astype(np.float32)), True)
+    params = layer.trainable_params()
+    grads = ms.grad(objective, None, params)(x, lengths)
+    out, loss = layer(x, lengths)
+    selected = layer.select(x, lengths).asnumpy().reshape(seq.size, -1)
+
+    values = {_short(p.name): p.asnumpy().astype(np.float64) for p in params}
+    cfg = {**CFG, **EXTRA, "scale": (CFG["qk_nope_head_dim"] + CFG["qk_rope_head_dim"]) ** -0.5}
+    ref_out, ref_loss, main_grads, kl_grads = oracle.gradients(
+        values, x.asnumpy().reshape(seq.size, -1).astype(np.float64), seq, pos, selected, cfg,
+        d_out.reshape(seq.size, -1), lambda a: quantize(a, dtype))
+    tol = TOLERANCES["attention"][dtype]
+    assert (selected >= 0).sum(1).min() >= 1
+    assert rel_l2(out.asnumpy().reshape(ref_out.shape), ref_out) <= tol
+    assert abs(float(loss.asnumpy()[0]) - ref_loss) <= tol * abs(ref_loss) + 1e-6
+    for p, g in zip(params, grads):
+        name = _short(p.name)
+        ref = KL_WEIGHT * kl_grads[name] if name.startswith(INDEXER) else main_grads[name]
+        assert np.linalg.norm(ref) > 0, p.name
+        err = rel_l2(g.asnumpy(), ref)
+        assert err <= tol, f"{p.name}: relative L2 error {err:.3g} > {tol:g} ({layout}, {dtype}, {exec_mode})"
+
+
+@pytest.mark.parametrize("layout", ["BSND", "TND"])
+def test_main_loss_never_reaches_the_indexer(layout: str) -> None:
+    rng = np.random.default_rng(3)
+    layer = _layer(layout, "float32")
+    x, lengths, _, _ = _inputs(layout, rng)
+    objective = _Objective(layer, Tensor(rng.standard_normal(x.shape).astype(np.float32)), False)
+    indexer = [p for p in layer.trainable_params() if _short(p.name).startswith(INDEXER)]
+    assert len(indexer) == 5
+    for p, g in zip(indexer, ms.grad(objective, None, indexer)(x, lengths)):
+        assert not g.asnumpy().any(), p.name
+
+
+def test_lengths_as_list_and_defaults() -> None:
+    rng = np.random.default_rng(5)
+    layer = _layer("TND", "float32")
+    x, lengths, _, _ = _inputs("TND", rng)
+    out_tensor, loss_tensor = layer(x, lengths)
+    out_list, loss_list = layer(x, [int(v) for v in lengths.asnumpy()])
+    assert np.array_equal(out_tensor.asnumpy(), out_list.asnumpy())
+    assert np.array_equal(loss_tensor.asnumpy(), loss_list.asnumpy())
+    one, _ = layer(x[:5])
+    assert np.array_equal(one.asnumpy(), layer(x[:5], [5])[0].asnumpy())
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="DSAttention: layout"):
+        mgo.nn.DSAttention(**CFG, max_seq_len=8, layout="BNSD")
+    with pytest.raises(ValueError, match="qk_rope_head_dim"):
+        mgo.nn.DSAttention(**{**CFG, "qk_rope_head_dim": 3}, max_seq_len=8)
+    layer = _layer("BSND", "float32")
+    with pytest.raises(ValueError, match="actual_seq_lengths must be None"):
+        layer(Tensor(np.zeros((1, 4, CFG["dim"]), np.float32)), [4])
