@@ -12,8 +12,7 @@ Primitives are built lazily (first use) and cached per (op, device target, attri
   ``aclnn<OpType>``. MindSpore requires Python ``out_shape``/``out_dtype`` callables for such
   ops; they call the same ``infer_shape/`` rules through the ``_validate`` module, with every
   attribute of the spec by name. The reg_info names come from the same table as the OpDef's,
-  with the dtypes the OpDef declares. Ops in ``_specs.ASCEND_KERNEL_PENDING`` build a primitive
-  but raise when used on Ascend: the package has no kernel for them yet.
+  with the dtypes the OpDef declares. Every op has a kernel in the package.
 
 Either way the primitive of a differentiable forward op carries our fused grad kernel as its
 ``bprop`` (``_bprops.py``), so ``ms.grad`` works through the functional ops as through the Cells.
@@ -29,7 +28,7 @@ from mindspore import ops
 from mindspore.ops import CustomRegOp, DataType
 
 from . import _validate
-from ._specs import ASCEND_KERNEL_PENDING, OP_SPECS, OpSpec
+from ._specs import OP_SPECS, OpSpec
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -125,12 +124,7 @@ def _build(name: str, target: str, attr_items: tuple[tuple[str, object], ...]) -
 
 def _primitive(name: str, attr_items: tuple[tuple[str, object], ...]) -> ops.Custom:
     values = _attr_values(OP_SPECS[name], dict(attr_items))
-    target = device_target()
-    if target == "Ascend" and name in ASCEND_KERNEL_PENDING:
-        # Its primitive would build, but the custom op package has no aclnn kernel to launch.
-        raise RuntimeError(f"{name}: no Ascend kernel in the custom op package yet (the op runs on CPU); "
-                           "see the README support matrix")
-    return _build(name, target, tuple(values.items()))
+    return _build(name, device_target(), tuple(values.items()))
 
 
 # Cached at this level too: inside a GRAPH-mode construct MindSpore runs a cached callable as

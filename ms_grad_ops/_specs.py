@@ -111,8 +111,3 @@ _SFA_SPECS = (
 )
 
 OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (*_SPECS, *_SFA_SPECS)}
-
-ASCEND_KERNEL_PENDING: frozenset[str] = frozenset()
-"""Ops registered for Ascend (``ascend_dtypes``) whose kernel is not in the custom op package yet
-(``scripts/build_ascend.sh`` does not build it): their primitive is built, so the registration and
-its infer callables are tested, but using one on Ascend raises before any launch."""

@@ -99,8 +99,23 @@ def test_ascend_shapes() -> None:
 
 # ---------------------------------------------------------------- twin Sort32
 def test_twin_sort32_documented_semantics() -> None:
-    """Through the kernel's only use of it, the output order of the whole selection is checked
-    above; here the rule itself: a NaN score is refused (its order is not documented)."""
+    """Each group of 32 sorted by descending score, equal scores in their original order (lower
+    position first), groups never mixed, each index travelling with its score."""
+    rng = np.random.default_rng(0)
+    scores = rng.integers(-3, 4, 96).astype(np.float32)  # many exact ties
+    indices = rng.permutation(1000)[:96].astype(np.uint32)
+    got_s, got_i = twin.sort32(scores, indices)
+    for g in range(3):
+        part = slice(32 * g, 32 * g + 32)
+        order = np.argsort(-scores[part], kind="stable")
+        np.testing.assert_array_equal(got_s[part], scores[part][order])
+        np.testing.assert_array_equal(got_i[part], indices[part][order])
+
+
+def test_twin_sort32_refuses_nan() -> None:
+    """A NaN score's order is not documented: the twin refuses it (also inside the kernel)."""
+    with pytest.raises(twin.TwinRuleError, match="Sort32: NaN score"):
+        twin.sort32(np.r_[np.zeros(31), np.nan], np.arange(32))
     p = problem(1, "float16", "float16", "BSND", k=4, b=1, s1=2, s2=3)
     p.weights[0, 0, 0] = np.nan
     with pytest.raises(twin.TwinRuleError, match="Sort32: NaN score"):

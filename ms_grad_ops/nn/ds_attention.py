@@ -93,7 +93,9 @@ class DSAttention(nn.Cell):
 
     Differences from DeepSeek's code, on purpose: rope is DeepSeek's interleaved (adjacent pairs)
     layout computed with MindSpore ops in float32, because the package's ``rope`` kernel is ATB's
-    rotate-half on 128-wide heads; plain rope frequencies (no YaRN: give ``softmax_scale`` to
+    rotate-half on 128-wide heads with q and k of one shape (here the rope parts are
+    ``qk_rope_head_dim`` wide, interleaved, ``n_heads`` of them for q and one for k; this
+    element-wise work is small beside the attention); plain rope frequencies (no YaRN: give ``softmax_scale`` to
     reproduce its mscale); no Hadamard rotation of the indexer's q/k (it exists for their FP8
     quantisation; an orthogonal map of both leaves ``q . k`` unchanged); no FP8, no KV cache.
 

@@ -121,4 +121,33 @@ int twin_lightning_indexer(int dtype, const LiArgs* a, const void* qi, const voi
   });
 }
 
+// The twin's Sort32 on `groups` groups of 32 (score, index) elements, as the kernel calls it
+// (one AIV of a vector launch): out holds the 8-byte (score, index) structures, 2 words each.
+int twin_sort32(const float* scores, const uint32_t* indices, int64_t groups, uint32_t* out, char* err,
+                int64_t err_len) {
+  return harness::Guarded(err, err_len, [&]() -> int {
+    const auto n = static_cast<uint32_t>(32 * groups);
+    AscendC::twin::Launch(1, 0, mgo::tiling::kDefaultUbBytes, [&] {
+      using namespace AscendC;
+      TPipe pipe;
+      TBuf<TPosition::VECCALC> s, i, d;
+      pipe.InitBuffer(s, n * 4 + 32);
+      pipe.InitBuffer(i, n * 4 + 32);
+      pipe.InitBuffer(d, 2 * n * 4 + 32);
+      const LocalTensor<float> sl = s.Get<float>();
+      const LocalTensor<uint32_t> il = i.Get<uint32_t>();
+      for (uint32_t k = 0; k < n; ++k) {
+        sl.SetValue(k, scores[k]);
+        il.SetValue(k, indices[k]);
+      }
+      mgo::kernel::SyncPipes<HardEvent::S_V>();
+      Sort32(d.Get<float>(), sl, il, static_cast<int32_t>(groups));
+      mgo::kernel::SyncPipes<HardEvent::V_S>();
+      const LocalTensor<uint32_t> words = d.Get<uint32_t>();
+      for (uint32_t k = 0; k < 2 * n; ++k) out[k] = words.GetValue(k);
+    });
+    return harness::kOk;
+  });
+}
+
 }  // extern "C"

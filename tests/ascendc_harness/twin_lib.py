@@ -578,3 +578,15 @@ def li_schedule(p: LiProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> LiSc
     _raise_for(code, err)
     aiv = int(out[1])
     return LiSchedule(*(int(x) for x in out), starts[: aiv + 1].copy())
+
+
+def sort32(scores: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The twin's Sort32 over ``len(scores) / 32`` groups: (sorted scores, their indices)."""
+    s = np.ascontiguousarray(scores, np.float32)
+    i = np.ascontiguousarray(indices, np.uint32)
+    out = np.zeros(2 * s.size, np.uint32)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().twin_sort32(_P(_ptr(s)), _P(_ptr(i)), _I64(s.size // 32), _P(_ptr(out)), err, _I64(_ERR_LEN))
+    _raise_for(code, err)
+    pairs = out.reshape(-1, 2)
+    return pairs[:, 0].view(np.float32), pairs[:, 1]

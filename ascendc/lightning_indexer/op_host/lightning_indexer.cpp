@@ -3,6 +3,7 @@
 // ascendc/lightning_indexer/lightning_indexer_tiling.h, tested on CPU. CANN-only, NOT compiled with
 // CANN in this repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
+#include "../../common/op_host_indexer.h"
 #include "../../../infer_shape/lightning_indexer.h"
 #include "../lightning_indexer_tiling.h"
 
@@ -27,30 +28,12 @@ struct LightningIndexerHost {
   // tokens are balanced by count.
   static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs& a,
                    const Platform& p) {
-    const bool bsnd = a.layout == "BSND";
-    const size_t r = bsnd ? 4 : 3;
-    const mgo::infer::TensorDesc &qi = in[0], &ki = in[1], &lq = in[3];
-    if (qi.shape.size() != r || ki.shape.size() != r) {
-      throw std::invalid_argument("query_index/key_index must have rank " + std::to_string(r) + " in " + a.layout);
-    }
+    const mgo::infer::TensorDesc &qi = in[0], &ki = in[1];
+    const size_t r = IndexerRank(a.layout, {&qi, &ki}, "query_index/key_index");
     if (a.sparse_count <= 0) throw std::invalid_argument("sparse_count must be positive");
-    mgo::tiling::LiShape s{};
-    s.nIdx = Dim(qi, r - 2);
-    s.dIdx = Dim(qi, r - 1);
-    s.k = static_cast<uint64_t>(a.sparse_count);
-    if (bsnd) {
-      s.layout = mgo::tiling::SfaLayout::kBSND;
-      s.batch = Dim(qi, 0);
-      s.s1 = Dim(qi, 1);
-      s.s2 = Dim(ki, 1);
-      s.t1 = s.batch * s.s1;
-      s.t2 = s.batch * s.s2;
-    } else {
-      s.layout = mgo::tiling::SfaLayout::kTND;
-      s.batch = mgo::infer::is_absent(lq.shape) ? 0 : Dim(lq, 0);
-      s.t1 = Dim(qi, 0);
-      s.t2 = Dim(ki, 0);
-    }
+    const IndexerTokens tok = ReadIndexerTokens(a.layout, qi, ki, in[3]);
+    const mgo::tiling::LiShape s{tok.layout, tok.batch, tok.s1, tok.s2, tok.t1, tok.t2, Dim(qi, r - 2), Dim(qi, r - 1),
+                                 static_cast<uint64_t>(a.sparse_count)};
     const mgo::tiling::CubePlatform cube{p.aicNum, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
     const auto t = mgo::tiling::ComputeLightningIndexerTiling(
         s, static_cast<uint32_t>(a.sparse_mode), dtype, in[2].dtype == mgo::infer::DType::kFloat32,

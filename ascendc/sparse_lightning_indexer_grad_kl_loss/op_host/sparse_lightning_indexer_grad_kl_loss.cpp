@@ -4,6 +4,7 @@
 // tested on CPU. CANN-only, NOT compiled with CANN in this repository's CI (no CANN toolkit here);
 // scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
+#include "../../common/op_host_indexer.h"
 #include "../../../infer_shape/sparse_lightning_indexer_grad_kl_loss.h"
 #include "../sparse_lightning_indexer_grad_kl_loss_tiling.h"
 
@@ -33,33 +34,13 @@ struct SparseLightningIndexerGradKlLossHost {
   // every core's row pass (SyncAll): all cores must start together.
   static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs& a,
                    const Platform& p) {
-    const bool bsnd = a.layout == "BSND";
-    const size_t r = bsnd ? 4 : 3;
-    const mgo::infer::TensorDesc &q = in[0], &k = in[1], &qi = in[2], &si = in[5], &qr = in[8], &lq = in[10];
-    if (q.shape.size() != r || k.shape.size() != r || qi.shape.size() != r || si.shape.size() != r) {
-      throw std::invalid_argument("query/key/query_index/sparse_indices must have rank " + std::to_string(r) +
-                                  " in " + a.layout);
-    }
-    mgo::tiling::SliShape s{};
-    s.n1 = Dim(q, r - 2);
-    s.d = Dim(q, r - 1);
-    s.dr = mgo::infer::is_absent(qr.shape) ? 0 : Dim(qr, r - 1);
-    s.nIdx = Dim(qi, r - 2);
-    s.dIdx = Dim(qi, r - 1);
-    s.k = Dim(si, r - 1);
-    if (bsnd) {
-      s.layout = mgo::tiling::SfaLayout::kBSND;
-      s.batch = Dim(q, 0);
-      s.s1 = Dim(q, 1);
-      s.s2 = Dim(k, 1);
-      s.t1 = s.batch * s.s1;
-      s.t2 = s.batch * s.s2;
-    } else {
-      s.layout = mgo::tiling::SfaLayout::kTND;
-      s.batch = mgo::infer::is_absent(lq.shape) ? 0 : Dim(lq, 0);
-      s.t1 = Dim(q, 0);
-      s.t2 = Dim(k, 0);
-    }
+    const mgo::infer::TensorDesc &q = in[0], &k = in[1], &qi = in[2], &si = in[5], &qr = in[8];
+    const size_t r = IndexerRank(a.layout, {&q, &k, &qi, &si}, "query/key/query_index/sparse_indices");
+    const IndexerTokens tok = ReadIndexerTokens(a.layout, q, k, in[10]);
+    const uint64_t dr = mgo::infer::is_absent(qr.shape) ? 0 : Dim(qr, r - 1);
+    const mgo::tiling::SliShape s{tok.layout,    tok.batch,     tok.s1, tok.s2,         tok.t1,
+                                  tok.t2,        Dim(q, r - 2), Dim(q, r - 1), dr, Dim(qi, r - 2),
+                                  Dim(qi, r - 1), Dim(si, r - 1)};
     const mgo::tiling::SliAttrs attrs{static_cast<float>(a.scale_value), static_cast<uint32_t>(a.sparse_mode),
                                       a.deterministic};
     const mgo::tiling::CubePlatform cube{p.aicNum, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
