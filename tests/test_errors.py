@@ -1,6 +1,8 @@
 """Every validation path: error type and message (op, argument, shapes), never a crash."""
 from __future__ import annotations
 
+import re
+
 import mindspore as ms
 import numpy as np
 import pytest
@@ -292,3 +294,69 @@ def test_the_error_cases_start_from_a_valid_call(op: str) -> None:
     for x in out if isinstance(out, tuple) else (out,):
         if x is not None:
             x.asnumpy()
+
+
+# --- every tensor argument and attribute of every op: the error names the op and that argument ---
+
+_OPS = ["rope_grad", "cla_gate_backward", "cla_gate_merge", "sparse_flash_attention", "sparse_flash_attention_grad",
+        "lightning_indexer", "sparse_lightning_indexer_grad_kl_loss"]
+_OPTIONAL_TENSORS = {  # optional tensor arguments, given so that they can be broken too
+    "sparse_flash_attention": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
+    "sparse_flash_attention_grad": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
+    "sparse_lightning_indexer_grad_kl_loss": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
+}
+_LENGTHS = {"rope_grad": ["q_seq_len"], "sparse_flash_attention": ["actual_seq_lengths_query", "actual_seq_lengths_kv"],
+            "sparse_flash_attention_grad": ["actual_seq_lengths_query", "actual_seq_lengths_kv"],
+            "lightning_indexer": ["actual_seq_lengths_query", "actual_seq_lengths_key"],
+            "sparse_lightning_indexer_grad_kl_loss": ["actual_seq_lengths_query", "actual_seq_lengths_key"]}
+
+
+def _tensor_args(op: str) -> dict:
+    fn, tensors, kwargs = _case(op, **_OPTIONAL_TENSORS.get(op, {}))
+    names = [n for n in __import__("inspect").signature(fn).parameters][:len(tensors)]
+    args = dict(zip(names, tensors))
+    args.update({k: v for k, v in kwargs.items() if isinstance(v, Tensor)})
+    for name in _LENGTHS.get(op, []):   # lengths as int tensors (their rank and dtype rules)
+        value = kwargs.get(name) or ([4] if name.endswith("query") else [6])
+        args[name] = Tensor(np.asarray(value, np.int32))
+    return args
+
+
+def _broken(op: str, arg: str, how: str) -> list:
+    args = _tensor_args(op)
+    x = args[arg]
+    if how == "rank+1":
+        args[arg] = Tensor(np.zeros((*x.shape, 2), np.float32), x.dtype) if x.dtype != ms.int32 else \
+            Tensor(np.zeros((*x.shape, 2), np.int32))
+    elif how == "rank0":
+        args[arg] = Tensor(np.float32(1), x.dtype) if x.dtype != ms.int32 else Tensor(np.int32(1))
+    else:
+        args[arg] = Tensor(np.ones(x.shape), ms.float64 if x.dtype == ms.int32 else ms.int16)
+    return [(op, arg, how, args)]
+
+
+_EVERY_ARG = [c for op in _OPS for arg in _tensor_args(op) for how in ("rank+1", "rank0", "dtype")
+              for c in _broken(op, arg, how)]
+
+
+@pytest.mark.parametrize("op,arg,how,args", _EVERY_ARG, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in _EVERY_ARG])
+def test_every_tensor_argument_is_checked_by_name(op: str, arg: str, how: str, args: dict) -> None:
+    fn, tensors, kwargs = _case(op)
+    kwargs = {k: v for k, v in kwargs.items() if not isinstance(v, Tensor)}
+    kwargs.update(args)
+    exc = TypeError if how == "dtype" else ValueError
+    with pytest.raises(exc, match=rf"^{op}: .*'{arg}'.*(got|shape)"):
+        fn(**kwargs)
+
+
+_ATTRS = {op: [a for a in mgo._specs.OP_SPECS[op].attrs] for op in _OPS}
+_BAD_VALUES = {"int": [None, "1", 1.0, True, 2**31, -(2**31) - 1], "float": [None, "0.5", True, float("inf")],
+               "bool": [None, 1, "True"], "str": [None, 1, b"TND", "nonsense"]}
+_EVERY_ATTR = [(op, a.name, v) for op in _OPS for a in _ATTRS[op] for v in _BAD_VALUES[a.type]]
+
+
+@pytest.mark.parametrize("op,attr,value", _EVERY_ATTR, ids=[f"{c[0]}-{c[1]}-{c[2]!r}" for c in _EVERY_ATTR])
+def test_every_attribute_is_checked_by_name(op: str, attr: str, value: object) -> None:
+    fn, tensors, kwargs = _case(op, **{attr: value})
+    with pytest.raises((TypeError, ValueError), match=rf"^{op}: attribute '{attr}' .*got .*{re.escape(str(value))}"):
+        fn(*tensors, **kwargs)
