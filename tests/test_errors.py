@@ -177,6 +177,8 @@ def _case(op_name: str, **over: object) -> tuple:
     tables = {
         "rope_grad": ([("q_grad", t((11, 256))), ("k_grad", t((11, 256))), ("cos", t((4, 128))), ("sin", t((4, 128)))],
                       dict(q_seq_len=[2, 1, 4, 4], mode="atb")),
+        "rope": ([("q", t((11, 256))), ("k", t((11, 256))), ("cos", t((4, 128))), ("sin", t((4, 128)))],
+                 dict(q_seq_len=[2, 1, 4, 4])),
         "cla_gate_backward": ([("grad_merged", t((5, 3, 8))), ("global_attn", t((5, 3, 8))),
                                ("local_attn", t((5, 3, 8))), ("global_gate_logits", t((5, 3))),
                                ("local_gate_logits", t((5, 3)))], dict(input_attn_layout="TND")),
@@ -285,7 +287,7 @@ def test_wrong_rank_is_reported_as_a_rank_error(exec_mode: str, op: str, over: d
         _run(exec_mode, *_case(op, **over))
 
 
-@pytest.mark.parametrize("op", ["rope_grad", "cla_gate_backward", "cla_gate_merge", "sparse_flash_attention",
+@pytest.mark.parametrize("op", ["rope", "rope_grad", "cla_gate_backward", "cla_gate_merge", "sparse_flash_attention",
                                 "sparse_flash_attention_grad", "lightning_indexer",
                                 "sparse_lightning_indexer_grad_kl_loss"])
 def test_the_error_cases_start_from_a_valid_call(op: str) -> None:
@@ -298,14 +300,14 @@ def test_the_error_cases_start_from_a_valid_call(op: str) -> None:
 
 # --- every tensor argument and attribute of every op: the error names the op and that argument ---
 
-_OPS = ["rope_grad", "cla_gate_backward", "cla_gate_merge", "sparse_flash_attention", "sparse_flash_attention_grad",
+_OPS = ["rope", "rope_grad", "cla_gate_backward", "cla_gate_merge", "sparse_flash_attention", "sparse_flash_attention_grad",
         "lightning_indexer", "sparse_lightning_indexer_grad_kl_loss"]
 _OPTIONAL_TENSORS = {  # optional tensor arguments, given so that they can be broken too
     "sparse_flash_attention": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
     "sparse_flash_attention_grad": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
     "sparse_lightning_indexer_grad_kl_loss": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
 }
-_LENGTHS = {"rope_grad": ["q_seq_len"], "sparse_flash_attention": ["actual_seq_lengths_query", "actual_seq_lengths_kv"],
+_LENGTHS = {"rope": ["q_seq_len"], "rope_grad": ["q_seq_len"], "sparse_flash_attention": ["actual_seq_lengths_query", "actual_seq_lengths_kv"],
             "sparse_flash_attention_grad": ["actual_seq_lengths_query", "actual_seq_lengths_kv"],
             "lightning_indexer": ["actual_seq_lengths_query", "actual_seq_lengths_key"],
             "sparse_lightning_indexer_grad_kl_loss": ["actual_seq_lengths_query", "actual_seq_lengths_key"]}
@@ -318,6 +320,7 @@ def _tensor_args(op: str) -> dict:
     args.update({k: v for k, v in kwargs.items() if isinstance(v, Tensor)})
     for name in _LENGTHS.get(op, []):   # lengths as int tensors (their rank and dtype rules)
         value = kwargs.get(name) or ([4] if name.endswith("query") else [6])
+        kwargs.pop(name, None)
         args[name] = Tensor(np.asarray(value, np.int32))
     return args
 
