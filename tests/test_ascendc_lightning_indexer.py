@@ -14,6 +14,7 @@ from _util import quantize, to_ms
 from ascendc_harness import twin_lib as twin
 
 from ms_grad_ops import ops
+from ms_grad_ops import reference as ref
 
 CORE_COUNTS = (1, 8, 20, 24, 40, 48)
 
@@ -113,13 +114,27 @@ def test_twin_sort32_documented_semantics() -> None:
 
 
 def test_twin_sort32_refuses_nan() -> None:
-    """A NaN score's order is not documented: the twin refuses it (also inside the kernel)."""
+    """A NaN score's order is not documented: the twin refuses it."""
     with pytest.raises(twin.TwinRuleError, match="Sort32: NaN score"):
         twin.sort32(np.r_[np.zeros(31), np.nan], np.arange(32))
-    p = problem(1, "float16", "float16", "BSND", k=4, b=1, s1=2, s2=3)
-    p.weights[0, 0, 0] = np.nan
-    with pytest.raises(twin.TwinRuleError, match="Sort32: NaN score"):
-        twin.lightning_indexer(p, 1)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_nan_scores_rank_last_and_keep_their_value() -> None:
+    """NaN weights of one row (all its scores NaN) and NaN in one key (its score NaN in every row
+    that sees it): the kernel never hands NaN to Sort32, the selection equals the CPU kernel's (NaN
+    below every number, ties to the lower index) and the values are NaN exactly where the float64
+    reference has NaN."""
+    p = problem(6, "float16", "float32", "TND", k=6, lens_q=[3, 4], lens_k=[5, 9])
+    p.key_index[7, 0, 0] = np.nan  # key 2 of batch 2
+    p.weights[4, 0] = np.nan       # every score of row 4
+    run = check(p, 8)
+    idx, val = run.outputs
+    want_idx, want_val = ref.lightning_indexer(p.query_index, p.key_index, p.weights, p.lens_q, p.lens_k,
+                                               sparse_count=p.sparse_count, layout=p.layout)
+    np.testing.assert_array_equal(idx, want_idx)
+    np.testing.assert_array_equal(np.isnan(val), np.isnan(want_val))
+    assert np.isnan(val[4, 0, :5]).all() and np.isnan(val).sum() > 5, "row 4 and key 2's rows carry NaN"
 
 
 # ---------------------------------------------------------------- pure tiling

@@ -183,3 +183,30 @@ def row_weights(p: twin.SliProblem, args: twin.SliArgs) -> np.ndarray:
 def test_tiling_rejects(kw: dict, match: str) -> None:
     with pytest.raises(twin.TilingError, match=match):
         twin.sli_schedule(shape_only("BSND", **kw), 24)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize(("dtype", "wdtype"), [("float16", "float32"), ("bfloat16", "bfloat16")])
+def test_nan_in_query_index_reaches_the_outputs_as_in_the_reference(dtype: str, wdtype: str) -> None:
+    """NaN in one index head of one token: its scores are NaN, and every output the token reaches
+    is NaN exactly where the float64 reference has NaN (relu and [Sx > 0] must not drop it, and the
+    key pass must not spread it to keys the token did not select); the rest matches the reference.
+    (+Inf in query_index is not matched: the key pass's 0 * Inf reaches unselected keys.)"""
+    case = small(9, dtype, wdtype, "TND", lens_q=[4, 5], lens_k=[6, 7], k=5, drop=0.0)
+    case.arrays["query_index"][6, 1, 2] = np.nan  # token 6 (second batch), index head 1
+    run = twin.sparse_lightning_indexer_grad_kl_loss(problem(case, dtype, wdtype), 8)
+    assert run.info.min_writes == 1 and run.info.max_writes == 1, "NaN never comes from an unwritten element"
+    want = ref.sparse_lightning_indexer_grad_kl_loss(*case.ref_args(), **case.ref_kwargs())
+    tol = TOLERANCES["attention"][dtype]
+    for name, got, ref_val in zip((*NAMES, "loss"), run.outputs[:4], want):
+        got, ref_val = np.asarray(got, np.float64), np.asarray(ref_val, np.float64)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref_val), err_msg=f"{name}: NaN pattern differs")
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(ref_val), err_msg=f"{name}: Inf pattern differs")
+        ok = np.isfinite(ref_val)
+        if name == "loss":
+            assert not ok or abs(got - ref_val) <= LOSS_TOL * abs(ref_val), f"loss {got} vs {ref_val}"
+        else:
+            assert ok.any() and rel_l2(got[ok], ref_val[ok]) <= tol, f"{name}: finite values differ"
+    assert np.isnan(run.outputs[0][6]).all() and np.isnan(run.outputs[3]), "token 6 and the loss are NaN"
+    assert not np.isnan(run.outputs[1]).all(), "keys token 6 did not select stay finite"
+    assert np.isfinite(run.outputs[0][:4]).all(), "tokens of the first batch stay finite"

@@ -46,4 +46,25 @@ __aicore__ inline void LoadWeightsF32(const LocalTensor<W>& raw, const GlobalTen
   SyncPipes<HardEvent::V_MTE2>();
 }
 
+// NaN must reach the outputs as the float64 reference's max(x, 0) and d * w * [x > 0] carry it.
+// The documented vector Relu is max(x, 0) and leaves NaN unspecified (the twin gives 0), and a
+// select on x > 0 drops a NaN d; the scalar unit's IEEE compare (x != x only for NaN) does not.
+
+// [x > 0] as a factor, as the CPU kernel's relu_step: 1 or 0, and NaN for a NaN x.
+__aicore__ inline float ReluStep(float x) { return x > 0.0f ? 1.0f : (x != x ? x : 0.0f); }
+
+// dst = relu(src) over n elements with NaN kept: the vector Relu, then the scalar unit writes
+// each NaN of src back (+-Inf stay exact: Relu(+Inf) = +Inf, Relu(-Inf) = 0). src was copied
+// in (MTE2) or written by V before; dst is ready for V on return.
+__aicore__ inline void ReluKeepNan(const LocalTensor<float>& dst, const LocalTensor<float>& src, uint32_t n) {
+  Relu(dst, src, n);
+  SyncPipes<HardEvent::V_S>();
+  SyncPipes<HardEvent::MTE2_S>();
+  for (uint32_t j = 0; j < n; ++j) {
+    const float x = src.GetValue(j);
+    if (x != x) dst.SetValue(j, x);
+  }
+  SyncPipes<HardEvent::S_V>();
+}
+
 }  // namespace mgo::kernel

@@ -7,8 +7,9 @@
 // forms I (float32, heads in ascending order), Sort32 orders each group of 32 keys (descending,
 // equal scores by position, i.e. by key index), and a scalar merge folds the sorted groups into
 // the running top-k list with the explicit rule (higher score first, then lower index), so the
-// selection never depends on an undocumented tie order. Scores must be finite (NaN inputs are
-// not supported by Sort32's documented semantics).
+// selection never depends on an undocumented tie order. A NaN score ranks below every number (as
+// the CPU kernel): Sort32 documents no order for NaN, so it sorts as -inf with kNanFlag set in its
+// index, and the slot gets its NaN value back when the row is written.
 #include <type_traits>
 
 #include "kernel_operator.h"
@@ -31,6 +32,9 @@ class LightningIndexerKernel {
   using AT = MatmulType<TPosition::GM, CubeFormat::ND, T, true>;
   using C = MatmulType<TPosition::GM, CubeFormat::ND, float>;
   static constexpr bool kWeightsF32 = std::is_same_v<W, float>;
+  // Set in a key's index (bit 31; key indices are < 2^31) while its NaN score sorts as -inf.
+  static constexpr uint32_t kNanFlag = 0x80000000u;
+  __aicore__ static inline int32_t KeyOf(int32_t i) { return static_cast<int32_t>(static_cast<uint32_t>(i) & ~kNanFlag); }
 
  public:
   __aicore__ inline void Run(const LiIo& io, const LiTilingData& t) {
@@ -96,8 +100,11 @@ class LightningIndexerKernel {
       const LocalTensor<uint32_t> index = index_.template Get<uint32_t>();
       SyncPipes<HardEvent::V_S>();
       for (uint32_t j = 0; j < groups * mgo::tiling::kLiSortGroup; ++j) {
-        if (j >= cols) score.SetValue(j, -__builtin_huge_valf());  // padding sorts after every finite score
-        index.SetValue(j, c0 + j);
+        const float v = j < cols ? score.GetValue(j) : 0.0f;
+        const bool nan = j < cols && v != v;
+        // padding sorts after every finite score; a NaN score as -inf, flagged
+        if (j >= cols || nan) score.SetValue(j, -__builtin_huge_valf());
+        index.SetValue(j, nan ? (c0 + j) | kNanFlag : c0 + j);
       }
       SyncPipes<HardEvent::S_V>();
       Sort32(sorted_.template Get<float>(), score, index, static_cast<int32_t>(groups));
@@ -122,7 +129,7 @@ class LightningIndexerKernel {
     Duplicate(score, 0.0f, cols);
     for (uint32_t g = 0; g < t_.nIdx; ++g) {
       LoadRowsF32(sx, wsSx_[uint64_t{g} * cols], 1, cols);
-      Relu(tmp, sx, cols);
+      ReluKeepNan(tmp, sx, cols);
       Muls(tmp, tmp, w.GetValue(g), cols);
       Add(score, score, tmp, cols);
       SyncPipes<HardEvent::V_MTE2>();  // the next head's row overwrites sx
@@ -153,7 +160,7 @@ class LightningIndexerKernel {
         const uint32_t at = 2 * (g * 32 + head[g]);
         const float v = sorted.GetValue(at);
         const auto i = static_cast<int32_t>(sorted_idx.GetValue(at + 1));
-        if (!found || v > best_v || (v == best_v && i < best_i)) {
+        if (!found || v > best_v || (v == best_v && KeyOf(i) < KeyOf(best_i))) {
           found = true;
           best_v = v;
           best_i = i;
@@ -177,6 +184,12 @@ class LightningIndexerKernel {
   __aicore__ inline void WriteRow(uint32_t t, uint32_t cur, uint32_t count) {
     const LocalTensor<float> v = TopV(cur);
     const LocalTensor<int32_t> i = TopI(cur);
+    for (uint32_t s = 0; s < count; ++s) {
+      const int32_t key = i.GetValue(s);
+      if (key == KeyOf(key)) continue;
+      v.SetValue(s, __builtin_nanf(""));
+      i.SetValue(s, KeyOf(key));
+    }
     for (uint32_t s = count; s < t_.k; ++s) {
       v.SetValue(s, -__builtin_huge_valf());
       i.SetValue(s, -1);

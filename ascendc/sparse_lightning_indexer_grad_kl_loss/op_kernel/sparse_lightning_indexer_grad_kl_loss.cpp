@@ -7,7 +7,8 @@
 // key_index rows all at once for Sx = q_index Kiᵀ (AIC). Then (AIV) I = sum_g w_g relu(Sx[g]),
 // y = softmax(I), the token's loss sum_j p (ln max(p, 1e-8) - ln max(y, 1e-8)) -> workspace,
 // dI = y - p -> workspace (by slot), d_weights[g] = sum_j dI relu(Sx[g]) and
-// dS = dI w [Sx > 0] (16-bit); d_query_index = dS Ki (AIC).
+// dS = dI w [Sx > 0] (16-bit); d_query_index = dS Ki (AIC). relu and [Sx > 0] keep NaN as the
+// reference does (ReluKeepNan, ReluStep): a NaN score makes its token's outputs NaN.
 // Key pass (after SyncAll, tiling.keyBlockStart): the AIV owning a key block collects the
 // (query token, slot) pairs selecting its keys in ascending order, recomputes Sx of their
 // query_index rows against the block (AIC), builds Coef = dI w [Sx > 0] on each pair's key
@@ -184,7 +185,7 @@ class SparseLightningIndexerGradKernel {
     Duplicate(V(kY), 0.0f, n);
     for (uint32_t g = 0; g < t_.nIdx; ++g) {
       LoadRowsF32(sx, wsSx_[uint64_t{g} * n], 1, n);
-      Relu(tmp, sx, n);
+      ReluKeepNan(tmp, sx, n);
       Muls(tmp, tmp, H(kW).GetValue(g), n);
       Add(V(kY), V(kY), tmp, n);
       SyncPipes<HardEvent::V_MTE2>();
@@ -196,17 +197,14 @@ class SparseLightningIndexerGradKernel {
     const LocalTensor<T> ds16 = vec16_.template Get<T>();
     for (uint32_t g = 0; g < t_.nIdx; ++g) {
       LoadRowsF32(sx, wsSx_[uint64_t{g} * n], 1, n);
-      Relu(tmp, sx, n);
+      ReluKeepNan(tmp, sx, n);
       Mul(tmp, tmp, V(kDi), n);
       ReduceSum(red_.template Get<float>(), tmp, work_.template Get<float>(), n);
       const float w = H(kW).GetValue(g);
       Muls(tmp, V(kDi), w, n);
       SyncPipes<HardEvent::V_S>();
       H(kDw).SetValue(g, Reduced());
-      SyncPipes<HardEvent::MTE2_S>();
-      for (uint32_t j = 0; j < n; ++j) {
-        if (!(sx.GetValue(j) > 0.0f)) tmp.SetValue(j, 0.0f);
-      }
+      for (uint32_t j = 0; j < n; ++j) tmp.SetValue(j, tmp.GetValue(j) * ReluStep(sx.GetValue(j)));
       SyncPipes<HardEvent::S_V>();
       Cast(ds16, tmp, RoundMode::CAST_RINT, n);
       StoreRows16(wsDs_[uint64_t{g} * n], ds16, 1, n);
@@ -269,6 +267,11 @@ class SparseLightningIndexerGradKernel {
     Ln(a, a, n);
     Maxs(b, y, kLogFloor, n);
     Ln(b, b, n);
+    // + (y - y): 0 for a finite y (softmax: in [0, 1] or NaN), NaN for a NaN y, which the
+    // documented Maxs leaves unspecified (the reference's max(y, 1e-8) keeps it).
+    const LocalTensor<float> nan_of_y = V(kDi);  // free until dI = y - p
+    Sub(nan_of_y, y, y, n);
+    Add(b, b, nan_of_y, n);
     Sub(a, a, b, n);
     Mul(a, a, V(kP), n);
     ReduceSum(red, a, work, n);
@@ -386,8 +389,12 @@ class SparseLightningIndexerGradKernel {
     const LocalTensor<float> coef = H(kW);  // [m] coefficients dI_i * w[t_i, g] (mKey <= head size)
     for (uint32_t i = 0; i < count; ++i) {
       const uint64_t qi_row = uint64_t{pairT_[i]} * t_.nIdx;
-      gather_.Copy(wsQi_[uint64_t{i} * t_.nIdx * t_.dIdx], qiGm_[qi_row * t_.dIdx], qiGm_, t_.dIdx, t_.nIdx,
-                   t_.dIdx, 0);
+      if (pairDi_[i] != pairDi_[i]) {
+        CopyQiRowsNanAsZero(qi_row, i);
+      } else {
+        gather_.Copy(wsQi_[uint64_t{i} * t_.nIdx * t_.dIdx], qiGm_[qi_row * t_.dIdx], qiGm_, t_.dIdx, t_.nIdx,
+                     t_.dIdx, 0);
+      }
       LoadWeights(pairT_[i], H(kDw));
       for (uint32_t g = 0; g < t_.nIdx; ++g) coef.SetValue(i * t_.nIdx + g, pairDi_[i] * H(kDw).GetValue(g));
     }
@@ -402,7 +409,7 @@ class SparseLightningIndexerGradKernel {
     const uint32_t pitch = static_cast<uint32_t>(mgo::tiling::AlignUp(nb, 8));
     for (uint32_t row = 0; row < m; ++row) {
       const uint32_t i = row / t_.nIdx;
-      if (!(sxk.GetValue(row * pitch + pairCol_[i]) > 0.0f)) coef.SetValue(row, 0.0f);
+      coef.SetValue(row, coef.GetValue(row) * ReluStep(sxk.GetValue(row * pitch + pairCol_[i])));
     }
     // Coefficient rows of keyBlock (= 16) columns: one 32-byte row of 16-bit values each.
     const uint32_t kb = t_.keyBlock;
@@ -420,6 +427,27 @@ class SparseLightningIndexerGradKernel {
     mmTN_.SetTensorA(wsCoef_, true);
     mmTN_.SetTensorB(wsQi_);
     mmTN_.IterateAll(wsDkb_, index > 0 ? 1 : 0);
+  }
+
+  // query_index rows qi_row.. of pair i -> wsQi_ with NaN read as 0. Coefᵀ Qi multiplies the pair's
+  // rows by the zero coefficients of the block's other keys too, and 0 * NaN = NaN would reach keys
+  // the token never selected. Only a pair with a NaN dI comes here: a NaN in query_index makes the
+  // token's dI NaN, so its own key still gets NaN * 0 = NaN in every element, as in the reference.
+  __aicore__ inline void CopyQiRowsNanAsZero(uint64_t qi_row, uint32_t i) {
+    const LocalTensor<T> buf = gatherBuf_.template Get<T>();
+    for (uint32_t done = 0; done < t_.nIdx; done += t_.gatherRows) {
+      const uint32_t elems = (t_.nIdx - done < t_.gatherRows ? t_.nIdx - done : t_.gatherRows) * t_.dIdx;
+      DataCopy(buf, qiGm_[(qi_row + done) * t_.dIdx], elems);
+      SyncPipes<HardEvent::MTE2_S>();
+      for (uint32_t e = 0; e < elems; ++e) {
+        const float x = static_cast<float>(buf.GetValue(e));
+        if (x != x) buf.SetValue(e, T(0.0f));
+      }
+      SyncPipes<HardEvent::S_MTE3>();
+      SyncPipes<HardEvent::MTE2_MTE3>();
+      DataCopy(wsQi_[(uint64_t{i} * t_.nIdx + done) * t_.dIdx], buf, elems);
+      SyncPipes<HardEvent::MTE3_MTE2>();
+    }
   }
 
   // loss = sum over tokens (ascending) of the per-token losses, float32.
