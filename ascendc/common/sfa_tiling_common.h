@@ -333,6 +333,22 @@ inline void SplitEvenly(uint64_t rows, uint32_t aiv, uint32_t* start) {
 
 enum class SfaKernel { kForward, kGrad };
 
+// Tiling key of the two indexer ops: the I/O dtype, + 10 when weights are float32.
+inline constexpr uint64_t IndexerTilingKey(DType dtype, bool weights_f32) {
+  return static_cast<uint64_t>(dtype) + (weights_f32 ? 10u : 0u);
+}
+
+// Copies the sequence fields every SFA-family tiling data holds from a normalised shape.
+template <typename TilingData>
+inline void SetSeqFields(TilingData& t, const SfaShape& s) {
+  t.layout = static_cast<uint32_t>(s.layout);
+  t.batch = static_cast<uint32_t>(s.batch);
+  t.s1 = static_cast<uint32_t>(s.s1);
+  t.s2 = static_cast<uint32_t>(s.s2);
+  t.t1 = static_cast<uint32_t>(s.t1);
+  t.t2 = static_cast<uint32_t>(s.t2);
+}
+
 // The whole tiling of either kernel.
 // TND without lengths is one sequence: the same problem as BSND with B = 1.
 inline SfaShape Normalised(const SfaShape& shape) {
@@ -356,18 +372,13 @@ inline SfaTilingResult ComputeSfaTiling(SfaKernel kernel, const SfaShape& shape,
   const SfaShape s = Normalised(shape);
   const bool grad = kernel == SfaKernel::kGrad;
   SfaTilingData& t = r.data;
-  t.layout = static_cast<uint32_t>(s.layout);
+  SetSeqFields(t, s);
   t.sparseMode = a.sparseMode;
   t.blockSize = a.sparseBlockSize;
   t.hasRope = s.dr > 0 ? 1 : 0;
   t.deterministic = a.deterministic ? 1 : 0;
   t.seqLensInt64 = s.seqLensInt64 ? 1 : 0;
   t.hasValue = s.valueAbsent ? 0 : 1;
-  t.batch = static_cast<uint32_t>(s.batch);
-  t.s1 = static_cast<uint32_t>(s.s1);
-  t.s2 = static_cast<uint32_t>(s.s2);
-  t.t1 = static_cast<uint32_t>(s.t1);
-  t.t2 = static_cast<uint32_t>(s.t2);
   t.n1 = static_cast<uint32_t>(s.n1);
   t.n2 = static_cast<uint32_t>(s.n2);
   t.g = static_cast<uint32_t>(s.n1 / s.n2);

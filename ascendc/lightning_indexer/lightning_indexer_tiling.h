@@ -17,9 +17,8 @@ namespace mgo::tiling {
 inline constexpr uint32_t kLiMaxKeyChunk = 512;
 inline constexpr uint32_t kLiSortGroup = 32;  // Sort32 elements per repeat
 
-// Tiling key: I/O dtype + 10 when weights are float32 (else the I/O dtype).
 inline constexpr uint64_t LightningIndexerTilingKey(DType dtype, bool weights_f32) {
-  return static_cast<uint64_t>(dtype) + (weights_f32 ? 10u : 0u);
+  return IndexerTilingKey(dtype, weights_f32);
 }
 
 // BSND: batch = B, s1/s2 = S1/S2, t1 = B*S1, t2 = B*S2; TND: batch = entries of the int32
@@ -121,13 +120,8 @@ inline LiTilingResult ComputeLiTiling(const LiShape& shape, uint32_t mode, bool 
   const SfaShape s = Normalised(SfaShape{shape.layout, shape.batch, shape.s1, shape.s2, shape.t1, shape.t2, 1, 1, 16,
                                          0, shape.t2 == 0 ? 1 : shape.t2, false, false});
   LiTilingData& t = r.data;
-  t.layout = static_cast<uint32_t>(s.layout);
+  SetSeqFields(t, s);
   t.sparseMode = mode;
-  t.batch = static_cast<uint32_t>(s.batch);
-  t.s1 = static_cast<uint32_t>(s.s1);
-  t.s2 = static_cast<uint32_t>(s.s2);
-  t.t1 = static_cast<uint32_t>(s.t1);
-  t.t2 = static_cast<uint32_t>(s.t2);
   t.nIdx = static_cast<uint32_t>(shape.nIdx);
   t.dIdx = static_cast<uint32_t>(shape.dIdx);
   t.k = static_cast<uint32_t>(shape.k);

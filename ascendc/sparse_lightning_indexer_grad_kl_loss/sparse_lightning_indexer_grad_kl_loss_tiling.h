@@ -21,9 +21,9 @@ namespace mgo::tiling {
 inline constexpr uint32_t kSliKeyBlock = 16;        // key tokens per key-pass block (one fractal edge)
 inline constexpr uint32_t kSliMaxKeyChunk = 512;    // keys per S chunk
 
-// Tiling key: I/O dtype + 10 when weights (and d_weights) are float32 (else the I/O dtype).
+// weights_f32: weights (and d_weights) are float32.
 inline constexpr uint64_t SparseLightningIndexerGradKlLossTilingKey(DType dtype, bool weights_f32) {
-  return static_cast<uint64_t>(dtype) + (weights_f32 ? 10u : 0u);
+  return IndexerTilingKey(dtype, weights_f32);
 }
 
 // Shapes as the op sees them (N2 = 1). BSND: batch = B, s1/s2 = S1/S2, t1 = B*S1, t2 = B*S2.
@@ -184,15 +184,10 @@ inline SliTilingResult ComputeSliTiling(const SliShape& shape, const SliAttrs& a
   }
   const SfaShape s = Normalised(SliAsSfaShape(shape));
   SliTilingData& t = r.data;
-  t.layout = static_cast<uint32_t>(s.layout);
+  SetSeqFields(t, s);
   t.sparseMode = a.sparseMode;
   t.deterministic = a.deterministic ? 1 : 0;
   t.hasRope = s.dr > 0 ? 1 : 0;
-  t.batch = static_cast<uint32_t>(s.batch);
-  t.s1 = static_cast<uint32_t>(s.s1);
-  t.s2 = static_cast<uint32_t>(s.s2);
-  t.t1 = static_cast<uint32_t>(s.t1);
-  t.t2 = static_cast<uint32_t>(s.t2);
   t.n1 = static_cast<uint32_t>(s.n1);
   t.d = static_cast<uint32_t>(s.d);
   t.dr = static_cast<uint32_t>(s.dr);
