@@ -7,6 +7,7 @@ from mindspore import Parameter, Tensor, nn
 from mindspore import ops as msops
 from mindspore.common.initializer import Normal, initializer
 
+from ..ops._checks import cumulative_lengths
 from .indexer_kl_loss import IndexerKLLoss
 from .lightning_indexer import LightningIndexer
 from .sparse_flash_attention import SparseFlashAttention
@@ -157,15 +158,15 @@ class DSAttention(nn.Cell):
     # -- helpers -------------------------------------------------------------------------------
 
     def _lengths(self, actual_seq_lengths: object) -> Tensor | None:
-        """The cumulative lengths as an int32 tensor (TND), or None (one sequence, or BSND)."""
+        """The cumulative lengths as an int tensor (TND), or None (one sequence, or BSND). A tensor is
+        passed on unchanged: an int64 one reaches the kernels as int64, which check its values (a
+        cast to int32 would wrap an invalid 2**32 + 2 into a valid 2)."""
         if actual_seq_lengths is None:
             return None
         if self.layout == "BSND":
             raise ValueError("DSAttention: actual_seq_lengths must be None with layout \"BSND\" "
                              "(every batch holds S tokens)")
-        if isinstance(actual_seq_lengths, (list, tuple)):
-            return Tensor(actual_seq_lengths, ms.int32)
-        return actual_seq_lengths.astype(ms.int32)
+        return cumulative_lengths("DSAttention", "actual_seq_lengths", actual_seq_lengths)
 
     def _tables(self, x: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor]:
         """cos/sin ``[N, Dr // 2]`` for the N = B*S (or T) tokens of ``x``."""

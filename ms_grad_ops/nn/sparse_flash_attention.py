@@ -5,6 +5,7 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
+from .._specs import OP_SPECS
 from ..ops._checks import attributes
 from ..ops._optional import Lengths
 
@@ -39,7 +40,7 @@ class SparseFlashAttention(nn.Cell):
                  sparse_mode: int = 3, return_softmax_lse: bool = False) -> None:
         super().__init__()
         values = attributes("sparse_flash_attention", (scale_value, sparse_block_size, layout, sparse_mode))
-        self.attrs = dict(zip(("scale_value", "sparse_block_size", "layout", "sparse_mode"), values))
+        self.attrs = {a.name: v for a, v in zip(OP_SPECS["sparse_flash_attention"].attrs, values)}
         if not isinstance(return_softmax_lse, bool):
             raise TypeError("SparseFlashAttention: argument 'return_softmax_lse' must be a bool, got "
                             f"{type(return_softmax_lse).__name__} {return_softmax_lse!r}")
