@@ -82,8 +82,8 @@ std::vector<int64_t> validate_indices(const char* op, const Problem& p, const in
   return counts;
 }
 
-void visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp, std::vector<int32_t>& keys) {
-  keys.clear();
+void append_visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp,
+                         std::vector<int32_t>& keys) {
   const int64_t kv0 = p.ckv[p.row_batch[t]];
   const int64_t end = p.limit(t) + 1;
   const int32_t* row = indices + (t * p.n2 + grp) * p.k;
@@ -128,32 +128,49 @@ inline float exp_nonpos(float x) {
 }  // namespace
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-float row_max(const float* x, int64_t n) {
+float row_max(const float* x, int64_t n, const float* w) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   float acc[kLanes];
-  for (int64_t l = 0; l < kLanes; ++l) acc[l] = -std::numeric_limits<float>::infinity();
+  for (int64_t l = 0; l < kLanes; ++l) acc[l] = kNegInf;
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) acc[l] = max_keep_nan(acc[l], x[i + l]);
+  if (w == nullptr) {
+    for (; i + kLanes <= n; i += kLanes) {
+      for (int64_t l = 0; l < kLanes; ++l) acc[l] = max_keep_nan(acc[l], x[i + l]);
+    }
+    for (int64_t l = 0; i + l < n; ++l) acc[l] = max_keep_nan(acc[l], x[i + l]);
+  } else {
+    for (; i + kLanes <= n; i += kLanes) {
+      for (int64_t l = 0; l < kLanes; ++l) acc[l] = max_keep_nan(acc[l], w[i + l] != 0.0f ? x[i + l] : kNegInf);
+    }
+    for (int64_t l = 0; i + l < n; ++l) acc[l] = max_keep_nan(acc[l], w[i + l] != 0.0f ? x[i + l] : kNegInf);
   }
-  for (int64_t l = 0; i + l < n; ++l) acc[l] = max_keep_nan(acc[l], x[i + l]);
   float m = acc[0];
   for (int64_t l = 1; l < kLanes; ++l) m = max_keep_nan(m, acc[l]);
   return m;
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-float exp_shift_sum(float* x, int64_t n, int64_t npad, float m) {
+namespace {
+
+// exp_shift_sum with or without weights (a template so each loop vectorises without a branch).
+template <bool kWeighted>
+inline float exp_shift_sum_impl(float* x, int64_t n, int64_t npad, float m, const float* w) {
   float acc[kLanes] = {};
+  // A weight-0 key gives exactly 0 even when its score is NaN or +-Inf.
+  const auto term = [&](int64_t j) {
+    const float e = exp_nonpos(x[j] - m);
+    if constexpr (kWeighted) return w[j] != 0.0f ? e * w[j] : 0.0f;
+    return e;
+  };
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (int64_t l = 0; l < kLanes; ++l) {
-      const float e = exp_nonpos(x[i + l] - m);
+      const float e = term(i + l);
       x[i + l] = e;
       acc[l] += e;
     }
   }
   for (int64_t l = 0; i + l < n; ++l) {
-    const float e = exp_nonpos(x[i + l] - m);
+    const float e = term(i + l);
     x[i + l] = e;
     acc[l] += e;
   }
@@ -163,17 +180,34 @@ float exp_shift_sum(float* x, int64_t n, int64_t npad, float m) {
   return s;
 }
 
+}  // namespace
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+float exp_shift_sum(float* x, int64_t n, int64_t npad, float m, const float* w) {
+  return w == nullptr ? exp_shift_sum_impl<false>(x, n, npad, m, w) : exp_shift_sum_impl<true>(x, n, npad, m, w);
+}
+
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 void scale_row(float* x, int64_t n, float a) {
   for (int64_t j = 0; j < n; ++j) x[j] *= a;
 }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void probs_and_grad(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float p = exp_nonpos(s[j] - m) * inv_l;
-    s[j] = p;
-    dp[j] = p * (dp[j] - delta);
+void probs_and_grad(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta,
+                    const float* w) {
+  if (w == nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float p = exp_nonpos(s[j] - m) * inv_l;
+      s[j] = p;
+      dp[j] = p * (dp[j] - delta);
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      const bool on = w[j] != 0.0f;
+      const float p = on ? exp_nonpos(s[j] - m) * inv_l * w[j] : 0.0f;
+      s[j] = p;
+      dp[j] = on ? p * (dp[j] - delta) : 0.0f;
+    }
   }
   for (int64_t j = n; j < npad; ++j) {
     s[j] = 0.0f;

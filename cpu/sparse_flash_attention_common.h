@@ -20,9 +20,11 @@
 
 namespace mgo::cpu::sfa {
 
-// Keys are processed in chunks of at most this many rows (online softmax in the forward,
-// independent chunks in the backward), so scratch is O(N1 * kChunk) per thread.
-constexpr int64_t kChunk = 2048;
+// Keys are processed in blocks of at most this many rows (online softmax in the forward,
+// independent blocks in the backward), so scratch is O(rows * G * kBlock) per thread. A fixed block
+// keeps the GEMM shapes to kBlock / kKeyPad per product whatever K is, which bounds oneDNN's
+// per-thread cache of bf16 matmul primitives (one per shape, ~100 KB each).
+constexpr int64_t kBlock = 256;
 // GEMM shapes are rounded up to this many keys (zero-filled) so the cached bf16 primitives repeat.
 constexpr int64_t kKeyPad = 64;
 
@@ -78,8 +80,15 @@ Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::S
 // every (row, group), [t1 * n2]. Throws std::runtime_error naming `op` on the first bad index.
 std::vector<int64_t> validate_indices(const char* op, const Problem& p, const int32_t* indices);
 
-// Global key rows visible to (row t, group grp) in slot order, appended to `keys` (cleared first).
-void visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp, std::vector<int32_t>& keys);
+// Appends the global key rows visible to (row t, group grp) to `keys`, in slot order.
+void append_visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp,
+                         std::vector<int32_t>& keys);
+// Same into a cleared `keys`.
+inline void visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp,
+                         std::vector<int32_t>& keys) {
+  keys.clear();
+  append_visible_keys(p, indices, t, grp, keys);
+}
 
 // Gathers key rows `keys[0..n)` of group grp into tile [npad, dq] (key | key_rope), zero rows
 // after n; same for value into [npad, dv] unless `vt` is null.
@@ -111,15 +120,20 @@ void gather_heads(const Problem& p, const T* x, const T* x_rope, int64_t t, int6
 // max(a, b) that keeps a NaN from either side (std::max and `a > b ? a : b` drop one of them).
 inline float max_keep_nan(float a, float b) { return a > b || a != a ? a : b; }
 
-// max of x[0..n) (n >= 1); NaN if any element is NaN, as IEEE arithmetic would give.
-float row_max(const float* x, int64_t n);
-// x[j] <- exp(x[j] - m) for j < n, 0 for n <= j < npad; returns the float32 sum (fixed order).
-float exp_shift_sum(float* x, int64_t n, int64_t npad, float m);
+// The optional w[0..n) are key weights of a row group (sparse_flash_attention_groups.h): a key of
+// weight 0 is skipped exactly (whatever its score), weight c counts c times. nullptr: all 1.
+
+// max of x[0..n) over keys of nonzero weight (-inf if none); NaN if any of them is NaN, as IEEE
+// arithmetic would give.
+float row_max(const float* x, int64_t n, const float* w = nullptr);
+// x[j] <- w[j] exp(x[j] - m) for j < n, 0 for n <= j < npad; returns the float32 sum (fixed order).
+float exp_shift_sum(float* x, int64_t n, int64_t npad, float m, const float* w = nullptr);
 // x[j] <- x[j] * a for j < n.
 void scale_row(float* x, int64_t n, float a);
-// p[j] <- exp(s[j] - m) * inv_l; ds[j] <- p[j] * (dp[j] - delta) (j < n); both 0 for n <= j < npad.
-// s is overwritten with p, dp with ds.
-void probs_and_grad(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta);
+// p[j] <- w[j] exp(s[j] - m) inv_l; ds[j] <- p[j] (dp[j] - delta) (j < n); both 0 for n <= j < npad
+// and where w[j] == 0. s is overwritten with p, dp with ds.
+void probs_and_grad(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta,
+                    const float* w = nullptr);
 // sum_j a[j] * b[j] in float32 (fixed order).
 float dot(const float* a, const float* b, int64_t n);
 // acc[j] += x[j].
