@@ -104,7 +104,7 @@ constexpr int64_t kLanes = 16;
 
 // exp(x) (Cephes expf polynomial, ~1 ulp); used on shifted logits, which are <= 0 up to
 // rounding. Written branch-free so it vectorises; -inf and x < -87.3 give 0, NaN stays NaN.
-inline float exp_nonpos(float x) {
+[[gnu::always_inline]] inline float exp_nonpos(float x) {
   float xc = x < -87.3f ? -87.3f : x;  // NaN compares false: stays NaN
   xc = xc > 88.0f ? 88.0f : xc;  // only reached through rounding; keeps 2^n finite
   const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
@@ -123,6 +123,51 @@ inline float exp_nonpos(float x) {
   const float out = y * scale;
   const float big = x > 88.0f ? std::numeric_limits<float>::infinity() : out;
   return x < -87.3f ? 0.0f : big;
+}
+
+
+// 16 float32 lanes as a GCC vector: each target clone lowers it to its widest registers (one zmm,
+// two ymm, four xmm). GCC does not vectorise the scalar exp_nonpos (its clamps and std::floor
+// keep the loops scalar), so the hot loops call this one explicitly.
+// (Every use is inlined into a clone, so the psabi note on passing such vectors is moot.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+using V16 = float __attribute__((vector_size(64)));
+using V16i = int32_t __attribute__((vector_size(64)));
+static_assert(sizeof(V16) == sizeof(float) * kLanes);
+
+[[gnu::always_inline]] inline V16 load16(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline void store16(float* p, const V16& v) { std::memcpy(p, &v, sizeof v); }
+[[gnu::always_inline]] inline V16 splat(float x) { return V16{} + x; }
+
+// exp_nonpos on 16 lanes, the same operations in the same order (the floor is exact either way;
+// the compiler may fuse multiply-adds differently), NaN lanes stay NaN.
+[[gnu::always_inline]] inline V16 exp_nonpos(const V16& x) {
+  const V16 lo = splat(-87.3f), hi = splat(88.0f);
+  V16 xc = x > lo ? x : lo;  // NaN -> lo here; restored below
+  xc = xc < hi ? xc : hi;
+  const V16 t = xc * 1.44269504088896341f + 0.5f;
+  const V16 ti = __builtin_convertvector(__builtin_convertvector(t, V16i), V16);  // truncation
+  const V16 n = ti > t ? ti - 1.0f : ti;                                             // floor
+  V16 r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  V16 y = splat(1.9875691500e-4f);
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  const V16i e = (__builtin_convertvector(n, V16i) + 127) << 23;
+  V16 scale;
+  std::memcpy(&scale, &e, sizeof scale);
+  const V16 out = y * scale;
+  const V16 big = x > hi ? splat(std::numeric_limits<float>::infinity()) : out;
+  const V16 res = x < lo ? splat(0.0f) : big;
+  return x == x ? res : x;
 }
 
 }  // namespace
@@ -151,26 +196,27 @@ float row_max(const float* x, int64_t n, const float* w) {
 
 namespace {
 
-// exp_shift_sum with or without weights (a template so each loop vectorises without a branch).
+// exp_shift_sum with or without weights (a template so each loop vectorises without a branch;
+// always_inline so every target clone compiles its own copy).
 template <bool kWeighted>
-inline float exp_shift_sum_impl(float* x, int64_t n, int64_t npad, float m, const float* w) {
-  float acc[kLanes] = {};
+[[gnu::always_inline]] inline float exp_shift_sum_impl(float* x, int64_t n, int64_t npad, float m, const float* w) {
   // A weight-0 key gives exactly 0 even when its score is NaN or +-Inf.
-  const auto term = [&](int64_t j) {
-    const float e = exp_nonpos(x[j] - m);
-    if constexpr (kWeighted) return w[j] != 0.0f ? e * w[j] : 0.0f;
-    return e;
-  };
+  V16 vacc = splat(0.0f);
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const float e = term(i + l);
-      x[i + l] = e;
-      acc[l] += e;
+    V16 e = exp_nonpos(load16(x + i) - m);
+    if constexpr (kWeighted) {
+      const V16 wv = load16(w + i);
+      e = wv != 0.0f ? e * wv : splat(0.0f);
     }
+    store16(x + i, e);
+    vacc += e;
   }
+  float acc[kLanes];
+  store16(acc, vacc);
   for (int64_t l = 0; i + l < n; ++l) {
-    const float e = term(i + l);
+    float e = exp_nonpos(x[i + l] - m);
+    if constexpr (kWeighted) e = w[i + l] != 0.0f ? e * w[i + l] : 0.0f;
     x[i + l] = e;
     acc[l] += e;
   }
@@ -192,26 +238,52 @@ void scale_row(float* x, int64_t n, float a) {
   for (int64_t j = 0; j < n; ++j) x[j] *= a;
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void probs_and_grad(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta,
-                    const float* w) {
-  if (w == nullptr) {
-    for (int64_t j = 0; j < n; ++j) {
-      const float p = exp_nonpos(s[j] - m) * inv_l;
-      s[j] = p;
-      dp[j] = p * (dp[j] - delta);
+namespace {
+
+template <bool kWeighted>
+[[gnu::always_inline]] inline void probs_and_grad_impl(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta,
+                                const float* w) {
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    V16 p = exp_nonpos(load16(s + j) - m) * inv_l;
+    V16 ds = load16(dp + j) - delta;
+    if constexpr (kWeighted) {
+      const V16 wv = load16(w + j);
+      p = wv != 0.0f ? p * wv : splat(0.0f);
+      ds = wv != 0.0f ? p * ds : splat(0.0f);
+    } else {
+      ds = p * ds;
     }
-  } else {
-    for (int64_t j = 0; j < n; ++j) {
+    store16(s + j, p);
+    store16(dp + j, ds);
+  }
+  for (; j < n; ++j) {
+    if constexpr (kWeighted) {
       const bool on = w[j] != 0.0f;
       const float p = on ? exp_nonpos(s[j] - m) * inv_l * w[j] : 0.0f;
       s[j] = p;
       dp[j] = on ? p * (dp[j] - delta) : 0.0f;
+    } else {
+      const float p = exp_nonpos(s[j] - m) * inv_l;
+      s[j] = p;
+      dp[j] = p * (dp[j] - delta);
     }
   }
-  for (int64_t j = n; j < npad; ++j) {
+  for (j = n; j < npad; ++j) {
     s[j] = 0.0f;
     dp[j] = 0.0f;
+  }
+}
+
+}  // namespace
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void probs_and_grad(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta,
+                    const float* w) {
+  if (w == nullptr) {
+    probs_and_grad_impl<false>(s, dp, n, npad, m, inv_l, delta, w);
+  } else {
+    probs_and_grad_impl<true>(s, dp, n, npad, m, inv_l, delta, w);
   }
 }
 
