@@ -84,6 +84,19 @@ RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi
   return plan;
 }
 
+int64_t io_bytes(const aot::KernelArgs& args) {
+  int64_t total = 0;
+  for (int i = 0; i < args.count(); ++i) {
+    const infer::DType t = args.dtype(i);
+    const int64_t size = t == infer::DType::kFloat16 || t == infer::DType::kBFloat16 ? 2
+                         : t == infer::DType::kInt64 || t == infer::DType::kFloat64 ? 8
+                         : t == infer::DType::kBool ? 1
+                                                     : 4;
+    total += args.numel(i) * size;
+  }
+  return total;
+}
+
 void check_sparse_indices(const char* op, const int32_t* idx, int64_t t1, int64_t k, const RowPlan& plan) {
   for (int64_t t = 0; t < t1; ++t) {
     for (int64_t s = 0; s < k; ++s) {

@@ -35,6 +35,10 @@ constexpr int64_t kPad = 64;
 // Keys per teacher (main-attention) GEMM block, a multiple of kPad.
 constexpr int64_t kTeacherBlock = 256;
 constexpr int64_t kMaxChunks = 16;
+// The chunk buffers may take at most this share of the call's input + output bytes (and never more
+// than kChunkBudgetBytes), so peak memory stays near the tensors' own; at least two chunks are kept
+// whenever there are two rows, so the rows still run in parallel.
+constexpr int64_t kChunkIoDivisor = 4;
 constexpr int64_t kChunkBudgetBytes = int64_t{512} << 20;
 constexpr float kLogFloor = 1e-8f;
 
@@ -212,7 +216,9 @@ template <typename X, typename Op, typename W>
 void run(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPlan& plan, float scale) {
   // Fixed chunk count (never the thread count), bounded so the partial buffers stay in budget.
   const int64_t per_chunk = std::max<int64_t>(1, z.t2 * z.didx * static_cast<int64_t>(sizeof(float)));
-  const int64_t chunks = std::clamp<int64_t>(kChunkBudgetBytes / per_chunk, 1, std::min(kMaxChunks, z.t1));
+  const int64_t budget = std::min(kChunkBudgetBytes, mgo::cpu::io_bytes(args) / kChunkIoDivisor);
+  const int64_t most = std::max<int64_t>(1, std::min(kMaxChunks, z.t1));
+  const int64_t chunks = std::clamp<int64_t>(budget / per_chunk, std::min<int64_t>(2, most), most);
   std::vector<float> partial(static_cast<size_t>(chunks * z.t2 * z.didx), 0.0f);
   std::vector<double> row_loss(static_cast<size_t>(z.t1), 0.0);
   mgo::cpu::ParallelError error;
