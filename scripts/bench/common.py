@@ -46,14 +46,20 @@ def child_env() -> dict[str, str]:
     return dict(os.environ)
 
 
-def spawn_json(argv: list[str], cwd: Path | None = None) -> dict | None:
-    """Runs ``python argv...`` and returns the last line of its stdout that is a JSON object
-    (None, with the error printed, when it fails)."""
-    res = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=cwd, env=child_env())
+def spawn_json(argv: list[str], cwd: Path | None = None, timeout: float | None = None) -> dict:
+    """Runs ``python argv...`` and returns the last line of its stdout that is a JSON object, or
+    ``{"error": reason}`` (also printed) when it fails or runs longer than ``timeout`` seconds."""
+    try:
+        res = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=cwd, env=child_env(),
+                             timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"worker {argv} timed out after {timeout:.0f} s", file=sys.stderr)
+        return {"error": f"timed out after {timeout:.0f} s"}
     lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
     if res.returncode != 0 or not lines:
         print(f"worker {argv} failed (rc {res.returncode}): {res.stderr[-800:]}", file=sys.stderr)
-        return None
+        last = res.stderr.strip().splitlines()[-1:] or [f"rc {res.returncode}"]
+        return {"error": f"failed: {last[0][:200]}"}
     return json.loads(lines[-1])
 
 
@@ -270,6 +276,13 @@ def cpu_info() -> dict[str, object]:
     have = set(field("flags").split())
     return {"model": field("model name") or platform.machine(), "cores": os.cpu_count(),
             "flags": {f: f in have for f in CPU_FLAGS}}
+
+
+def cpu_bf16_matmul() -> bool:
+    """Whether the CPU multiplies bf16 natively (AVX512-BF16 or AMX), as PyTorch's bf16 matmul needs
+    to be fast."""
+    flags = cpu_info()["flags"]
+    return bool(flags["avx512_bf16"] or flags["amx_bf16"])
 
 
 def git_commit() -> str:
