@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import resource
+from collections.abc import Callable
 
 import numpy as np
 from common import wall_median
@@ -28,12 +29,8 @@ def _result(seconds: float, chunk: int) -> dict:
             "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
-def sparse_attention(q: np.ndarray, kv: np.ndarray, q_rope: np.ndarray, k_rope: np.ndarray, idx: np.ndarray,
-                     d_out: np.ndarray, scale: float, reps: int) -> dict:
-    """Median seconds of forward + backward (grads of q, kv, q_rope, k_rope) in bf16.
-
-    q [T, N1, D], kv [T2, D] (key is value), q_rope [T, N1, Dr], k_rope [T2, Dr], idx [T, K] int
-    (-1 = unused), d_out [T, N1, D]; float32 arrays, cast to bf16 here."""
+def _sparse_attention(q: np.ndarray, kv: np.ndarray, q_rope: np.ndarray, k_rope: np.ndarray, idx: np.ndarray,
+                      d_out: np.ndarray, scale: float) -> tuple[list, Callable[[], None], int]:
     import torch
     torch.set_num_threads(2)
     bf = torch.bfloat16
@@ -55,14 +52,20 @@ def sparse_attention(q: np.ndarray, kv: np.ndarray, q_rope: np.ndarray, k_rope: 
             out = torch.matmul(p, tkv[safe[rows]])                              # [c, N1, D]
             out.backward(dout[rows])
 
+    return leaves, step, chunk
+
+
+def sparse_attention(q: np.ndarray, kv: np.ndarray, q_rope: np.ndarray, k_rope: np.ndarray, idx: np.ndarray,
+                     d_out: np.ndarray, scale: float, reps: int) -> dict:
+    """Median seconds of forward + backward (grads of q, kv, q_rope, k_rope) in bf16.
+
+    q [T, N1, D], kv [T2, D] (key is value), q_rope [T, N1, Dr], k_rope [T2, Dr], idx [T, K] int
+    (-1 = unused), d_out [T, N1, D]; float32 arrays, cast to bf16 here."""
+    _, step, chunk = _sparse_attention(q, kv, q_rope, k_rope, idx, d_out, scale)
     return _result(wall_median(step, warmup=0, repeat=reps), chunk)
 
 
-def indexer_loss(x: dict[str, np.ndarray], scale: float, reps: int) -> dict:
-    """Median seconds of the indexer KL loss forward + backward (grads of query_index, key_index,
-    weights) in bf16: teacher p from the main attention's scores and saved statistics (no grad),
-    index scores, ReLU, weights, softmax, KL. ``x`` holds the BSND arrays of
-    lightning_indexer.make_inputs (B = 1)."""
+def _indexer_loss(x: dict[str, np.ndarray], scale: float) -> tuple[list, Callable[[], None], int]:
     import torch
     torch.set_num_threads(2)
     bf = torch.bfloat16
@@ -92,4 +95,22 @@ def indexer_loss(x: dict[str, np.ndarray], scale: float, reps: int) -> dict:
             kl = p * (torch.log(p.clamp(min=1e-8)) - log_y)
             kl.masked_fill(~ok, 0.0).sum().backward()
 
+    return leaves, step, chunk
+
+
+def indexer_loss(x: dict[str, np.ndarray], scale: float, reps: int) -> dict:
+    """Median seconds of the indexer KL loss forward + backward (grads of query_index, key_index,
+    weights) in bf16: teacher p from the main attention's scores and saved statistics (no grad),
+    index scores, ReLU, weights, softmax, KL. ``x`` holds the BSND arrays of
+    lightning_indexer.make_inputs (B = 1)."""
+    _, step, chunk = _indexer_loss(x, scale)
     return _result(wall_median(step, warmup=0, repeat=reps), chunk)
+
+
+def gradients(which: str, *args: object) -> list[np.ndarray]:
+    """One step of ``which`` ("sparse_attention" or "indexer_loss", arguments as those functions'
+    without ``reps``): the leaves' gradients as float32 arrays, so a test can check the baseline
+    computes the benchmarked math."""
+    leaves, step, _ = {"sparse_attention": _sparse_attention, "indexer_loss": _indexer_loss}[which](*args)
+    step()
+    return [leaf.grad.float().numpy() for leaf in leaves]
