@@ -4,8 +4,7 @@ user would write (gather the selected keys, matmul, masked softmax, matmul; auto
 Runs inside a benchmark's own worker subprocess (never with MindSpore imported: both ship a
 oneDNN) on 2 threads. Rows are processed in chunks with one backward per chunk, so the gathered
 ``[rows, K, D]`` keys of a chunk stay near ``CHUNK_BYTES``: without chunking the gather alone
-needs ``S*K*576*2`` bytes (4.8 GB at S=K=2048) plus its gradient. No warm-up call: one call
-lasts seconds to minutes. torch is not a dependency.
+needs ``S*K*576*2`` bytes (4.8 GB at S=K=2048) plus its gradient. torch is not a dependency.
 """
 from __future__ import annotations
 
@@ -23,14 +22,18 @@ def _chunk(rows: int, k: int, width: int) -> int:
     return max(1, min(rows, CHUNK_BYTES // (k * width * 2)))
 
 
-def _result(seconds: float, chunk: int) -> dict:
+def _timed(step: Callable[..., None], chunk: int, reps: int) -> dict:
+    """Median of ``reps`` full steps after a warm-up step over the first chunk only (torch's first
+    call pays seconds of one-off set-up; a full warm-up call would double a minutes-long run)."""
     import torch
-    return {"time": seconds, "chunk_rows": chunk, "threads": torch.get_num_threads(), "torch": torch.__version__,
+    step(chunk)
+    return {"time": wall_median(step, warmup=0, repeat=reps), "chunk_rows": chunk,
+            "threads": torch.get_num_threads(), "torch": torch.__version__,
             "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
 def _sparse_attention(q: np.ndarray, kv: np.ndarray, q_rope: np.ndarray, k_rope: np.ndarray, idx: np.ndarray,
-                      d_out: np.ndarray, scale: float) -> tuple[list, Callable[[], None], int]:
+                      d_out: np.ndarray, scale: float) -> tuple[list, Callable[..., None], int]:
     import torch
     torch.set_num_threads(2)
     bf = torch.bfloat16
@@ -41,10 +44,10 @@ def _sparse_attention(q: np.ndarray, kv: np.ndarray, q_rope: np.ndarray, k_rope:
     dout = torch.tensor(d_out).to(bf)
     chunk = _chunk(q.shape[0], idx.shape[1], q.shape[-1] + q_rope.shape[-1])
 
-    def step() -> None:
+    def step(rows_to: int | None = None) -> None:
         for t in leaves:
             t.grad = None
-        for r in range(0, q.shape[0], chunk):
+        for r in range(0, rows_to or q.shape[0], chunk):
             rows = slice(r, r + chunk)
             keys = torch.cat([tkv, tkr], -1)[safe[rows]]                        # [c, K, D+Dr]
             s = torch.matmul(torch.cat([tq[rows], tqr[rows]], -1), keys.transpose(1, 2)) * scale
@@ -62,10 +65,10 @@ def sparse_attention(q: np.ndarray, kv: np.ndarray, q_rope: np.ndarray, k_rope: 
     q [T, N1, D], kv [T2, D] (key is value), q_rope [T, N1, Dr], k_rope [T2, Dr], idx [T, K] int
     (-1 = unused), d_out [T, N1, D]; float32 arrays, cast to bf16 here."""
     _, step, chunk = _sparse_attention(q, kv, q_rope, k_rope, idx, d_out, scale)
-    return _result(wall_median(step, warmup=0, repeat=reps), chunk)
+    return _timed(step, chunk, reps)
 
 
-def _indexer_loss(x: dict[str, np.ndarray], scale: float) -> tuple[list, Callable[[], None], int]:
+def _indexer_loss(x: dict[str, np.ndarray], scale: float) -> tuple[list, Callable[..., None], int]:
     import torch
     torch.set_num_threads(2)
     bf = torch.bfloat16
@@ -80,10 +83,10 @@ def _indexer_loss(x: dict[str, np.ndarray], scale: float) -> tuple[list, Callabl
     chunk = _chunk(qf.shape[0], idx_t.shape[1], qf.shape[-1])
     log_floor = math.log(1e-8)
 
-    def step() -> None:
+    def step(rows_to: int | None = None) -> None:
         for leaf in leaves:
             leaf.grad = None
-        for r in range(0, qf.shape[0], chunk):
+        for r in range(0, rows_to or qf.shape[0], chunk):
             rows = slice(r, r + chunk)
             ok = valid[rows]
             with torch.no_grad():
@@ -104,7 +107,7 @@ def indexer_loss(x: dict[str, np.ndarray], scale: float, reps: int) -> dict:
     index scores, ReLU, weights, softmax, KL. ``x`` holds the BSND arrays of
     lightning_indexer.make_inputs (B = 1)."""
     _, step, chunk = _indexer_loss(x, scale)
-    return _result(wall_median(step, warmup=0, repeat=reps), chunk)
+    return _timed(step, chunk, reps)
 
 
 def gradients(which: str, *args: object) -> list[np.ndarray]:
