@@ -248,7 +248,7 @@ def notes(a: argparse.Namespace) -> list[str]:
         "PyTorch: bf16 eager autograd (teacher p from the attention scores under no_grad, index scores, relu, "
         "weights, softmax, KL; backward of query_index, key_index, weights), 2 threads, its own process, rows in "
         "chunks of <= 1 GiB of gathered keys with one backward per chunk; median of --torch-reps calls after a "
-        "warm-up over the first chunk. MindSpore composite: "
+        "warm-up over the first 32 rows. MindSpore composite: "
         "float32 (its CPU bf16 ops fail), ms.value_and_grad, PyNative.",
     ]
 

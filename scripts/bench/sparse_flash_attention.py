@@ -298,7 +298,7 @@ NOTES = [
     "peak mem / IO = (input bytes + peak RSS growth during the first call) / (input + output bytes).",
     "PyTorch: bf16 eager autograd (gather selected keys, matmul, masked softmax, matmul; backward of q, kv, "
     "q_rope, k_rope), 2 threads, in its own process, rows in chunks of <= 1 GiB of gathered keys with one "
-    "backward per chunk; median of --torch-reps calls after a warm-up over the first chunk. MindSpore "
+    "backward per chunk; median of --torch-reps calls after a warm-up over the first 32 rows. MindSpore "
     "composite: float32 (its CPU bf16 ops fail), ms.value_and_grad.",
 ]
 
