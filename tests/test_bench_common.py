@@ -4,6 +4,7 @@ argument checks, the oneDNN identification, the ceiling formula, and the Markdow
 latest run's JSON rows."""
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
@@ -18,6 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_common", ROOT / "scripts/bench/common.py")
 common = sys.modules["bench_common"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(common)
+
+
+def _bench_module(name: str) -> object:
+    """A benchmark script as a module (they import ``common`` by that name, MindSpore lazily)."""
+    sys.modules.setdefault("common", common)
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / f"scripts/bench/{name}.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _bf16_bits(x: np.ndarray) -> np.ndarray:
@@ -70,7 +80,22 @@ def test_ceiling_is_flop_weighted_harmonic_mean(monkeypatch: pytest.MonkeyPatch)
     # equal FLOPs: 2 / (1/100 + 1/25) = 40
     assert ceil["gflops"] == pytest.approx(40.0)
     assert [p["gflops"] for p in ceil["products"]] == [100.0, 25.0]
+    assert common.ceiling_cell({"ceiling": ceil}) == "40 (float32; s 100, o 25)"
     assert common.keys_per_row(1000, 10) == 128 and common.keys_per_row(640, 10) == 64
+
+
+def test_ceiling_products_count_the_kernels_flops() -> None:
+    """The ceiling's GEMMs are the work the kernels' GFLOP/s counts, so the ratio compares like with like."""
+    sfa = _bench_module("sparse_flash_attention")
+    for n1, kv in ((16, 64), (64, 1088)):
+        assert sum(p.flops for p in sfa.fwd_products(n1, kv)) == sfa.fwd_flops(n1, kv)
+        assert sum(p.flops for p in sfa.grad_products(n1, kv)) == sfa.grad_flops(n1, kv)
+    li = _bench_module("lightning_indexer")
+    a = argparse.Namespace(s1=10, s2=10, k=4, n1=16, d=512, dr=64, nidx=64, didx=128)
+    selected = np.minimum(li.visible(a), a.k)
+    assert sum(p.flops for p in li.grad_products(a, 1)) * selected.sum() == li.grad_flops(a, selected)
+    assert sum(p.flops for p in li.fwd_products(a, 1)) * li.visible(a).sum() == li.fwd_flops(a)
+    assert sfa.visible_keys(100, 16) == sfa.causal_indices(100, 16)[1]
 
 
 def test_markdown_comes_from_the_latest_run(tmp_path: Path) -> None:

@@ -261,7 +261,14 @@ def ceiling(products: Sequence[Product], dtype: str, threads: int = 2) -> dict:
     total = sum(p.flops for p in products)
     return {"gflops": total / sum(p.flops / r for p, r in zip(products, rates)),
             "operand": "bfloat16" if bf16 else "float32", "threads": threads,
-            "products": [{"gemm": str(p), "gflops": round(r, 1)} for p, r in zip(products, rates)]}
+            "products": [{"name": p.name, "gemm": str(p), "gflops": round(r, 1)} for p, r in zip(products, rates)]}
+
+
+def ceiling_cell(row: dict) -> str:
+    """Markdown cell of a row's ceiling: total and per-product GFLOP/s, operand type."""
+    c = row["ceiling"]
+    parts = ", ".join(f"{p['name']} {p['gflops']:.0f}" for p in c["products"])
+    return f"{c['gflops']:.0f} ({c['operand']}; {parts})"
 
 
 # --------------------------------------------------------------------------------------- machine

@@ -145,7 +145,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heads", type=int, default=32)
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="1024 tokens, 3 repeats")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.tokens, args.repeat = 1024, 3
     ms.set_device("CPU")
     ctx = run_context("elementwise")
     copy_gbps = numpy_copy_gbps()

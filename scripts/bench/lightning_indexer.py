@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import Product, fmt, keys_per_row, spawn_json
+from common import Product, ceiling_cell, fmt, keys_per_row, spawn_json
 
 HERE = Path(__file__).resolve().parent
 BENCH = "lightning_indexer"
@@ -217,7 +217,7 @@ SECTIONS = [
         ("op", lambda r: r["op"]), ("S1 / S2 / K", _sizes), ("Kv", lambda r: str(r["sizes"]["Kv"])),
         ("ms GRAPH / PyNative", lambda r: f"{_ms(r['time_graph_s'])} / {_ms(r['time_pynative_s'])}"),
         ("GFLOP", lambda r: fmt(r["gflop"])), ("GFLOP/s", lambda r: fmt(r["gflops"])),
-        ("GEMM ceiling GFLOP/s (operand)", lambda r: f"{r['ceiling']['gflops']:.0f} ({r['ceiling']['operand']})"),
+        ("GEMM ceiling GFLOP/s (operand; per GEMM)", ceiling_cell),
         ("/ ceiling", lambda r: fmt(r["ratio"], ".2f")),
         ("/ NumPy f32 2048^3", lambda r: fmt(r["numpy_ratio"], ".2f")),
         ("peak mem / IO", lambda r: fmt(r["peak_mem_io"], ".2f"))]),
@@ -248,7 +248,7 @@ def notes(a: argparse.Namespace) -> list[str]:
         "PyTorch: bf16 eager autograd (teacher p from the attention scores under no_grad, index scores, relu, "
         "weights, softmax, KL; backward of query_index, key_index, weights), 2 threads, its own process, rows in "
         "chunks of <= 1 GiB of gathered keys with one backward per chunk; median of --torch-reps calls after a "
-        "warm-up over the first chunk. MindSpore composite: "
+        "warm-up over the first 32 rows. MindSpore composite: "
         "float32 (its CPU bf16 ops fail), ms.value_and_grad, PyNative.",
     ]
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import Product, fmt, keys_per_row, spawn_json
+from common import Product, ceiling_cell, fmt, keys_per_row, spawn_json
 
 D, DR = 512, 64
 HERE = Path(__file__).resolve().parent
@@ -267,7 +267,7 @@ SECTIONS = [
         ("Kv", lambda r: str(r["sizes"]["Kv"])),
         ("ms GRAPH / PyNative", lambda r: f"{_ms(r['time_graph_s'])} / {_ms(r['time_pynative_s'])}"),
         ("GFLOP/s", lambda r: fmt(r["gflops"])),
-        ("GEMM ceiling GFLOP/s (operand)", lambda r: f"{r['ceiling']['gflops']:.0f} ({r['ceiling']['operand']})"),
+        ("GEMM ceiling GFLOP/s (operand; per GEMM)", ceiling_cell),
         ("/ ceiling", lambda r: fmt(r["ratio"], ".2f")),
         ("/ NumPy f32 2048^3", lambda r: fmt(r["numpy_ratio"], ".2f")),
         ("peak mem / IO", lambda r: fmt(r["peak_mem_io"], ".2f"))]),
@@ -298,7 +298,7 @@ NOTES = [
     "peak mem / IO = (input bytes + peak RSS growth during the first call) / (input + output bytes).",
     "PyTorch: bf16 eager autograd (gather selected keys, matmul, masked softmax, matmul; backward of q, kv, "
     "q_rope, k_rope), 2 threads, in its own process, rows in chunks of <= 1 GiB of gathered keys with one "
-    "backward per chunk; median of --torch-reps calls after a warm-up over the first chunk. MindSpore "
+    "backward per chunk; median of --torch-reps calls after a warm-up over the first 32 rows. MindSpore "
     "composite: float32 (its CPU bf16 ops fail), ms.value_and_grad.",
 ]
 

@@ -16,6 +16,7 @@ import numpy as np
 from common import wall_median
 
 CHUNK_BYTES = 1 << 30
+WARMUP_ROWS = 32
 
 
 def _chunk(rows: int, k: int, width: int) -> int:
@@ -23,10 +24,11 @@ def _chunk(rows: int, k: int, width: int) -> int:
 
 
 def _timed(step: Callable[..., None], chunk: int, reps: int) -> dict:
-    """Median of ``reps`` full steps after a warm-up step over the first chunk only (torch's first
-    call pays seconds of one-off set-up; a full warm-up call would double a minutes-long run)."""
+    """Median of ``reps`` full steps after a warm-up step over the first ``WARMUP_ROWS`` rows only
+    (torch's first call pays seconds of one-off set-up; a full warm-up call would double a
+    minutes-long run)."""
     import torch
-    step(chunk)
+    step(min(chunk, WARMUP_ROWS))
     return {"time": wall_median(step, warmup=0, repeat=reps), "chunk_rows": chunk,
             "threads": torch.get_num_threads(), "torch": torch.__version__,
             "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
@@ -47,8 +49,9 @@ def _sparse_attention(q: np.ndarray, kv: np.ndarray, q_rope: np.ndarray, k_rope:
     def step(rows_to: int | None = None) -> None:
         for t in leaves:
             t.grad = None
-        for r in range(0, rows_to or q.shape[0], chunk):
-            rows = slice(r, r + chunk)
+        end = rows_to or q.shape[0]
+        for r in range(0, end, chunk):
+            rows = slice(r, min(r + chunk, end))
             keys = torch.cat([tkv, tkr], -1)[safe[rows]]                        # [c, K, D+Dr]
             s = torch.matmul(torch.cat([tq[rows], tqr[rows]], -1), keys.transpose(1, 2)) * scale
             p = torch.softmax(s.masked_fill(~valid[rows, None, :], -math.inf), dim=-1)
@@ -86,8 +89,9 @@ def _indexer_loss(x: dict[str, np.ndarray], scale: float) -> tuple[list, Callabl
     def step(rows_to: int | None = None) -> None:
         for leaf in leaves:
             leaf.grad = None
-        for r in range(0, rows_to or qf.shape[0], chunk):
-            rows = slice(r, r + chunk)
+        end = rows_to or qf.shape[0]
+        for r in range(0, end, chunk):
+            rows = slice(r, min(r + chunk, end))
             ok = valid[rows]
             with torch.no_grad():
                 s = torch.matmul(qf[rows], kf[safe[rows]].transpose(1, 2)).float() * scale   # [c, N1, K]
