@@ -5,11 +5,15 @@
   as an extension module only so that setuptools compiles and installs it; Python never imports it.
 - ``ms_grad_ops._validate``: the ``infer_shape/`` rules for eager Python errors.
 
-The attention kernels multiply through oneDNN's C API (``cpu/gemm.cc``): headers from
-``onednn-devel-cpu-gomp`` at build time, ``libdnnl.so.3`` from ``onednn-cpu-gomp`` (installed in
-``<prefix>/lib``) at run time. MindSpore itself loads a ``libdnnl.so.3`` of the same soname, and
-inside a MindSpore process the dynamic linker reuses that copy; only the C API is used, which is
-stable across oneDNN 3.x, so both copies work (the tests run against MindSpore's).
+The attention kernels multiply through oneDNN's C API (``cpu/gemm.cc``) and run on the
+``libdnnl.so.3`` that MindSpore ships in ``mindspore/lib`` (oneDNN 3.10.1 for MindSpore 2.10),
+on purpose: MindSpore's CPU backend loads that copy, and a second copy of the same soname would
+never be the one that runs in a MindSpore process. The rpath points at it, so the C++ tests and any
+process that loads the kernels without MindSpore get the same library. PyPI has no 3.10 header
+package: the headers are ``onednn-devel-cpu-gomp`` 2023.2 (oneDNN 3.2), used at build time only,
+together with its ``libdnnl.so.3`` as the link-time stand-in (oneDNN exports unversioned symbols
+and keeps its C ABI within major version 3; ``cpu/gemm.cc`` checks the loaded version against the
+headers' at first use).
 
 Both use MindSpore's old C++ string ABI (the new one segfaults inside MindSpore), C++17, -O3
 and OpenMP; no -march=native (hot loops dispatch on the CPU at run time).
@@ -37,7 +41,18 @@ def dist_file_dir(dist: str, name: str, parent: str = "") -> Path:
 
 
 DNNL_INCLUDE = dist_file_dir("onednn-devel-cpu-gomp", "dnnl.h", parent="include")
-DNNL_LIB = dist_file_dir("onednn-cpu-gomp", "libdnnl.so.3")
+DNNL_LINK_STANDIN = dist_file_dir("onednn-cpu-gomp", "libdnnl.so.3")
+
+
+def mindspore_lib_rpaths() -> list[str]:
+    """rpaths of MindSpore's ``lib`` folder: next to the installed package, and the absolute one of
+    the building interpreter's MindSpore when it has one (in-place and editable builds)."""
+    paths = ["$ORIGIN/../mindspore/lib"]
+    try:
+        paths.append(str(dist_file_dir("mindspore", "libdnnl.so.3", parent="lib")))
+    except (importlib.metadata.PackageNotFoundError, RuntimeError):
+        pass  # an isolated build environment has no MindSpore; the $ORIGIN path serves the install
+    return paths
 
 
 def sources(folder: str) -> list[str]:
@@ -50,9 +65,8 @@ cpu_kernels = Extension(
     include_dirs=[str(ROOT), str(DNNL_INCLUDE)],
     language="c++",
     extra_compile_args=[*CXXFLAGS, "-fvisibility=default"],
-    # $ORIGIN/../../.. is <prefix>/lib for site-packages/ms_grad_ops; DNNL_LIB covers in-place builds.
-    extra_link_args=["-fopenmp", f"-L{DNNL_LIB}", "-l:libdnnl.so.3",
-                     "-Wl,-rpath,$ORIGIN/../../..", f"-Wl,-rpath,{DNNL_LIB}"],
+    extra_link_args=["-fopenmp", f"-L{DNNL_LINK_STANDIN}", "-l:libdnnl.so.3",
+                     *(f"-Wl,-rpath,{p}" for p in mindspore_lib_rpaths())],
 )
 
 validate = Pybind11Extension(

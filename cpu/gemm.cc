@@ -1,9 +1,8 @@
-// GEMM wrapper over oneDNN (C API only, which is ABI-stable across oneDNN 3.x: the kernel
-// may end up bound to MindSpore's own libdnnl.so.3, see scripts/bench_gemm.cc notes).
+// GEMM wrapper over oneDNN's C API, run on MindSpore's bundled libdnnl.so.3 (see setup.py).
 //   f32 : dnnl_sgemm (BLAS-like, no per-shape objects).
-//   bf16: matmul primitive (bf16 x bf16 -> f32), one per exact shape, cached per thread.
-//         oneDNN 3.2 implements it only on AVX-512 CPUs; elsewhere (or with
-//         MGO_CPU_ISA=portable) the operands are widened to float32 and go to sgemm. Widening
+//   bf16: matmul primitive (bf16 x bf16 -> f32), one per exact shape, cached per thread. oneDNN
+//         has an optimised one only on CPUs with AVX-512 (BF16/AMX for full speed); elsewhere (or
+//         with MGO_CPU_ISA=portable) the operands are widened to float32 and go to sgemm. Widening
 //         is exact, so both paths compute the same products and differ only in summation order.
 // Every call is forced onto the calling thread, so results do not depend on thread count.
 #include "gemm.h"
@@ -11,6 +10,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
+#include <oneapi/dnnl/dnnl_version.h>
 
 #include <algorithm>
 #include <cstring>
@@ -47,8 +47,10 @@ void check_args(const int64_t m, const int64_t n, const int64_t k, const int64_t
   }
 }
 
-// oneDNN's OpenMP build parallelises a call with omp_get_max_threads() threads when it is
-// not already inside a parallel region; pin it to one thread for the call (ICV is per task).
+// MindSpore's oneDNN is a threadpool build, which runs a call on the calling thread when no
+// threadpool is attached to the stream; an OpenMP build (if one were loaded) would parallelise a
+// call outside a parallel region with omp_get_max_threads() threads, so pin it to one thread for
+// the call (the ICV is per task).
 class SingleThreadScope {
  public:
   SingleThreadScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
@@ -84,8 +86,23 @@ using Memory = Handle<dnnl_memory_t, dnnl_memory_destroy>;
 using Attr = Handle<dnnl_primitive_attr_t, dnnl_primitive_attr_destroy>;
 using PostOps = Handle<dnnl_post_ops_t, dnnl_post_ops_destroy>;
 
+// The loaded oneDNN must provide the C API of the headers built against: same major version
+// (oneDNN's ABI promise), same or newer minor.
+void check_library_version() {
+  const dnnl_version_t* v = dnnl_version();
+  if (v->major != DNNL_VERSION_MAJOR || v->minor < DNNL_VERSION_MINOR) {
+    throw std::runtime_error("mgo::gemm: the loaded oneDNN is " + std::to_string(v->major) + "." +
+                             std::to_string(v->minor) + "." + std::to_string(v->patch) +
+                             "; the kernels were built against the C API of " +
+                             std::to_string(DNNL_VERSION_MAJOR) + "." + std::to_string(DNNL_VERSION_MINOR) +
+                             " and need " + std::to_string(DNNL_VERSION_MAJOR) + ".x with x >= " +
+                             std::to_string(DNNL_VERSION_MINOR) + " (MindSpore 2.10 ships 3.10)");
+  }
+}
+
 dnnl_engine_t engine() {
   static const Engine eng = [] {
+    check_library_version();
     dnnl_engine_t e = nullptr;
     check(dnnl_engine_create(&e, dnnl_cpu, 0), "engine_create");
     return Engine(e);
@@ -125,6 +142,13 @@ uint32_t bits(const float f) {
   return u;
 }
 
+// oneDNN names its scalar fallback implementations "ref:...".
+bool is_reference(const_dnnl_primitive_desc_t pd) {
+  const char* impl = nullptr;
+  check(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl), "primitive_desc_query");
+  return impl != nullptr && std::strncmp(impl, "ref", 3) == 0;
+}
+
 // A bf16 matmul primitive for one exact shape/stride/alpha/beta, with memory objects whose
 // data handles are swapped per call. A null prim means oneDNN has no bf16 kernel for it.
 struct Bf16Matmul {
@@ -161,6 +185,7 @@ Bf16Matmul make_bf16_matmul(const Trans ta, const Trans tb, const int64_t m, con
   if (st == dnnl_unimplemented) return Bf16Matmul{};  // no bf16 matmul on this ISA
   check(st, "matmul_primitive_desc_create (bf16)");
   const PrimDesc pd(raw_pd);
+  if (is_reference(pd.get())) return Bf16Matmul{};  // scalar loops: widening to sgemm is faster
   dnnl_primitive_t raw_prim = nullptr;
   check(dnnl_primitive_create(&raw_prim, pd.get()), "primitive_create");
   return Bf16Matmul{Primitive(raw_prim), make_mem(src_md.get()), make_mem(wei_md.get()),

@@ -7,11 +7,14 @@
 //
 // Per row: I over the visible keys in blocks of kBlock keys, each block one GEMM
 // [Nidx, Didx] x [Didx, kBlock] (fixed shape, so oneDNN's bf16 primitive is reused), then the
-// ReLU-weighted head sum; selection keeps a bounded heap of K candidates: O(S2 log K) per row.
+// ReLU-weighted head sum; selection is nth_element + sort of integer rank keys: O(S2 + K log K)
+// per row.
 #include "../infer_shape/lightning_indexer.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -33,34 +36,28 @@ mgo::infer::InferResult rules(const std::vector<mgo::infer::TensorDesc>& in, Aot
                                        extra->GetAttrInt("sparse_mode"));
 }
 
-struct Candidate {
-  float score;
-  int32_t index;
-};
-
-// Descending score (NaN ranks below every number), ties to the lower index.
-inline bool better(const Candidate& a, const Candidate& b) {
-  const float sa = std::isnan(a.score) ? -std::numeric_limits<float>::infinity() : a.score;
-  const float sb = std::isnan(b.score) ? -std::numeric_limits<float>::infinity() : b.score;
-  return sa > sb || (sa == sb && a.index < b.index);
+// Rank key of (score, index): larger is better. Descending score with NaN ranked as -inf (below
+// every number) and -0 equal to +0, ties to the lower index: the score's bits mapped to an
+// unsigned order in the high half, the inverted index in the low half, so selection compares
+// integers only.
+inline uint64_t rank_key(float score, int64_t index) {
+  const float s = std::isnan(score) ? -std::numeric_limits<float>::infinity() : score == 0.0f ? 0.0f : score;
+  uint32_t u;
+  std::memcpy(&u, &s, sizeof u);
+  const uint32_t ordered = (u & 0x80000000u) ? ~u : u | 0x80000000u;
+  return (uint64_t{ordered} << 32) | (0xffffffffu - static_cast<uint32_t>(index));
 }
 
-// Top-k of scores[0, n) in rank order into `out` (size <= k); heap holds the k best so far with
-// the worst on top, so each key costs O(1) when rejected and O(log k) when kept.
-void select_top_k(const float* scores, int64_t n, int64_t k, std::vector<Candidate>& heap) {
-  heap.clear();
-  for (int64_t j = 0; j < n; ++j) {
-    const Candidate c{scores[j], static_cast<int32_t>(j)};
-    if (static_cast<int64_t>(heap.size()) < k) {
-      heap.push_back(c);
-      std::push_heap(heap.begin(), heap.end(), better);
-    } else if (better(c, heap.front())) {
-      std::pop_heap(heap.begin(), heap.end(), better);
-      heap.back() = c;
-      std::push_heap(heap.begin(), heap.end(), better);
-    }
-  }
-  std::sort_heap(heap.begin(), heap.end(), better);
+inline int32_t key_index(uint64_t key) { return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key)); }
+
+// The min(k, n) best of scores[0, n) in rank order into `keys`: O(n + k log k).
+void select_top_k(const float* scores, int64_t n, int64_t k, std::vector<uint64_t>& keys) {
+  keys.resize(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) keys[j] = rank_key(scores[j], j);
+  const auto top = keys.begin() + std::min(k, n);
+  if (top != keys.end()) std::nth_element(keys.begin(), top, keys.end(), std::greater<>());
+  std::sort(keys.begin(), top, std::greater<>());
+  keys.resize(static_cast<size_t>(top - keys.begin()));
 }
 
 template <typename X, typename Op, typename W>
@@ -96,7 +93,7 @@ void run(const mgo::aot::KernelArgs& args, const mgo::cpu::RowPlan& plan, bool b
     std::vector<float> sx(static_cast<size_t>(nidx * kBlock));
     std::vector<float> w(static_cast<size_t>(nidx));
     std::vector<float> scores;
-    std::vector<Candidate> heap;
+    std::vector<uint64_t> top;
 #pragma omp for schedule(dynamic, 16)
     for (int64_t t = 0; t < t1; ++t) {
       error.guard([&] {
@@ -117,13 +114,13 @@ void run(const mgo::aot::KernelArgs& args, const mgo::cpu::RowPlan& plan, bool b
                      sx.data(), kBlock);
         mgo::cpu::relu_weighted_sum(sx.data(), kBlock, nidx, cols, w.data(), scores.data() + c0);
       }
-      select_top_k(scores.data(), n, k, heap);
+      select_top_k(scores.data(), n, k, top);
       int32_t* oi = out_idx + t * k;
       float* ov = out_val + t * k;
       for (int64_t s = 0; s < k; ++s) {
-        const bool used = s < static_cast<int64_t>(heap.size());
-        oi[s] = used ? heap[s].index : -1;
-        ov[s] = used ? heap[s].score : -std::numeric_limits<float>::infinity();
+        const bool used = s < static_cast<int64_t>(top.size());
+        oi[s] = used ? key_index(top[s]) : -1;
+        ov[s] = used ? scores[oi[s]] : -std::numeric_limits<float>::infinity();
       }
       });
     }

@@ -7,12 +7,20 @@
 
 #include "seq_lengths.h"
 
+// The selects in these loops compare floats, and under the default -ftrapping-math GCC will not
+// if-convert a comparison that may raise FE_INVALID, so the AVX2 clones stayed scalar. Nothing here
+// reads the floating-point exception flags.
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+
 namespace mgo::cpu {
 namespace {
 
-// Bit-exact exp for the vectorised loops: Cody-Waite reduction and a degree-6 polynomial.
+// exp for the vectorised loops: Cody-Waite reduction and a degree-6 polynomial, ~1 ulp. Every
+// special case is a select: x < -87.3 and -inf give 0, x > 88.7 gives inf, NaN stays NaN.
 inline float fast_exp(float x) {
-  const float xc = std::min(std::max(x, -87.5f), 88.5f);
+  float xc = x < -87.5f ? -87.5f : x;  // NaN compares false: stays NaN
+  xc = xc > 88.5f ? 88.5f : xc;
   const float kn = xc * 1.44269504088896341f + 12582912.0f;
   const float n = kn - 12582912.0f;
   const float r = (xc - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
@@ -23,7 +31,11 @@ inline float fast_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  // The exponent from the rounding constant's low bits (an integer add, no float->int
+  // conversion, which would be undefined for NaN).
+  int32_t kbits;
+  std::memcpy(&kbits, &kn, sizeof kbits);
+  const int32_t bits = (kbits - 0x4b400000 + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   float y = p * scale;
@@ -32,9 +44,24 @@ inline float fast_exp(float x) {
   return x != x ? x : y;
 }
 
+// max(x, 0) keeping NaN (std::max would not be inlined under this file's optimize pragma).
+inline float relu(float x) { return x < 0.0f ? 0.0f : x; }
+
 // [x > 0] as a factor: a NaN di or w must reach ds as NaN even where x <= 0 (NaN * 0 = NaN, as the
 // reference computes it), and a NaN x gives NaN.
-inline float relu_step(float x) { return x > 0.0f ? 1.0f : x != x ? x : 0.0f; }
+inline float relu_step(float x) {
+  const float step = x > 0.0f ? 1.0f : 0.0f;
+  return x != x ? x : step;
+}
+
+// Fixed-lane partial sums: vectorisable, and the same order on every call.
+constexpr int64_t kLanes = 16;
+
+inline float lane_sum(const float (&lanes)[kLanes]) {
+  float sum = 0.0f;
+  for (float v : lanes) sum += v;
+  return sum;
+}
 
 }  // namespace
 
@@ -57,6 +84,19 @@ RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi
   return plan;
 }
 
+int64_t io_bytes(const aot::KernelArgs& args) {
+  int64_t total = 0;
+  for (int i = 0; i < args.count(); ++i) {
+    const infer::DType t = args.dtype(i);
+    const int64_t size = t == infer::DType::kFloat16 || t == infer::DType::kBFloat16 ? 2
+                         : t == infer::DType::kInt64 || t == infer::DType::kFloat64 ? 8
+                         : t == infer::DType::kBool ? 1
+                                                     : 4;
+    total += args.numel(i) * size;
+  }
+  return total;
+}
+
 void check_sparse_indices(const char* op, const int32_t* idx, int64_t t1, int64_t k, const RowPlan& plan) {
   for (int64_t t = 0; t < t1; ++t) {
     for (int64_t s = 0; s < k; ++s) {
@@ -71,32 +111,37 @@ void check_sparse_indices(const char* op, const int32_t* idx, int64_t t1, int64_
 }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void relu_weighted_sum(const float* sx, int64_t ld, int64_t nidx, int64_t n, const float* w, float* out) {
+void relu_weighted_sum(const float* __restrict sx, int64_t ld, int64_t nidx, int64_t n, const float* __restrict w,
+                       float* __restrict out) {
   for (int64_t j = 0; j < n; ++j) out[j] = 0.0f;
   for (int64_t g = 0; g < nidx; ++g) {
     const float wg = w[g];
     const float* row = sx + g * ld;
-    for (int64_t j = 0; j < n; ++j) out[j] += wg * std::max(row[j], 0.0f);
+    for (int64_t j = 0; j < n; ++j) out[j] += wg * relu(row[j]);
   }
 }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void exp_accumulate(const float* s, int64_t n, float shift, float mul, float* acc) {
+void exp_accumulate(const float* __restrict s, int64_t n, float shift, float mul, float* __restrict acc) {
   for (int64_t j = 0; j < n; ++j) acc[j] += fast_exp(s[j] - shift) * mul;
 }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-float exp_shifted(const float* s, int64_t n, float shift, float* out) {
+float exp_shifted(const float* __restrict s, int64_t n, float shift, float* __restrict out) {
   for (int64_t j = 0; j < n; ++j) out[j] = fast_exp(s[j] - shift);
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) sum += out[j];
-  return sum;
+  float lanes[kLanes] = {};
+  const int64_t n_main = n / kLanes * kLanes;
+  for (int64_t j0 = 0; j0 < n_main; j0 += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += out[j0 + l];
+  }
+  for (int64_t j = n_main; j < n; ++j) lanes[j - n_main] += out[j];
+  return lane_sum(lanes);
 }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void indexer_score_grads(const float* sx, int64_t ld, int64_t nidx, int64_t n, const float* di, const float* w,
-                         float* dw, float* ds) {
-  constexpr int64_t kLanes = 16;
+void indexer_score_grads(const float* __restrict sx, int64_t ld, int64_t nidx, int64_t n,
+                         const float* __restrict di, const float* __restrict w, float* __restrict dw,
+                         float* __restrict ds) {
   const int64_t n_main = n / kLanes * kLanes;
   for (int64_t g = 0; g < nidx; ++g) {
     const float* row = sx + g * ld;
@@ -107,20 +152,19 @@ void indexer_score_grads(const float* sx, int64_t ld, int64_t nidx, int64_t n, c
       for (int64_t l = 0; l < kLanes; ++l) {
         const float x = row[j0 + l];
         const float d = di[j0 + l];
-        lanes[l] += d * std::max(x, 0.0f);
+        lanes[l] += d * relu(x);
         out[j0 + l] = d * wg * relu_step(x);
       }
     }
-    float tail = 0.0f;
     for (int64_t j = n_main; j < n; ++j) {
-      tail += di[j] * std::max(row[j], 0.0f);
+      lanes[j - n_main] += di[j] * relu(row[j]);
       out[j] = di[j] * wg * relu_step(row[j]);
     }
     for (int64_t j = n; j < ld; ++j) out[j] = 0.0f;
-    float sum = 0.0f;
-    for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
-    dw[g] = sum + tail;
+    dw[g] = lane_sum(lanes);
   }
 }
 
 }  // namespace mgo::cpu
+
+#pragma GCC pop_options

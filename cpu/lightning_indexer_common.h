@@ -80,6 +80,9 @@ void indexer_score_grads(const float* sx, int64_t ld, int64_t nidx, int64_t n, c
 
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// Bytes of all tensors of a launch (inputs and outputs): the yardstick for scratch memory.
+int64_t io_bytes(const aot::KernelArgs& args);
+
 // Token-dims product of a [tokens..., N, D] tensor (T, or B*S).
 inline int64_t token_count(const aot::KernelArgs& args, int i, bool bsnd) {
   return bsnd ? args.dim(i, 0) * args.dim(i, 1) : args.dim(i, 0);

@@ -35,6 +35,10 @@ constexpr int64_t kPad = 64;
 // Keys per teacher (main-attention) GEMM block, a multiple of kPad.
 constexpr int64_t kTeacherBlock = 256;
 constexpr int64_t kMaxChunks = 16;
+// The chunk buffers may take at most this share of the call's input + output bytes (and never more
+// than kChunkBudgetBytes), so peak memory stays near the tensors' own; at least two chunks are kept
+// whenever there are two rows, so the rows still run in parallel.
+constexpr int64_t kChunkIoDivisor = 4;
 constexpr int64_t kChunkBudgetBytes = int64_t{512} << 20;
 constexpr float kLogFloor = 1e-8f;
 
@@ -51,6 +55,16 @@ mgo::infer::InferResult rules(const std::vector<mgo::infer::TensorDesc>& in, Aot
 struct Sizes {
   int64_t t1, t2, n1, d, dr, dq, nidx, didx, k;
 };
+
+// Rows gathered ahead of the one being copied: selected key rows are scattered through memory, and
+// without the hint each row's copy waits on its first cache misses.
+constexpr int64_t kPrefetchRows = 4;
+
+template <typename X>
+void prefetch_row(const X* row, int64_t n) {
+  const char* p = reinterpret_cast<const char*>(row);
+  for (int64_t off = 0; off < n * static_cast<int64_t>(sizeof(X)); off += 64) __builtin_prefetch(p + off);
+}
 
 template <typename X, typename Op, typename W>
 class RowKernel {
@@ -94,8 +108,7 @@ class RowKernel {
     teacher(t, n, np);
     // Index scores.
     mgo::cpu::to_operand(a_.as<const X>(kQueryIndex) + t * z_.nidx * z_.didx, qit_.data(), z_.nidx * z_.didx);
-    const X* ki = a_.as<const X>(kKeyIndex);
-    for (int64_t jj = 0; jj < n; ++jj) mgo::cpu::to_operand(ki + vis_[jj] * z_.didx, kit_.data() + jj * z_.didx, z_.didx);
+    gather(a_.as<const X>(kKeyIndex), z_.didx, nullptr, 0, 0, n, kit_.data());
     std::fill(kit_.begin() + n * z_.didx, kit_.begin() + np * z_.didx, Op{});
     mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.nidx, np, z_.didx, 1.0f, qit_.data(), z_.didx, kit_.data(), z_.didx,
                  0.0f, sx_.data(), np);
@@ -147,6 +160,20 @@ class RowKernel {
     }
   }
 
+  // dst row i = [a[v] | b[v]] as operands with v = vis_[first + i], for i < count (db may be 0).
+  void gather(const X* a, int64_t da, const X* b, int64_t db, int64_t first, int64_t count, Op* dst) const {
+    for (int64_t i = 0; i < count; ++i) {
+      if (i + kPrefetchRows < count) {
+        const int64_t ahead = vis_[first + i + kPrefetchRows];
+        prefetch_row(a + ahead * da, da);
+        if (db) prefetch_row(b + ahead * db, db);
+      }
+      const int64_t v = vis_[first + i];
+      mgo::cpu::to_operand(a + v * da, dst + i * (da + db), da);
+      if (db) mgo::cpu::to_operand(b + v * db, dst + i * (da + db) + da, db);
+    }
+  }
+
   // p[0, n) from the recomputed main-attention probabilities.
   void teacher(int64_t t, int64_t n, int64_t np) {
     using mgo::gemm::Trans;
@@ -156,8 +183,6 @@ class RowKernel {
       mgo::cpu::to_operand(q + h * z_.d, qt_.data() + h * z_.dq, z_.d);
       if (z_.dr) mgo::cpu::to_operand(qr + h * z_.dr, qt_.data() + h * z_.dq + z_.d, z_.dr);
     }
-    const X* key = a_.as<const X>(kKey);
-    const X* kr = a_.as<const X>(kKeyRope);
     const float* mx = a_.as<const float>(kMax) + t * z_.n1;
     const float* sm = a_.as<const float>(kSum) + t * z_.n1;
     std::fill(p_.begin(), p_.begin() + n, 0.0f);
@@ -166,10 +191,7 @@ class RowKernel {
     for (int64_t b0 = 0; b0 < n; b0 += kTeacherBlock) {
       const int64_t nb = std::min(kTeacherBlock, n - b0);
       const int64_t nbp = std::min(kTeacherBlock, np - b0);
-      for (int64_t jj = 0; jj < nb; ++jj) {
-        mgo::cpu::to_operand(key + vis_[b0 + jj] * z_.d, kt_.data() + jj * z_.dq, z_.d);
-        if (z_.dr) mgo::cpu::to_operand(kr + vis_[b0 + jj] * z_.dr, kt_.data() + jj * z_.dq + z_.d, z_.dr);
-      }
+      gather(a_.as<const X>(kKey), z_.d, a_.as<const X>(kKeyRope), z_.dr, b0, nb, kt_.data());
       std::fill(kt_.begin() + nb * z_.dq, kt_.begin() + nbp * z_.dq, Op{});
       mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.n1, nbp, z_.dq, scale_, qt_.data(), z_.dq, kt_.data(), z_.dq,
                    0.0f, s_.data(), nbp);
@@ -194,7 +216,9 @@ template <typename X, typename Op, typename W>
 void run(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPlan& plan, float scale) {
   // Fixed chunk count (never the thread count), bounded so the partial buffers stay in budget.
   const int64_t per_chunk = std::max<int64_t>(1, z.t2 * z.didx * static_cast<int64_t>(sizeof(float)));
-  const int64_t chunks = std::clamp<int64_t>(kChunkBudgetBytes / per_chunk, 1, std::min(kMaxChunks, z.t1));
+  const int64_t budget = std::min(kChunkBudgetBytes, mgo::cpu::io_bytes(args) / kChunkIoDivisor);
+  const int64_t most = std::max<int64_t>(1, std::min(kMaxChunks, z.t1));
+  const int64_t chunks = std::clamp<int64_t>(budget / per_chunk, std::min<int64_t>(2, most), most);
   std::vector<float> partial(static_cast<size_t>(chunks * z.t2 * z.didx), 0.0f);
   std::vector<double> row_loss(static_cast<size_t>(z.t1), 0.0);
   mgo::cpu::ParallelError error;

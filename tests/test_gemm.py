@@ -2,12 +2,17 @@
 and bfloat16 paths vs a float64 triple loop on odd sizes, transposes and leading dimensions, and
 bitwise determinism when called from several OpenMP threads. The bf16 path runs twice: as this
 CPU takes it (oneDNN's bf16 matmul on AVX-512, widened to float32 sgemm elsewhere) and with
-MGO_CPU_ISA=portable, which forces the widening path."""
+MGO_CPU_ISA=portable, which forces the widening path. The test binary links oneDNN the way the
+package does: built against the headers, run on MindSpore's libdnnl.so.3.
+
+Also: the packaged kernel library runs on MindSpore's oneDNN, with or without MindSpore in the
+process, and it is the only oneDNN mapped."""
 from __future__ import annotations
 
 import importlib.metadata
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,14 +27,51 @@ def _dist_dir(dist: str, name: str, parent: str = "") -> Path:
     raise AssertionError(f"{name} is not installed by {dist}")
 
 
+def _mindspore_lib() -> Path:
+    return _dist_dir("mindspore", "libdnnl.so.3", parent="lib")
+
+
+# Loads the kernel library (after MindSpore has run a CPU op, or alone) and prints the running oneDNN's
+# version and every libdnnl mapped into the process.
+_PROBE = """
+import ctypes, importlib.util, pathlib, sys
+if sys.argv[1] == "mindspore":
+    import mindspore, numpy as np
+    ones = mindspore.Tensor(np.ones((4, 4), np.float32))
+    mindspore.ops.matmul(ones, ones).asnumpy()
+pkg = pathlib.Path(importlib.util.find_spec("ms_grad_ops").submodule_search_locations[0])
+lib = ctypes.CDLL(str(next(pkg.glob("_cpu_kernels*.so"))))
+dnnl = ctypes.CDLL("libdnnl.so.3")  # the copy already loaded, by soname
+class Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int),
+                ("hash", ctypes.c_char_p), ("cpu_runtime", ctypes.c_uint), ("gpu_runtime", ctypes.c_uint)]
+dnnl.dnnl_version.restype = ctypes.POINTER(Version)
+v = dnnl.dnnl_version().contents
+print("version", v.major, v.minor, v.patch)
+for path in sorted({line.split()[-1] for line in open("/proc/self/maps") if "libdnnl" in line}):
+    print("mapped", path)
+"""
+
+
+@pytest.mark.parametrize("context", ["mindspore", "alone"])
+def test_kernels_run_on_mindspore_onednn(context: str) -> None:
+    run = subprocess.run([sys.executable, "-c", _PROBE, context], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    mapped = [line.split(" ", 1)[1] for line in run.stdout.splitlines() if line.startswith("mapped ")]
+    assert mapped == [str(_mindspore_lib() / "libdnnl.so.3")], run.stdout
+    major, minor, _ = (int(x) for x in next(line for line in run.stdout.splitlines()
+                                            if line.startswith("version")).split()[1:])
+    assert (major, minor) >= (3, 10), run.stdout  # MindSpore 2.10 ships oneDNN 3.10
+
+
 @pytest.mark.parametrize("isa", ["native", "portable"])
 def test_gemm_wrapper(tmp_path: Path, isa: str) -> None:
     inc = _dist_dir("onednn-devel-cpu-gomp", "dnnl.h", parent="include")
-    lib = _dist_dir("onednn-cpu-gomp", "libdnnl.so.3")
+    standin = _dist_dir("onednn-cpu-gomp", "libdnnl.so.3")
     exe = tmp_path / "test_gemm"
     subprocess.run(["g++", "-O2", "-fopenmp", "-D_GLIBCXX_USE_CXX11_ABI=0", "-std=c++17", f"-I{inc}", f"-I{ROOT}",
-                    str(ROOT / "tests/cpp/test_gemm.cc"), str(ROOT / "cpu/gemm.cc"), "-o", str(exe), f"-L{lib}",
-                    "-l:libdnnl.so.3", f"-Wl,-rpath,{lib}"], check=True)
+                    str(ROOT / "tests/cpp/test_gemm.cc"), str(ROOT / "cpu/gemm.cc"), "-o", str(exe), f"-L{standin}",
+                    "-l:libdnnl.so.3", f"-Wl,-rpath,{_mindspore_lib()}"], check=True)
     env = dict(os.environ, MGO_CPU_ISA=isa)
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -4,7 +4,8 @@ Reports time in GRAPH mode (a compiled Cell calling the op: how the users train)
 mode (the functional op, Python checks included), achieved GB/s (bytes the op must read + write
 once) from the GRAPH time, the ratio to the NumPy copy bandwidth measured in the same run, and the
 speed-up over MindSpore autodiff of the float32 composite forward in the same mode, also measured
-in this run.
+in this run. Rows are appended to benchmarks/results.jsonl; benchmarks/elementwise.md is
+rewritten from this run's rows.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import argparse
 
 import mindspore as ms
 import numpy as np
-from common import numpy_copy_gbps, timeit, write_report
+from common import append_results, fmt, numpy_copy_gbps, run_context, timeit, write_markdown
 from mindspore import Tensor, nn
 from mindspore import ops as msops
 
@@ -20,10 +21,7 @@ import ms_grad_ops as mgo
 from ms_grad_ops.composite import CompositeClaGateMerge, CompositeRope
 
 HEAD = 128
-
-
-
-
+SECTION = "rope_grad and cla_gate_backward"
 
 
 class OpCell(nn.Cell):
@@ -98,7 +96,8 @@ def bench_rope_grad(tokens: int, heads: int, dtypes: list[str], copy_gbps: float
         for mode, fn in (("atb", _rope_grad_atb), ("vjp", _rope_grad_vjp)):
             py, graph = op_seconds(fn, [g[0], g[1], tab[0], tab[1], lens_t], repeat)
             n_bytes = 4 * tokens * hidden * g[0].itemsize + 2 * max(lens) * HEAD * tab[0].itemsize
-            rows.append(_row(f"rope_grad {mode}", dtype, py, graph, n_bytes, copy_gbps, base_py, base_graph))
+            rows.append(_row(f"rope_grad {mode}", dtype, {"tokens": tokens, "heads": heads, "head": HEAD}, py, graph,
+                             n_bytes, copy_gbps, base_py, base_graph))
     return rows
 
 
@@ -115,17 +114,29 @@ def bench_cla_gate_backward(tokens: int, heads: int, dtypes: list[str], copy_gbp
         args = [Tensor(x, ms_dtype) for x in big32 + small32]
         py, graph = op_seconds(mgo.ops.cla_gate_backward, args, repeat)
         n_bytes = (5 * tokens * heads * HEAD + 4 * tokens * heads) * args[0].itemsize
-        rows.append(_row("cla_gate_backward", dtype, py, graph, n_bytes, copy_gbps, base_py, base_graph))
+        rows.append(_row("cla_gate_backward", dtype, {"tokens": tokens, "heads": heads, "head": HEAD}, py, graph,
+                         n_bytes, copy_gbps, base_py, base_graph))
     return rows
 
 
-def _row(op: str, dtype: str, py: float, graph: float, n_bytes: int, copy_gbps: float, base_py: float,
-         base_graph: float) -> dict:
+def _row(op: str, dtype: str, sizes: dict[str, int], py: float, graph: float, n_bytes: int, copy_gbps: float,
+         base_py: float, base_graph: float) -> dict:
     gbps = n_bytes / graph / 1e9
-    return {"op": op, "dtype": dtype, "GRAPH / PyNative (ms)": f"{graph * 1e3:.1f} / {py * 1e3:.1f}",
-            "GB/s (GRAPH)": f"{gbps:.1f}", "vs copy bandwidth": f"{gbps / copy_gbps:.0%}",
-            "autodiff fp32 GRAPH / PyNative (ms)": f"{base_graph * 1e3:.0f} / {base_py * 1e3:.0f}",
-            "speed-up GRAPH / PyNative": f"{base_graph / graph:.0f}x / {base_py / py:.0f}x"}
+    return {"section": SECTION, "op": op, "sizes": sizes, "dtype": dtype, "mode": "GRAPH", "time_s": graph,
+            "time_graph_s": graph, "time_pynative_s": py, "io_bytes": n_bytes, "gbps": gbps, "ceiling_gbps": copy_gbps,
+            "ratio": gbps / copy_gbps, "composite_graph_s": base_graph, "composite_pynative_s": base_py,
+            "speedup_composite_graph": base_graph / graph, "speedup_composite_pynative": base_py / py}
+
+
+COLUMNS = [
+    ("op", lambda r: r["op"]), ("dtype", lambda r: r["dtype"]),
+    ("GRAPH / PyNative (ms)", lambda r: f"{r['time_graph_s'] * 1e3:.1f} / {r['time_pynative_s'] * 1e3:.1f}"),
+    ("GB/s (GRAPH)", lambda r: fmt(r["gbps"], ".1f")), ("vs copy bandwidth", lambda r: fmt(r["ratio"], ".0%")),
+    ("autodiff fp32 GRAPH / PyNative (ms)",
+     lambda r: f"{r['composite_graph_s'] * 1e3:.0f} / {r['composite_pynative_s'] * 1e3:.0f}"),
+    ("speed-up GRAPH / PyNative",
+     lambda r: f"{r['speedup_composite_graph']:.0f}x / {r['speedup_composite_pynative']:.0f}x"),
+]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -134,22 +145,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heads", type=int, default=32)
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="1024 tokens, 3 repeats")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.tokens, args.repeat = 1024, 3
     ms.set_device("CPU")
+    ctx = run_context("elementwise")
     copy_gbps = numpy_copy_gbps()
     rows = bench_rope_grad(args.tokens, args.heads, args.dtypes, copy_gbps, args.repeat)
     rows += bench_cla_gate_backward(args.tokens, args.heads, args.dtypes, copy_gbps, args.repeat)
-    write_report("elementwise", "rope_grad and cla_gate_backward on CPU",
-                 [(f"{args.tokens} tokens, {args.heads} heads, head size {HEAD}", rows)],
-                 [f"NumPy copy bandwidth in this run: {copy_gbps:.1f} GB/s (bytes read + written).",
-                  "GB/s counts the bytes the op must read and write once, over the GRAPH-mode time (median "
-                  "of a compiled Cell calling the op; MindSpore's launch included). PyNative times the "
-                  "functional op call, Python checks and dispatch included.",
-                  "Baseline: MindSpore autodiff (GradOperation with the upstream gradient) of the float32 "
-                  "composite forward built from mindspore.ops, in the same mode as the op it is compared "
-                  "with; built-in bf16 ops fail on CPU, so it runs fp32.",
-                  "rope_grad 'atb' is ATB's formula (not a true gradient); the autodiff baseline is the true "
-                  "gradient, the same work as 'vjp'."])
+    append_results(ctx, rows)
+    write_markdown("elementwise", "rope_grad and cla_gate_backward on CPU", [(SECTION, COLUMNS)], [
+        f"{args.tokens} tokens, {args.heads} heads, head size {HEAD}; NumPy copy bandwidth in this run: "
+        f"{copy_gbps:.1f} GB/s (bytes read + written).",
+        "GB/s counts the bytes the op must read and write once, over the GRAPH-mode time (median "
+        "of a compiled Cell calling the op; MindSpore's launch included). PyNative times the "
+        "functional op call, Python checks and dispatch included.",
+        "Baseline: MindSpore autodiff (GradOperation with the upstream gradient) of the float32 "
+        "composite forward built from mindspore.ops, in the same mode as the op it is compared "
+        "with; built-in bf16 ops fail on CPU, so it runs fp32.",
+        "rope_grad 'atb' is ATB's formula (not a true gradient); the autodiff baseline is the true "
+        "gradient, the same work as 'vjp'."])
 
 
 if __name__ == "__main__":

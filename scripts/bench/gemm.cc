@@ -1,4 +1,4 @@
-// GEMM candidates benchmark for the CPU attention kernels (see scripts/bench_gemm.py).
+// GEMM candidates benchmark for the CPU attention kernels (built and run by scripts/bench/gemm.py).
 // oneDNN goes through cpu/gemm.cc (the wrapper actually used); OpenBLAS (scipy-openblas32)
 // and MKL are loaded with dlopen from paths given in env vars MGO_OPENBLAS / MGO_MKL_RT
 // (skipped when unset). Each of T OpenMP threads runs its own independent calls; GFLOP/s
@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "../cpu/gemm.h"
+#include <oneapi/dnnl/dnnl.h>
+
+#include "cpu/gemm.h"
 
 namespace {
 using mgo::gemm::Trans;
@@ -31,8 +33,6 @@ struct Shape {
 using Call = std::function<void(const Shape&, const void*, const void*, float*)>;
 
 double bench(const Shape& s, int threads, bool bf16, const Call& call) {
-  const int64_t lda = s.ta == Trans::kNo ? s.k : s.m, ldb = s.tb == Trans::kNo ? s.n : s.k;
-  (void)lda; (void)ldb;
   const double flop = 2.0 * s.m * s.n * s.k;
   const int reps = std::max<int>(3, static_cast<int>(3e9 / flop));
   double secs = 0;
@@ -101,6 +101,8 @@ int main() {
         0.0f, c, s.n);
     }}});
   }
+  const dnnl_version_t* v = dnnl_version();
+  std::printf("oneDNN %d.%d.%d (%s), cpu_runtime %u\n", v->major, v->minor, v->patch, v->hash, v->cpu_runtime);
   std::printf("%-14s %-24s %10s %10s\n", "library", "shape (per call)", "1thr GF/s", "2thr GF/s");
   for (const auto& [name, lib] : libs) {
     for (const Shape& s : shapes) {
