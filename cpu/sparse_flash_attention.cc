@@ -33,23 +33,17 @@ constexpr int kOut = 8, kMax = 9, kSum = 10;
 template <typename T, typename Op>
 class Forward {
  public:
-  Forward(const aot::KernelArgs& args, const Problem& p, const std::vector<int64_t>& counts, int64_t max_rows)
+  Forward(const aot::KernelArgs& args, const Problem& p, const Inputs<T>& in, const std::vector<int64_t>& counts,
+          int64_t max_rows)
       : p_(p),
+        in_(in),
         counts_(counts),
-        query_(args.as<const T>(kSlots.q)),
-        key_(args.as<const T>(kSlots.k)),
-        value_(p.shared_kv ? key_ : args.as<const T>(kSlots.v)),
-        query_rope_(p.dr > 0 ? args.as<const T>(kSlots.qr) : nullptr),
-        key_rope_(p.dr > 0 ? args.as<const T>(kSlots.kr) : nullptr),
-        indices_(args.as<const int32_t>(kSlots.idx)),
         out_(args.as<T>(kOut)),
         smax_(args.as<float>(kMax)),
         ssum_(args.as<float>(kSum)),
-        // Key is value (absent value, or one tensor passed twice): V is the first dv columns of the key tile.
-        v_in_k_(static_cast<const void*>(value_) == static_cast<const void*>(key_) && p.dv <= p.d),
         qt_(max_rows * p.g * p.dq),
         kt_(kBlock * p.dq),
-        vt_(v_in_k_ ? 0 : kBlock * p.dv),
+        vt_(in.v_in_k ? 0 : kBlock * p.dv),
         pt_(std::is_same_v<Op, float> ? 0 : max_rows * p.g * kBlock),
         sc_(max_rows * p.g * kBlock),
         acc_(max_rows * p.g * p.dv),
@@ -68,23 +62,25 @@ class Forward {
       write(rg);
       return;
     }
-    for (int64_t r = 0; r < rows; ++r) gather_heads(p_, query_, query_rope_, rg.t0 + r, rg.grp, qt_.data() + r * g * p_.dq);
+    for (int64_t r = 0; r < rows; ++r) {
+      gather_heads(p_, in_.query, in_.query_rope, rg.t0 + r, rg.grp, qt_.data() + r * g * p_.dq);
+    }
     if (rows > 1 && !all_finite(qt_.data(), mrows * p_.dq)) {  // 0 * Inf would leak into the other rows
       for (int64_t r = 0; r < rows; ++r) run({rg.t0 + r, 1, rg.grp});
       return;
     }
-    key_union(p_, indices_, rg, scratch_, u_);
+    key_union(p_, in_.indices, rg, scratch_, u_);
     const int64_t n = static_cast<int64_t>(u_.keys.size());
-    const int64_t ldv = v_in_k_ ? p_.dq : p_.dv;
+    const int64_t ldv = in_.v_in_k ? p_.dq : p_.dv;
     std::fill(acc_.begin(), acc_.begin() + mrows * p_.dv, 0.0f);
     std::fill(m_.begin(), m_.begin() + mrows, -std::numeric_limits<float>::infinity());
     std::fill(l_.begin(), l_.begin() + mrows, 0.0f);
     for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
       const int64_t nc = std::min(kBlock, n - c0);
       const int64_t ncp = round_up(nc, kKeyPad);
-      const Op* vtile = v_in_k_ ? kt_.data() : vt_.data();
-      gather_keys(p_, key_, key_rope_, value_, u_.keys.data() + c0, nc, ncp, rg.grp, kt_.data(),
-                  v_in_k_ ? nullptr : vt_.data());
+      const Op* vtile = in_.v_in_k ? kt_.data() : vt_.data();
+      gather_keys(p_, in_.key, in_.key_rope, in_.value, u_.keys.data() + c0, nc, ncp, rg.grp, kt_.data(),
+                  in_.v_in_k ? nullptr : vt_.data());
       // S [M, ncp] = scale * Q [M, dq] . Kf^T, M = rows * G
       mm(gemm::Trans::kNo, gemm::Trans::kYes, mrows, ncp, p_.dq, p_.scale, qt_.data(), p_.dq, kt_.data(), p_.dq,
          0.0f, sc_.data(), ncp);
@@ -134,12 +130,10 @@ class Forward {
   }
 
   const Problem& p_;
+  const Inputs<T>& in_;
   const std::vector<int64_t>& counts_;
-  const T *query_, *key_, *value_, *query_rope_, *key_rope_;
-  const int32_t* indices_;
   T* out_;
   float *smax_, *ssum_;
-  const bool v_in_k_;
   std::vector<Op> qt_, kt_, vt_, pt_;
   std::vector<float> sc_, acc_, m_, l_;
   std::vector<int32_t> scratch_;
@@ -148,18 +142,15 @@ class Forward {
 
 template <typename T, typename Op>
 void forward(const aot::KernelArgs& args, const Problem& p, const std::vector<int64_t>& counts) {
-  const T* key = args.as<const T>(kSlots.k);
-  const std::vector<uint8_t> key_ok = finite_key_rows(p, key, p.dr > 0 ? args.as<const T>(kSlots.kr) : nullptr,
-                                                      p.shared_kv ? key : args.as<const T>(kSlots.v));
+  const Inputs<T> in(args, p, kSlots);
   const int64_t max_rows = max_group_rows(p.g);
-  const std::vector<RowGroup> groups =
-      group_rows(p, args.as<const int32_t>(kSlots.idx), counts, key_ok, 0, p.t1, max_rows);
+  const std::vector<RowGroup> groups = group_rows(p, in.indices, counts, finite_key_rows(p, in), 0, p.t1, max_rows);
   const int64_t n_groups = static_cast<int64_t>(groups.size());
   bool failed = false;
   std::string error;
 #pragma omp parallel
   {
-    Forward<T, Op> worker(args, p, counts, max_rows);
+    Forward<T, Op> worker(args, p, in, counts, max_rows);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n_groups; ++i) {
       try {

@@ -72,6 +72,24 @@ struct Slots {
   int q, k, v, idx, qr, kr, lq, lkv;
 };
 
+// The inputs both kernels read: value is key when absent (key is value), the ropes null when absent.
+template <typename T>
+struct Inputs {
+  Inputs(const aot::KernelArgs& args, const Problem& p, const Slots& s)
+      : query(args.as<const T>(s.q)),
+        key(args.as<const T>(s.k)),
+        value(p.shared_kv ? key : args.as<const T>(s.v)),
+        query_rope(p.dr > 0 ? args.as<const T>(s.qr) : nullptr),
+        key_rope(p.dr > 0 ? args.as<const T>(s.kr) : nullptr),
+        indices(args.as<const int32_t>(s.idx)),
+        // Key is value (absent value, or one tensor passed twice): V is the first dv columns of the key tile.
+        v_in_k(static_cast<const void*>(value) == static_cast<const void*>(key) && p.dv <= p.d) {}
+
+  const T *query, *key, *value, *query_rope, *key_rope;
+  const int32_t* indices;
+  bool v_in_k;
+};
+
 // Builds the geometry from the launch arguments; an absent (zero-size) value means key is value,
 // absent ropes mean Dr = 0. Throws std::runtime_error naming `op` on bad length values.
 Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::SfaAttrs& attrs, const Slots& s);

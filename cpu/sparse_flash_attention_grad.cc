@@ -103,26 +103,21 @@ struct KeyGradRows {
 template <typename T, typename Op>
 class Backward {
  public:
-  Backward(const aot::KernelArgs& args, const Problem& p, const std::vector<int64_t>& counts, int64_t max_rows)
+  Backward(const aot::KernelArgs& args, const Problem& p, const Inputs<T>& in, const std::vector<int64_t>& counts,
+           int64_t max_rows)
       : p_(p),
+        in_(in),
         counts_(counts),
-        query_(args.as<const T>(kSlots.q)),
-        key_(args.as<const T>(kSlots.k)),
-        value_(p.shared_kv ? key_ : args.as<const T>(kSlots.v)),
         d_out_(args.as<const T>(kDOut)),
         out_(args.as<const T>(kOut)),
-        query_rope_(p.dr > 0 ? args.as<const T>(kSlots.qr) : nullptr),
-        key_rope_(p.dr > 0 ? args.as<const T>(kSlots.kr) : nullptr),
         smax_(args.as<const float>(kMax)),
         ssum_(args.as<const float>(kSum)),
-        indices_(args.as<const int32_t>(kSlots.idx)),
         d_query_(args.as<T>(kDQuery)),
         d_query_rope_(p.dr > 0 ? args.as<T>(kDQueryRope) : nullptr),
-        v_in_k_(static_cast<const void*>(value_) == static_cast<const void*>(key_) && p.dv <= p.d),
         qt_(max_rows * p.g * p.dq),
         ot_(max_rows * p.g * p.dv),
         kt_(kBlock * p.dq),
-        vt_(v_in_k_ ? 0 : kBlock * p.dv),
+        vt_(in.v_in_k ? 0 : kBlock * p.dv),
         pt_(kF32 ? 0 : max_rows * p.g * kBlock),
         dst_(kF32 ? 0 : max_rows * p.g * kBlock),
         sc_(max_rows * p.g * kBlock),
@@ -148,7 +143,7 @@ class Backward {
     }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t head0 = (rg.t0 + r) * p_.n1 + rg.grp * g;
-      gather_heads(p_, query_, query_rope_, rg.t0 + r, rg.grp, qt_.data() + r * g * p_.dq);
+      gather_heads(p_, in_.query, in_.query_rope, rg.t0 + r, rg.grp, qt_.data() + r * g * p_.dq);
       to_operand(d_out_ + head0 * p_.dv, ot_.data() + r * g * p_.dv, g * p_.dv);
     }
     // A weight-0 pair adds 0 * Q to dK and 0 * dO to dV: exact only for finite rows.
@@ -167,16 +162,16 @@ class Backward {
         inv_l_[r * g + h] = 1.0f / ssum_[so + h];
       }
     }
-    key_union(p_, indices_, rg, scratch_, u_);
+    key_union(p_, in_.indices, rg, scratch_, u_);
     const int64_t n = static_cast<int64_t>(u_.keys.size());
-    const int64_t ldv = v_in_k_ ? p_.dq : p_.dv;
+    const int64_t ldv = in_.v_in_k ? p_.dq : p_.dv;
     std::fill(dq_acc_.begin(), dq_acc_.begin() + mrows * p_.dq, 0.0f);
     for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
       const int64_t nc = std::min(kBlock, n - c0);
       const int64_t ncp = round_up(nc, kKeyPad);
-      const Op* vtile = v_in_k_ ? kt_.data() : vt_.data();
-      gather_keys(p_, key_, key_rope_, value_, u_.keys.data() + c0, nc, ncp, rg.grp, kt_.data(),
-                  v_in_k_ ? nullptr : vt_.data());
+      const Op* vtile = in_.v_in_k ? kt_.data() : vt_.data();
+      gather_keys(p_, in_.key, in_.key_rope, in_.value, u_.keys.data() + c0, nc, ncp, rg.grp, kt_.data(),
+                  in_.v_in_k ? nullptr : vt_.data());
       // S = scale Q Kf^T, dP = dO V^T: [M, ncp], M = rows * G
       mm(gemm::Trans::kNo, gemm::Trans::kYes, mrows, ncp, p_.dq, p_.scale, qt_.data(), p_.dq, kt_.data(), p_.dq,
          0.0f, sc_.data(), ncp);
@@ -229,12 +224,11 @@ class Backward {
   }
 
   const Problem& p_;
+  const Inputs<T>& in_;
   const std::vector<int64_t>& counts_;
-  const T *query_, *key_, *value_, *d_out_, *out_, *query_rope_, *key_rope_;
+  const T *d_out_, *out_;
   const float *smax_, *ssum_;
-  const int32_t* indices_;
   T *d_query_, *d_query_rope_;
-  const bool v_in_k_;
   std::vector<Op> qt_, ot_, kt_, vt_, pt_, dst_;
   std::vector<float> sc_, dp_, dq_acc_, dkc_, dvc_, fo_, fdo_, delta_, mx_, inv_l_;
   std::vector<int32_t> scratch_;
@@ -243,12 +237,11 @@ class Backward {
 
 template <typename T, typename Op>
 void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<int64_t>& counts) {
-  const T* key = args.as<const T>(kSlots.k);
+  const Inputs<T> in(args, p, kSlots);
   T* d_key = args.as<T>(kDKey);
   T* d_value = p.shared_kv ? nullptr : args.as<T>(kDValue);
   T* d_key_rope = p.dr > 0 ? args.as<T>(kDKeyRope) : nullptr;
-  const std::vector<uint8_t> key_ok = finite_key_rows(p, key, p.dr > 0 ? args.as<const T>(kSlots.kr) : nullptr,
-                                                      p.shared_kv ? key : args.as<const T>(kSlots.v));
+  const std::vector<uint8_t> key_ok = finite_key_rows(p, in);
   const int64_t max_rows = max_group_rows(p.g);
   const std::vector<Partition> parts = make_partitions(args, p, counts);
   const int64_t n_parts = static_cast<int64_t>(parts.size());
@@ -257,7 +250,7 @@ void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<i
   std::string error;
 #pragma omp parallel
   {
-    Backward<T, Op> worker(args, p, counts, max_rows);
+    Backward<T, Op> worker(args, p, in, counts, max_rows);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t pi = 0; pi < n_parts; ++pi) {
       try {
@@ -268,8 +261,7 @@ void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<i
         dvb.assign(p.shared_kv ? 0 : (part.k1 - part.k0) * p.n2 * p.dv, 0.0f);
         // Shared KV: dV goes into the first dv (= D) columns of the dK row, in float32.
         const KeyGradRows kg{dkb.data(), p.shared_kv ? dkb.data() : dvb.data(), p.shared_kv ? p.dq : p.dv, part.k0};
-        for (const RowGroup& rg : group_rows(p, args.as<const int32_t>(kSlots.idx), counts, key_ok, part.r0,
-                                             part.r1, max_rows)) {
+        for (const RowGroup& rg : group_rows(p, in.indices, counts, key_ok, part.r0, part.r1, max_rows)) {
           worker.run(rg, kg);
         }
       } catch (const std::exception& e) {

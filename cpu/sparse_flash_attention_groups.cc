@@ -47,21 +47,21 @@ int64_t max_group_rows(int64_t g) {
 }
 
 template <typename T>
-std::vector<uint8_t> finite_key_rows(const Problem& p, const T* key, const T* key_rope, const T* value) {
+std::vector<uint8_t> finite_key_rows(const Problem& p, const Inputs<T>& in) {
   const int64_t rows = p.t2 * p.n2;
   std::vector<uint8_t> ok(static_cast<size_t>(rows));
 #pragma omp parallel for schedule(static) if (worth_parallel(rows * (p.dq + p.dv)))
   for (int64_t r = 0; r < rows; ++r) {
-    bool f = finite(key + r * p.d, p.d) && finite(value + r * p.dv, p.dv);
-    if (p.dr > 0) f = f && finite(key_rope + r * p.dr, p.dr);
+    bool f = finite(in.key + r * p.d, p.d) && finite(in.value + r * p.dv, p.dv);
+    if (p.dr > 0) f = f && finite(in.key_rope + r * p.dr, p.dr);
     ok[r] = f ? 1 : 0;
   }
   return ok;
 }
 
-template std::vector<uint8_t> finite_key_rows(const Problem&, const float*, const float*, const float*);
-template std::vector<uint8_t> finite_key_rows(const Problem&, const Half*, const Half*, const Half*);
-template std::vector<uint8_t> finite_key_rows(const Problem&, const BFloat16*, const BFloat16*, const BFloat16*);
+template std::vector<uint8_t> finite_key_rows(const Problem&, const Inputs<float>&);
+template std::vector<uint8_t> finite_key_rows(const Problem&, const Inputs<Half>&);
+template std::vector<uint8_t> finite_key_rows(const Problem&, const Inputs<BFloat16>&);
 
 std::vector<RowGroup> group_rows(const Problem& p, const int32_t* indices, const std::vector<int64_t>& counts,
                                  const std::vector<uint8_t>& key_ok, int64_t r0, int64_t r1, int64_t max_rows) {

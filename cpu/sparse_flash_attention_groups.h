@@ -36,7 +36,7 @@ int64_t max_group_rows(int64_t g);
 
 // Flags of the key rows [t2 * n2] whose key, key_rope and value elements are all finite.
 template <typename T>
-std::vector<uint8_t> finite_key_rows(const Problem& p, const T* key, const T* key_rope, const T* value);
+std::vector<uint8_t> finite_key_rows(const Problem& p, const Inputs<T>& in);
 
 // Groups covering query rows [r0, r1) of every key group, in (group, row) order. counts[t * n2 + grp]
 // is the visible-key count of (t, grp) (validate_indices); key_ok from finite_key_rows.
