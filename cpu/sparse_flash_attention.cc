@@ -42,8 +42,7 @@ class Forward {
         smax_(args.as<float>(kMax)),
         ssum_(args.as<float>(kSum)),
         qt_(max_rows * p.g * p.dq),
-        kt_(kBlock * p.dq),
-        vt_(in.v_in_k ? 0 : kBlock * p.dv),
+        keys_(p, in.v_in_k),
         pt_(std::is_same_v<Op, float> ? 0 : max_rows * p.g * kBlock),
         sc_(max_rows * p.g * kBlock),
         acc_(max_rows * p.g * p.dv),
@@ -71,19 +70,14 @@ class Forward {
     }
     key_union(p_, in_.indices, rg, scratch_, u_);
     const int64_t n = static_cast<int64_t>(u_.keys.size());
-    const int64_t ldv = in_.v_in_k ? p_.dq : p_.dv;
     std::fill(acc_.begin(), acc_.begin() + mrows * p_.dv, 0.0f);
     std::fill(m_.begin(), m_.begin() + mrows, -std::numeric_limits<float>::infinity());
     std::fill(l_.begin(), l_.begin() + mrows, 0.0f);
     for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
       const int64_t nc = std::min(kBlock, n - c0);
       const int64_t ncp = round_up(nc, kKeyPad);
-      const Op* vtile = in_.v_in_k ? kt_.data() : vt_.data();
-      gather_keys(p_, in_.key, in_.key_rope, in_.value, u_.keys.data() + c0, nc, ncp, rg.grp, kt_.data(),
-                  in_.v_in_k ? nullptr : vt_.data());
-      // S [M, ncp] = scale * Q [M, dq] . Kf^T, M = rows * G
-      mm(gemm::Trans::kNo, gemm::Trans::kYes, mrows, ncp, p_.dq, p_.scale, qt_.data(), p_.dq, kt_.data(), p_.dq,
-         0.0f, sc_.data(), ncp);
+      // S [M, ncp], M = rows * G
+      keys_.gather_and_score(p_, in_, u_.keys.data() + c0, nc, ncp, rg.grp, qt_.data(), mrows, sc_.data());
       for (int64_t i = 0; i < mrows; ++i) {
         const float* w = u_.weighted ? u_.weight.data() + (i / g) * n + c0 : nullptr;
         float* srow = sc_.data() + i * ncp;
@@ -109,8 +103,8 @@ class Forward {
         from_float(sc_.data(), pt_.data(), mrows * ncp);
         ptile = pt_.data();
       }
-      mm(gemm::Trans::kNo, gemm::Trans::kNo, mrows, p_.dv, ncp, 1.0f, ptile, ncp, vtile, ldv, 1.0f, acc_.data(),
-         p_.dv);
+      mm(gemm::Trans::kNo, gemm::Trans::kNo, mrows, p_.dv, ncp, 1.0f, ptile, ncp, keys_.v(), keys_.ldv(p_), 1.0f,
+         acc_.data(), p_.dv);
     }
     for (int64_t i = 0; i < mrows; ++i) scale_row(acc_.data() + i * p_.dv, p_.dv, 1.0f / l_[i]);
     write(rg);
@@ -134,7 +128,9 @@ class Forward {
   const std::vector<int64_t>& counts_;
   T* out_;
   float *smax_, *ssum_;
-  std::vector<Op> qt_, kt_, vt_, pt_;
+  std::vector<Op> qt_;
+  KeyTiles<Op> keys_;
+  std::vector<Op> pt_;
   std::vector<float> sc_, acc_, m_, l_;
   std::vector<int32_t> scratch_;
   KeyUnion u_;

@@ -123,6 +123,31 @@ void gather_keys(const Problem& p, const T* key, const T* key_rope, const T* val
   if (vt != nullptr) std::memset(static_cast<void*>(vt + n * p.dv), 0, sizeof(Op) * (npad - n) * p.dv);
 }
 
+// One thread's key tiles of a block: Kf [kBlock, dq] (key | key_rope) and V [kBlock, dv], or V read
+// from the first dv columns of Kf when key is value.
+template <typename Op>
+class KeyTiles {
+ public:
+  KeyTiles(const Problem& p, bool v_in_k) : v_in_k_(v_in_k), kt_(kBlock * p.dq), vt_(v_in_k ? 0 : kBlock * p.dv) {}
+
+  // Gathers keys[0..nc) of group grp (zero rows up to ncp) and writes the scores
+  // S [m, ncp] = scale * Q [m, dq] . Kf^T.
+  template <typename T>
+  void gather_and_score(const Problem& p, const Inputs<T>& in, const int32_t* keys, int64_t nc, int64_t ncp,
+                        int64_t grp, const Op* q, int64_t m, float* s) {
+    gather_keys(p, in.key, in.key_rope, in.value, keys, nc, ncp, grp, kt_.data(), v_in_k_ ? nullptr : vt_.data());
+    mm(gemm::Trans::kNo, gemm::Trans::kYes, m, ncp, p.dq, p.scale, q, p.dq, kt_.data(), p.dq, 0.0f, s, ncp);
+  }
+  const Op* kf() const { return kt_.data(); }
+  const Op* v() const { return v_in_k_ ? kt_.data() : vt_.data(); }
+  // Leading dimension of v().
+  int64_t ldv(const Problem& p) const { return v_in_k_ ? p.dq : p.dv; }
+
+ private:
+  bool v_in_k_;
+  std::vector<Op> kt_, vt_;
+};
+
 // Query-side tile of (row t, group grp): [G, dq] from x [.., N1, D] and x_rope [.., N1, Dr].
 template <typename T, typename Op>
 void gather_heads(const Problem& p, const T* x, const T* x_rope, int64_t t, int64_t grp, Op* tile) {

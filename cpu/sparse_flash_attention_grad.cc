@@ -116,8 +116,7 @@ class Backward {
         d_query_rope_(p.dr > 0 ? args.as<T>(kDQueryRope) : nullptr),
         qt_(max_rows * p.g * p.dq),
         ot_(max_rows * p.g * p.dv),
-        kt_(kBlock * p.dq),
-        vt_(in.v_in_k ? 0 : kBlock * p.dv),
+        keys_(p, in.v_in_k),
         pt_(kF32 ? 0 : max_rows * p.g * kBlock),
         dst_(kF32 ? 0 : max_rows * p.g * kBlock),
         sc_(max_rows * p.g * kBlock),
@@ -164,19 +163,14 @@ class Backward {
     }
     key_union(p_, in_.indices, rg, scratch_, u_);
     const int64_t n = static_cast<int64_t>(u_.keys.size());
-    const int64_t ldv = in_.v_in_k ? p_.dq : p_.dv;
     std::fill(dq_acc_.begin(), dq_acc_.begin() + mrows * p_.dq, 0.0f);
     for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
       const int64_t nc = std::min(kBlock, n - c0);
       const int64_t ncp = round_up(nc, kKeyPad);
-      const Op* vtile = in_.v_in_k ? kt_.data() : vt_.data();
-      gather_keys(p_, in_.key, in_.key_rope, in_.value, u_.keys.data() + c0, nc, ncp, rg.grp, kt_.data(),
-                  in_.v_in_k ? nullptr : vt_.data());
       // S = scale Q Kf^T, dP = dO V^T: [M, ncp], M = rows * G
-      mm(gemm::Trans::kNo, gemm::Trans::kYes, mrows, ncp, p_.dq, p_.scale, qt_.data(), p_.dq, kt_.data(), p_.dq,
-         0.0f, sc_.data(), ncp);
-      mm(gemm::Trans::kNo, gemm::Trans::kYes, mrows, ncp, p_.dv, 1.0f, ot_.data(), p_.dv, vtile, ldv, 0.0f,
-         dp_.data(), ncp);
+      keys_.gather_and_score(p_, in_, u_.keys.data() + c0, nc, ncp, rg.grp, qt_.data(), mrows, sc_.data());
+      mm(gemm::Trans::kNo, gemm::Trans::kYes, mrows, ncp, p_.dv, 1.0f, ot_.data(), p_.dv, keys_.v(), keys_.ldv(p_),
+         0.0f, dp_.data(), ncp);
       for (int64_t i = 0; i < mrows; ++i) {
         const float* w = u_.weighted ? u_.weight.data() + (i / g) * n + c0 : nullptr;
         probs_and_grad(sc_.data() + i * ncp, dp_.data() + i * ncp, nc, ncp, mx_[i], inv_l_[i], delta_[i], w);
@@ -193,7 +187,7 @@ class Backward {
         dstile = dst_.data();
       }
       // dQf [M, dq] += scale dS [M, ncp] . Kf [ncp, dq]
-      mm(gemm::Trans::kNo, gemm::Trans::kNo, mrows, p_.dq, ncp, p_.scale, dstile, ncp, kt_.data(), p_.dq, 1.0f,
+      mm(gemm::Trans::kNo, gemm::Trans::kNo, mrows, p_.dq, ncp, p_.scale, dstile, ncp, keys_.kf(), p_.dq, 1.0f,
          dq_acc_.data(), p_.dq);
       // dKf [ncp, dq] = scale dS^T . Q and dV [ncp, dv] = P^T . dO (K-dim M), scatter-added per key row while
       // the block is still in cache.
@@ -229,7 +223,9 @@ class Backward {
   const T *d_out_, *out_;
   const float *smax_, *ssum_;
   T *d_query_, *d_query_rope_;
-  std::vector<Op> qt_, ot_, kt_, vt_, pt_, dst_;
+  std::vector<Op> qt_, ot_;
+  KeyTiles<Op> keys_;
+  std::vector<Op> pt_, dst_;
   std::vector<float> sc_, dp_, dq_acc_, dkc_, dvc_, fo_, fdo_, delta_, mx_, inv_l_;
   std::vector<int32_t> scratch_;
   KeyUnion u_;
