@@ -153,13 +153,16 @@ class RowKernel {
   }
 
  private:
-  // Global key rows of the visible selected keys, in slot order (indices already range-checked).
+  // Global key rows of the visible selected keys, in ascending order (indices already range-checked).
+  // The loss does not depend on the slot order; ascending rows turn the gathers and the dK scatter
+  // into forward sweeps through memory instead of random row accesses.
   void collect_visible(int64_t t) {
     vis_.clear();
     const int32_t* idx = a_.as<const int32_t>(kSparse) + t * z_.k;
     for (int64_t s = 0; s < z_.k; ++s) {
       if (idx[s] >= 0 && idx[s] < plan_.limit[t]) vis_.push_back(plan_.key_base[t] + idx[s]);
     }
+    std::sort(vis_.begin(), vis_.end());
   }
 
   // dst row i = [a[v] | b[v]] as operands with v = vis_[first + i], for i < count (db may be 0).
