@@ -139,30 +139,36 @@ float exp_shifted(const float* __restrict s, int64_t n, float shift, float* __re
 }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void indexer_score_grads(const float* __restrict sx, int64_t ld, int64_t nidx, int64_t n,
-                         const float* __restrict di, const float* __restrict w, float* __restrict dw,
-                         float* __restrict ds) {
-  const int64_t n_main = n / kLanes * kLanes;
-  for (int64_t g = 0; g < nidx; ++g) {
-    const float* row = sx + g * ld;
-    float* out = ds + g * ld;
-    const float wg = w[g];
+void relu_weighted_sum_by_key(const float* __restrict sxt, int64_t n, int64_t nidx, const float* __restrict w,
+                              float* __restrict out) {
+  const int64_t g_main = nidx / kLanes * kLanes;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* row = sxt + j * nidx;
     float lanes[kLanes] = {};
-    for (int64_t j0 = 0; j0 < n_main; j0 += kLanes) {
-      for (int64_t l = 0; l < kLanes; ++l) {
-        const float x = row[j0 + l];
-        const float d = di[j0 + l];
-        lanes[l] += d * relu(x);
-        out[j0 + l] = d * wg * relu_step(x);
-      }
+    for (int64_t g0 = 0; g0 < g_main; g0 += kLanes) {
+      for (int64_t l = 0; l < kLanes; ++l) lanes[l] += w[g0 + l] * relu(row[g0 + l]);
     }
-    for (int64_t j = n_main; j < n; ++j) {
-      lanes[j - n_main] += di[j] * relu(row[j]);
-      out[j] = di[j] * wg * relu_step(row[j]);
-    }
-    for (int64_t j = n; j < ld; ++j) out[j] = 0.0f;
-    dw[g] = lane_sum(lanes);
+    for (int64_t g = g_main; g < nidx; ++g) lanes[g - g_main] += w[g] * relu(row[g]);
+    out[j] = lane_sum(lanes);
   }
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void indexer_score_grads(const float* __restrict sxt, int64_t n, int64_t npad, int64_t nidx,
+                         const float* __restrict di, const float* __restrict w, float* __restrict dw,
+                         float* __restrict dst) {
+  for (int64_t g = 0; g < nidx; ++g) dw[g] = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* row = sxt + j * nidx;
+    float* out = dst + j * nidx;
+    const float d = di[j];
+    for (int64_t g = 0; g < nidx; ++g) {
+      const float x = row[g];
+      dw[g] += d * relu(x);
+      out[g] = d * w[g] * relu_step(x);
+    }
+  }
+  for (int64_t i = n * nidx; i < npad * nidx; ++i) dst[i] = 0.0f;
 }
 
 }  // namespace mgo::cpu

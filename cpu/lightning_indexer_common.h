@@ -70,13 +70,16 @@ class ParallelError {
   std::string message_;
 };
 
-// The row-local backward of the indexer score: with R = relu(sx) ([nidx, ld], first n columns used)
-//   dw[g]    = sum_{j<n} di[j] * R[g, j]
-//   ds[g, j] = di[j] * w[g] * [sx[g, j] > 0]     for j < n, and 0 for n <= j < ld
-// ([x > 0] is 1 or 0, NaN for a NaN x; a product, so NaN in di or w reaches ds as IEEE says).
-// Sums use 16 fixed lanes (vectorisable, same order on every call).
-void indexer_score_grads(const float* sx, int64_t ld, int64_t nidx, int64_t n, const float* di, const float* w,
-                         float* dw, float* ds);
+// Key-major forms for the grad kernel, where sxt = key_index x query_index^T is [npad, nidx] (the
+// layout whose GEMMs run fastest: the dK GEMM then reads dS untransposed):
+//   out[j]       = sum_g w[g] * max(sxt[j, g], 0)                  for j < n
+//   dw[g]        = sum_{j<n} di[j] * max(sxt[j, g], 0)              (in j order)
+//   dst[j, g]    = di[j] * w[g] * [sxt[j, g] > 0]  for j < n, and 0 for n <= j < npad
+// ([x > 0] is 1 or 0, NaN for a NaN x; a product, so NaN in di or w reaches dst as IEEE says; max
+// keeps a NaN x).
+void relu_weighted_sum_by_key(const float* sxt, int64_t n, int64_t nidx, const float* w, float* out);
+void indexer_score_grads(const float* sxt, int64_t n, int64_t npad, int64_t nidx, const float* di, const float* w,
+                         float* dw, float* dst);
 
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 

@@ -5,10 +5,12 @@
 // and oneDNN's cached bf16 primitives are reused):
 //   S  = scale * [q|q_rope] x [k|k_rope]^T           [N1, npad]   GEMM
 //   p  = (1/N1) sum_h exp(S_h - max_h) / sum_h        teacher (not renormalised)
-//   Sx = query_index x key_index^T                    [Nidx, npad] GEMM
-//   I  = w . relu(Sx), y = softmax(I), loss_t, dI = y - p, dW, dS = dI * w * [Sx > 0]
-//   d_query_index = dS x key_index                    [Nidx, Didx] GEMM
-//   dK rows       = dS^T x query_index                [npad, Didx] GEMM, scattered into d_key_index
+//   SxT = key_index x query_index^T                   [npad, Nidx] GEMM
+//   I  = relu(SxT) . w, y = softmax(I), loss_t, dI = y - p, dW, dST = dI * w * [SxT > 0]
+//   d_query_index = dST^T x key_index                 [Nidx, Didx] GEMM
+//   dK rows       = dST x query_index                 [npad, Didx] GEMM, scattered into d_key_index
+// The index scores are kept key-major ([npad, Nidx]) so the dK GEMM reads dS untransposed: with
+// dS^T as a transposed operand it ran at half the rate of the other products.
 // bf16 inputs run bf16 GEMMs with float32 accumulation (dS rounded to bf16 first, as Ascend's cube
 // unit does); float16/float32 inputs run float32 GEMMs.
 //
@@ -110,10 +112,10 @@ class RowKernel {
     mgo::cpu::to_operand(a_.as<const X>(kQueryIndex) + t * z_.nidx * z_.didx, qit_.data(), z_.nidx * z_.didx);
     gather(a_.as<const X>(kKeyIndex), z_.didx, nullptr, 0, 0, n, kit_.data());
     std::fill(kit_.begin() + n * z_.didx, kit_.begin() + np * z_.didx, Op{});
-    mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.nidx, np, z_.didx, 1.0f, qit_.data(), z_.didx, kit_.data(), z_.didx,
-                 0.0f, sx_.data(), np);
+    mgo::cpu::mm(Trans::kNo, Trans::kYes, np, z_.nidx, z_.didx, 1.0f, kit_.data(), z_.didx, qit_.data(), z_.didx,
+                 0.0f, sx_.data(), z_.nidx);
     mgo::cpu::load(a_.as<const W>(kWeights) + t * z_.nidx, w_.data(), z_.nidx);
-    mgo::cpu::relu_weighted_sum(sx_.data(), np, z_.nidx, n, w_.data(), score_.data());
+    mgo::cpu::relu_weighted_sum_by_key(sx_.data(), n, z_.nidx, w_.data(), score_.data());
     // Softmax, loss and dI (in place of y).
     float imax = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < n; ++j) imax = std::max(imax, score_[j]);
@@ -128,7 +130,7 @@ class RowKernel {
       loss += static_cast<double>(pj * (std::log(std::max(pj, kLogFloor)) - log_y));
       y_[j] = y_[j] * inv_z - pj;
     }
-    mgo::cpu::indexer_score_grads(sx_.data(), np, z_.nidx, n, y_.data(), w_.data(), dw_.data(), ds_.data());
+    mgo::cpu::indexer_score_grads(sx_.data(), n, np, z_.nidx, y_.data(), w_.data(), dw_.data(), ds_.data());
     const Op* ds = nullptr;
     if constexpr (std::is_same_v<Op, float>) {
       ds = ds_.data();
@@ -136,9 +138,9 @@ class RowKernel {
       mgo::cpu::from_float(ds_.data(), ds_op_.data(), z_.nidx * np);
       ds = ds_op_.data();
     }
-    mgo::cpu::mm(Trans::kNo, Trans::kNo, z_.nidx, z_.didx, np, 1.0f, ds, np, kit_.data(), z_.didx, 0.0f,
+    mgo::cpu::mm(Trans::kYes, Trans::kNo, z_.nidx, z_.didx, np, 1.0f, ds, z_.nidx, kit_.data(), z_.didx, 0.0f,
                  dqi_.data(), z_.didx);
-    mgo::cpu::mm(Trans::kYes, Trans::kNo, np, z_.didx, z_.nidx, 1.0f, ds, np, qit_.data(), z_.didx, 0.0f,
+    mgo::cpu::mm(Trans::kNo, Trans::kNo, np, z_.didx, z_.nidx, 1.0f, ds, z_.nidx, qit_.data(), z_.didx, 0.0f,
                  dk_.data(), z_.didx);
     mgo::cpu::store(dqi_.data(), dqi_out, z_.nidx * z_.didx);
     mgo::cpu::store(dw_.data(), dw_out, z_.nidx);
@@ -151,13 +153,16 @@ class RowKernel {
   }
 
  private:
-  // Global key rows of the visible selected keys, in slot order (indices already range-checked).
+  // Global key rows of the visible selected keys, in ascending order (indices already range-checked).
+  // The loss does not depend on the slot order; ascending rows turn the gathers and the dK scatter
+  // into forward sweeps through memory instead of random row accesses.
   void collect_visible(int64_t t) {
     vis_.clear();
     const int32_t* idx = a_.as<const int32_t>(kSparse) + t * z_.k;
     for (int64_t s = 0; s < z_.k; ++s) {
       if (idx[s] >= 0 && idx[s] < plan_.limit[t]) vis_.push_back(plan_.key_base[t] + idx[s]);
     }
+    std::sort(vis_.begin(), vis_.end());
   }
 
   // dst row i = [a[v] | b[v]] as operands with v = vis_[first + i], for i < count (db may be 0).
