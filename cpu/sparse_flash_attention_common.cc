@@ -102,47 +102,48 @@ namespace {
 
 constexpr int64_t kLanes = 16;
 
-// 16 float32 lanes as a GCC vector: each target clone lowers it to its widest registers (one zmm,
-// two ymm, four xmm). A scalar exp does not vectorise (std::floor is a libm call and GCC keeps the
-// NaN-preserving clamps as branches), so every exp here runs on these.
+// 8 float32 lanes as a GCC vector (one ymm in the AVX2 and AVX-512 clones, two xmm in the default
+// one). A scalar exp does not vectorise (std::floor is a libm call and GCC keeps the NaN-preserving
+// clamps as branches), so every exp here runs on these. Not 16 lanes: GCC lowers the compares and
+// selects of a 64-byte vector to scalar code on AVX2 (~30 ns per exp, measured).
 // (Every use is inlined into a clone, so the psabi note on passing such vectors is moot.)
 #pragma GCC diagnostic ignored "-Wpsabi"
-using V16 = float __attribute__((vector_size(64)));
-using V16i = int32_t __attribute__((vector_size(64)));
-static_assert(sizeof(V16) == sizeof(float) * kLanes);
+constexpr int64_t kVec = 8;
+using V8 = float __attribute__((vector_size(32)));
+using V8i = int32_t __attribute__((vector_size(32)));
 
-[[gnu::always_inline]] inline V16 load16(const float* p) {
-  V16 v;
+[[gnu::always_inline]] inline V8 load8(const float* p) {
+  V8 v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-[[gnu::always_inline]] inline void store16(float* p, const V16& v) { std::memcpy(p, &v, sizeof v); }
-[[gnu::always_inline]] inline V16 splat(float x) { return V16{} + x; }
+[[gnu::always_inline]] inline void store8(float* p, const V8& v) { std::memcpy(p, &v, sizeof v); }
+[[gnu::always_inline]] inline V8 splat(float x) { return V8{} + x; }
 
 // exp(x) (Cephes expf polynomial, ~1 ulp); used on shifted logits, which are <= 0 up to rounding.
 // -inf and x < -87.3 give 0, x > 88 gives inf, NaN stays NaN.
-[[gnu::always_inline]] inline V16 exp_nonpos(const V16& x) {
-  const V16 lo = splat(-87.3f), hi = splat(88.0f);
-  V16 xc = x > lo ? x : lo;  // NaN -> lo here; restored below
+[[gnu::always_inline]] inline V8 exp_nonpos(const V8& x) {
+  const V8 lo = splat(-87.3f), hi = splat(88.0f);
+  V8 xc = x > lo ? x : lo;  // NaN -> lo here; restored below
   xc = xc < hi ? xc : hi;    // only reached through rounding; keeps 2^n finite
-  const V16 t = xc * 1.44269504088896341f + 0.5f;
-  const V16 ti = __builtin_convertvector(__builtin_convertvector(t, V16i), V16);  // truncation
-  const V16 n = ti > t ? ti - 1.0f : ti;                                             // floor
-  V16 r = xc - n * 0.693359375f;
+  const V8 t = xc * 1.44269504088896341f + 0.5f;
+  const V8 ti = __builtin_convertvector(__builtin_convertvector(t, V8i), V8);  // truncation
+  const V8 n = ti > t ? ti - 1.0f : ti;                                             // floor
+  V8 r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  V16 y = splat(1.9875691500e-4f);
+  V8 y = splat(1.9875691500e-4f);
   y = y * r + 1.3981999507e-3f;
   y = y * r + 8.3334519073e-3f;
   y = y * r + 4.1665795894e-2f;
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * r * r + r + 1.0f;
-  const V16i e = (__builtin_convertvector(n, V16i) + 127) << 23;
-  V16 scale;
+  const V8i e = (__builtin_convertvector(n, V8i) + 127) << 23;
+  V8 scale;
   std::memcpy(&scale, &e, sizeof scale);
-  const V16 out = y * scale;
-  const V16 big = x > hi ? splat(std::numeric_limits<float>::infinity()) : out;
-  const V16 res = x < lo ? splat(0.0f) : big;
+  const V8 out = y * scale;
+  const V8 big = x > hi ? splat(std::numeric_limits<float>::infinity()) : out;
+  const V8 res = x < lo ? splat(0.0f) : big;
   return x == x ? res : x;
 }
 
@@ -173,9 +174,9 @@ float row_max(const float* x, int64_t n, const float* w) {
 namespace {
 
 // Weighted exp: a weight-0 key gives exactly 0 even when its score is NaN or +-Inf.
-[[gnu::always_inline]] inline V16 weigh(const V16& e, const V16& w) { return w != 0.0f ? e * w : splat(0.0f); }
+[[gnu::always_inline]] inline V8 weigh(const V8& e, const V8& w) { return w != 0.0f ? e * w : splat(0.0f); }
 
-// Lanes [0, rem) of x and of w (1 when w is null) in 16-lane buffers; the lanes after weigh 0.
+// Lanes [0, rem) of x and of w (1 when w is null) in kVec-lane buffers; the lanes after weigh 0.
 [[gnu::always_inline]] inline void load_tail(const float* x, const float* w, int64_t rem, float* xb, float* wb) {
   std::memcpy(xb, x, sizeof(float) * rem);
   if (w != nullptr) {
@@ -189,27 +190,27 @@ namespace {
 // always_inline so every target clone compiles its own copy).
 template <bool kWeighted>
 [[gnu::always_inline]] inline float exp_shift_sum_impl(float* x, int64_t n, int64_t npad, float m, const float* w) {
-  V16 acc = splat(0.0f);
+  V8 acc = splat(0.0f);
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    V16 e = exp_nonpos(load16(x + i) - m);
-    if constexpr (kWeighted) e = weigh(e, load16(w + i));
-    store16(x + i, e);
+  for (; i + kVec <= n; i += kVec) {
+    V8 e = exp_nonpos(load8(x + i) - m);
+    if constexpr (kWeighted) e = weigh(e, load8(w + i));
+    store8(x + i, e);
     acc += e;
   }
   if (i < n) {
-    float xb[kLanes] = {}, wb[kLanes] = {};
+    float xb[kVec] = {}, wb[kVec] = {};
     load_tail(x + i, kWeighted ? w + i : nullptr, n - i, xb, wb);
-    const V16 e = weigh(exp_nonpos(load16(xb) - m), load16(wb));
-    store16(xb, e);
+    const V8 e = weigh(exp_nonpos(load8(xb) - m), load8(wb));
+    store8(xb, e);
     std::memcpy(x + i, xb, sizeof(float) * (n - i));
     acc += e;
   }
   for (int64_t j = n; j < npad; ++j) x[j] = 0.0f;
-  float lanes[kLanes];
-  store16(lanes, acc);
+  float lanes[kVec];
+  store8(lanes, acc);
   float sum = 0.0f;
-  for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
+  for (int64_t l = 0; l < kVec; ++l) sum += lanes[l];  // fixed order
   return sum;
 }
 
@@ -227,11 +228,11 @@ void scale_row(float* x, int64_t n, float a) {
 
 namespace {
 
-// P and dS of 16 keys (see probs_and_grad); s <- p, dp <- ds.
+// P and dS of 8 keys (see probs_and_grad); s <- p, dp <- ds.
 template <bool kWeighted>
-[[gnu::always_inline]] inline void probs_and_grad16(V16& s, V16& dp, const V16& w, float m, float inv_l,
+[[gnu::always_inline]] inline void probs_and_grad8(V8& s, V8& dp, const V8& w, float m, float inv_l,
                                                     float delta) {
-  const V16 p = exp_nonpos(s - m) * inv_l;
+  const V8 p = exp_nonpos(s - m) * inv_l;
   if constexpr (kWeighted) {
     s = weigh(p, w);
     dp = w != 0.0f ? s * (dp - delta) : splat(0.0f);
@@ -245,20 +246,20 @@ template <bool kWeighted>
 [[gnu::always_inline]] inline void probs_and_grad_impl(float* s, float* dp, int64_t n, int64_t npad, float m,
                                                        float inv_l, float delta, const float* w) {
   int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    V16 sv = load16(s + j), dv = load16(dp + j);
-    probs_and_grad16<kWeighted>(sv, dv, kWeighted ? load16(w + j) : V16{}, m, inv_l, delta);
-    store16(s + j, sv);
-    store16(dp + j, dv);
+  for (; j + kVec <= n; j += kVec) {
+    V8 sv = load8(s + j), dv = load8(dp + j);
+    probs_and_grad8<kWeighted>(sv, dv, kWeighted ? load8(w + j) : V8{}, m, inv_l, delta);
+    store8(s + j, sv);
+    store8(dp + j, dv);
   }
   if (j < n) {
-    float sb[kLanes] = {}, db[kLanes] = {}, wb[kLanes] = {};
+    float sb[kVec] = {}, db[kVec] = {}, wb[kVec] = {};
     load_tail(s + j, kWeighted ? w + j : nullptr, n - j, sb, wb);
     std::memcpy(db, dp + j, sizeof(float) * (n - j));
-    V16 sv = load16(sb), dv = load16(db);
-    probs_and_grad16<true>(sv, dv, load16(wb), m, inv_l, delta);
-    store16(sb, sv);
-    store16(db, dv);
+    V8 sv = load8(sb), dv = load8(db);
+    probs_and_grad8<true>(sv, dv, load8(wb), m, inv_l, delta);
+    store8(sb, sv);
+    store8(db, dv);
     std::memcpy(s + j, sb, sizeof(float) * (n - j));
     std::memcpy(dp + j, db, sizeof(float) * (n - j));
   }
