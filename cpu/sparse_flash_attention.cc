@@ -1,18 +1,21 @@
 // CPU AOT kernel of `sparse_flash_attention` (SPEC section 3, forward): out, softmax_max, softmax_sum.
 //
-// Per query row and key group: gather the visible selected keys into a tile (chunks of kChunk),
-// S = scale * Q Kf^T and O += P V on the GEMM wrapper, online softmax across chunks. Never forms a
-// [T, K, D] gather or a [T, S2] score matrix. Rows are independent, so any schedule is
-// deterministic. Absent optional inputs are zero-size placeholders: value (key is value), the
+// Per group of query rows of one key group (sparse_flash_attention_groups.h): gather the union of
+// their visible selected keys into a tile (blocks of kBlock), S = scale * Q Kf^T and O += P V on the
+// GEMM wrapper with the rows' G heads stacked (M = rows * G), online softmax across blocks. Never
+// forms a [T, K, D] gather or a [T, S2] score matrix. Groups depend on the indices only and are
+// independent, so any schedule is deterministic. Absent optional inputs are zero-size placeholders: value (key is value), the
 // rope pair, the lengths.
 #include "../infer_shape/sparse_flash_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <vector>
 
 #include "sparse_flash_attention_common.h"
+#include "sparse_flash_attention_groups.h"
 
 using mgo::aot::AotExtra;
 using mgo::aot::TypeId;
@@ -26,92 +29,128 @@ constexpr int kInputs = 8;
 constexpr Slots kSlots{0, 1, 2, 3, 4, 5, 6, 7};
 constexpr int kOut = 8, kMax = 9, kSum = 10;
 
+// One thread's tiles and the work of one row group (sparse_flash_attention_groups.h).
+template <typename T, typename Op>
+class Forward {
+ public:
+  Forward(const aot::KernelArgs& args, const Problem& p, const Inputs<T>& in, const std::vector<int64_t>& counts,
+          int64_t max_rows)
+      : p_(p),
+        in_(in),
+        counts_(counts),
+        out_(args.as<T>(kOut)),
+        smax_(args.as<float>(kMax)),
+        ssum_(args.as<float>(kSum)),
+        qt_(max_rows * p.g * p.dq),
+        keys_(p, in.v_in_k),
+        pt_(std::is_same_v<Op, float> ? 0 : max_rows * p.g * kBlock),
+        sc_(max_rows * p.g * kBlock),
+        acc_(max_rows * p.g * p.dv),
+        m_(max_rows * p.g),
+        l_(max_rows * p.g) {}
+
+  // out, softmax_max and softmax_sum of the group's rows.
+  void run(const RowGroup& rg) {
+    const int64_t g = p_.g;
+    const int64_t rows = rg.rows;
+    const int64_t mrows = rows * g;
+    if (counts_[rg.t0 * p_.n2 + rg.grp] == 0) {  // nothing visible (such rows are never grouped)
+      std::fill(acc_.begin(), acc_.begin() + g * p_.dv, 0.0f);
+      std::fill(m_.begin(), m_.begin() + g, std::numeric_limits<float>::lowest());
+      std::fill(l_.begin(), l_.begin() + g, 0.0f);
+      write(rg);
+      return;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      gather_heads(p_, in_.query, in_.query_rope, rg.t0 + r, rg.grp, qt_.data() + r * g * p_.dq);
+    }
+    if (rows > 1 && !all_finite(qt_.data(), mrows * p_.dq)) {  // 0 * Inf would leak into the other rows
+      for (int64_t r = 0; r < rows; ++r) run({rg.t0 + r, 1, rg.grp});
+      return;
+    }
+    key_union(p_, in_.indices, rg, scratch_, u_);
+    const int64_t n = static_cast<int64_t>(u_.keys.size());
+    std::fill(acc_.begin(), acc_.begin() + mrows * p_.dv, 0.0f);
+    std::fill(m_.begin(), m_.begin() + mrows, -std::numeric_limits<float>::infinity());
+    std::fill(l_.begin(), l_.begin() + mrows, 0.0f);
+    for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
+      const int64_t nc = std::min(kBlock, n - c0);
+      const int64_t ncp = round_up(nc, kKeyPad);
+      // S [M, ncp], M = rows * G
+      keys_.gather_and_score(p_, in_, u_.keys.data() + c0, nc, ncp, rg.grp, qt_.data(), mrows, sc_.data());
+      for (int64_t i = 0; i < mrows; ++i) {
+        const float* w = u_.weighted ? u_.weight.data() + (i / g) * n + c0 : nullptr;
+        float* srow = sc_.data() + i * ncp;
+        const float m_new = max_keep_nan(row_max(srow, nc, w), m_[i]);  // a NaN score makes the row's max NaN
+        if (w != nullptr && m_new == -std::numeric_limits<float>::infinity()) {
+          // None of this row's keys seen yet (it shares the block with other rows): nothing to add.
+          std::fill(srow, srow + ncp, 0.0f);
+          continue;
+        }
+        if (c0 > 0) {
+          const float alpha = std::exp(m_[i] - m_new);
+          l_[i] *= alpha;
+          scale_row(acc_.data() + i * p_.dv, p_.dv, alpha);
+        }
+        l_[i] += exp_shift_sum(srow, nc, ncp, m_new, w);
+        m_[i] = m_new;
+      }
+      // acc [M, dv] += P [M, ncp] . V [ncp, dv]   (bf16: P rounded to bf16, as the cube does)
+      const Op* ptile = nullptr;
+      if constexpr (std::is_same_v<Op, float>) {
+        ptile = sc_.data();
+      } else {
+        from_float(sc_.data(), pt_.data(), mrows * ncp);
+        ptile = pt_.data();
+      }
+      mm(gemm::Trans::kNo, gemm::Trans::kNo, mrows, p_.dv, ncp, 1.0f, ptile, ncp, keys_.v(), keys_.ldv(p_), 1.0f,
+         acc_.data(), p_.dv);
+    }
+    for (int64_t i = 0; i < mrows; ++i) scale_row(acc_.data() + i * p_.dv, p_.dv, 1.0f / l_[i]);
+    write(rg);
+  }
+
+ private:
+  // Stores acc (normalised), m and l of the group's rows.
+  void write(const RowGroup& rg) {
+    const int64_t g = p_.g;
+    for (int64_t r = 0; r < rg.rows; ++r) {
+      const int64_t t = rg.t0 + r;
+      const int64_t so = p_.stats_offset(t, rg.grp);
+      store(acc_.data() + r * g * p_.dv, out_ + (t * p_.n1 + rg.grp * g) * p_.dv, g * p_.dv);
+      std::copy_n(m_.data() + r * g, g, smax_ + so);
+      std::copy_n(l_.data() + r * g, g, ssum_ + so);
+    }
+  }
+
+  const Problem& p_;
+  const Inputs<T>& in_;
+  const std::vector<int64_t>& counts_;
+  T* out_;
+  float *smax_, *ssum_;
+  std::vector<Op> qt_;
+  KeyTiles<Op> keys_;
+  std::vector<Op> pt_;
+  std::vector<float> sc_, acc_, m_, l_;
+  std::vector<int32_t> scratch_;
+  KeyUnion u_;
+};
+
 template <typename T, typename Op>
 void forward(const aot::KernelArgs& args, const Problem& p, const std::vector<int64_t>& counts) {
-  const Slots& s = kSlots;
-  const T* query = args.as<const T>(s.q);
-  const T* key = args.as<const T>(s.k);
-  const T* value = p.shared_kv ? key : args.as<const T>(s.v);
-  const T* query_rope = p.dr > 0 ? args.as<const T>(s.qr) : nullptr;
-  const T* key_rope = p.dr > 0 ? args.as<const T>(s.kr) : nullptr;
-  const int32_t* indices = args.as<const int32_t>(s.idx);
-  T* out = args.as<T>(kOut);
-  float* smax = args.as<float>(kMax);
-  float* ssum = args.as<float>(kSum);
-  // Key is value (absent value, or one tensor passed twice): V is the first dv columns of the key tile.
-  const bool v_in_k = static_cast<const void*>(value) == static_cast<const void*>(key) && p.dv <= p.d;
-  const int64_t ldv = v_in_k ? p.dq : p.dv;
-  const int64_t g = p.g;
-  const int64_t rows = p.t1 * p.n2;
-  constexpr float kLowest = std::numeric_limits<float>::lowest();
+  const Inputs<T> in(args, p, kSlots);
+  const int64_t max_rows = max_group_rows(p.g);
+  const std::vector<RowGroup> groups = group_rows(p, in.indices, counts, finite_key_rows(p, in), 0, p.t1, max_rows);
+  const int64_t n_groups = static_cast<int64_t>(groups.size());
   bool failed = false;
   std::string error;
 #pragma omp parallel
   {
-    std::vector<int32_t> keys;
-    std::vector<Op> qt(g * p.dq), kt(kChunk * p.dq), vt(v_in_k ? 0 : kChunk * p.dv),
-        pt(std::is_same_v<Op, float> ? 0 : g * kChunk);
-    std::vector<float> sc(g * kChunk), acc(g * p.dv), m(g), l(g);
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t row = 0; row < rows; ++row) {
-      const int64_t t = row / p.n2;
-      const int64_t grp = row % p.n2;
-      const int64_t so = p.stats_offset(t, grp);
-      T* out_row = out + (t * p.n1 + grp * g) * p.dv;
-      if (counts[row] == 0) {
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        store(acc.data(), out_row, g * p.dv);
-        for (int64_t h = 0; h < g; ++h) {
-          smax[so + h] = kLowest;
-          ssum[so + h] = 0.0f;
-        }
-        continue;
-      }
+    Forward<T, Op> worker(args, p, in, counts, max_rows);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_groups; ++i) {
       try {
-        visible_keys(p, indices, t, grp, keys);
-        const int64_t n = static_cast<int64_t>(keys.size());
-        gather_heads(p, query, query_rope, t, grp, qt.data());
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
-        std::fill(l.begin(), l.end(), 0.0f);
-        for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-          const int64_t nc = std::min(kChunk, n - c0);
-          const int64_t ncp = round_up(nc, kKeyPad);
-          Op* vtile = v_in_k ? kt.data() : vt.data();
-          gather_keys(p, key, key_rope, value, keys.data() + c0, nc, ncp, grp, kt.data(),
-                      v_in_k ? nullptr : vt.data());
-          // S [G, ncp] = scale * Q [G, dq] . Kf^T
-          mm(gemm::Trans::kNo, gemm::Trans::kYes, g, ncp, p.dq, p.scale, qt.data(), p.dq, kt.data(), p.dq, 0.0f,
-             sc.data(), ncp);
-          for (int64_t h = 0; h < g; ++h) {
-            float* srow = sc.data() + h * ncp;
-            const float cm = row_max(srow, nc);
-            const float m_new = max_keep_nan(cm, m[h]);  // a NaN score makes the row's max NaN
-            if (c0 > 0) {
-              const float alpha = std::exp(m[h] - m_new);
-              l[h] *= alpha;
-              scale_row(acc.data() + h * p.dv, p.dv, alpha);
-            }
-            l[h] += exp_shift_sum(srow, nc, ncp, m_new);
-            m[h] = m_new;
-          }
-          // acc [G, dv] += P [G, ncp] . V [ncp, dv]   (bf16: P rounded to bf16, as the cube does)
-          const Op* ptile = nullptr;
-          if constexpr (std::is_same_v<Op, float>) {
-            ptile = sc.data();
-          } else {
-            from_float(sc.data(), pt.data(), g * ncp);
-            ptile = pt.data();
-          }
-          mm(gemm::Trans::kNo, gemm::Trans::kNo, g, p.dv, ncp, 1.0f, ptile, ncp, vtile, ldv, 1.0f, acc.data(),
-             p.dv);
-        }
-        for (int64_t h = 0; h < g; ++h) {
-          scale_row(acc.data() + h * p.dv, p.dv, 1.0f / l[h]);
-          smax[so + h] = m[h];
-          ssum[so + h] = l[h];
-        }
-        store(acc.data(), out_row, g * p.dv);
+        worker.run(groups[i]);
       } catch (const std::exception& e) {
 #pragma omp critical(sfa_forward_error)
         {

@@ -1,7 +1,7 @@
 // See sparse_flash_attention_common.h.
 #include "sparse_flash_attention_common.h"
 
-#include <cmath>
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 
@@ -82,8 +82,8 @@ std::vector<int64_t> validate_indices(const char* op, const Problem& p, const in
   return counts;
 }
 
-void visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp, std::vector<int32_t>& keys) {
-  keys.clear();
+void append_visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp,
+                         std::vector<int32_t>& keys) {
   const int64_t kv0 = p.ckv[p.row_batch[t]];
   const int64_t end = p.limit(t) + 1;
   const int32_t* row = indices + (t * p.n2 + grp) * p.k;
@@ -102,65 +102,122 @@ namespace {
 
 constexpr int64_t kLanes = 16;
 
-// exp(x) (Cephes expf polynomial, ~1 ulp); used on shifted logits, which are <= 0 up to
-// rounding. Written branch-free so it vectorises; -inf and x < -87.3 give 0, NaN stays NaN.
-inline float exp_nonpos(float x) {
-  float xc = x < -87.3f ? -87.3f : x;  // NaN compares false: stays NaN
-  xc = xc > 88.0f ? 88.0f : xc;  // only reached through rounding; keeps 2^n finite
-  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
-  float r = xc - n * 0.693359375f;
+// 16 float32 lanes as a GCC vector: each target clone lowers it to its widest registers (one zmm,
+// two ymm, four xmm). A scalar exp does not vectorise (std::floor is a libm call and GCC keeps the
+// NaN-preserving clamps as branches), so every exp here runs on these.
+// (Every use is inlined into a clone, so the psabi note on passing such vectors is moot.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+using V16 = float __attribute__((vector_size(64)));
+using V16i = int32_t __attribute__((vector_size(64)));
+static_assert(sizeof(V16) == sizeof(float) * kLanes);
+
+[[gnu::always_inline]] inline V16 load16(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline void store16(float* p, const V16& v) { std::memcpy(p, &v, sizeof v); }
+[[gnu::always_inline]] inline V16 splat(float x) { return V16{} + x; }
+
+// exp(x) (Cephes expf polynomial, ~1 ulp); used on shifted logits, which are <= 0 up to rounding.
+// -inf and x < -87.3 give 0, x > 88 gives inf, NaN stays NaN.
+[[gnu::always_inline]] inline V16 exp_nonpos(const V16& x) {
+  const V16 lo = splat(-87.3f), hi = splat(88.0f);
+  V16 xc = x > lo ? x : lo;  // NaN -> lo here; restored below
+  xc = xc < hi ? xc : hi;    // only reached through rounding; keeps 2^n finite
+  const V16 t = xc * 1.44269504088896341f + 0.5f;
+  const V16 ti = __builtin_convertvector(__builtin_convertvector(t, V16i), V16);  // truncation
+  const V16 n = ti > t ? ti - 1.0f : ti;                                             // floor
+  V16 r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  float y = 1.9875691500e-4f;
+  V16 y = splat(1.9875691500e-4f);
   y = y * r + 1.3981999507e-3f;
   y = y * r + 8.3334519073e-3f;
   y = y * r + 4.1665795894e-2f;
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * r * r + r + 1.0f;
-  const int32_t e = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
+  const V16i e = (__builtin_convertvector(n, V16i) + 127) << 23;
+  V16 scale;
   std::memcpy(&scale, &e, sizeof scale);
-  const float out = y * scale;
-  const float big = x > 88.0f ? std::numeric_limits<float>::infinity() : out;
-  return x < -87.3f ? 0.0f : big;
+  const V16 out = y * scale;
+  const V16 big = x > hi ? splat(std::numeric_limits<float>::infinity()) : out;
+  const V16 res = x < lo ? splat(0.0f) : big;
+  return x == x ? res : x;
 }
 
 }  // namespace
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-float row_max(const float* x, int64_t n) {
+float row_max(const float* x, int64_t n, const float* w) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   float acc[kLanes];
-  for (int64_t l = 0; l < kLanes; ++l) acc[l] = -std::numeric_limits<float>::infinity();
+  for (int64_t l = 0; l < kLanes; ++l) acc[l] = kNegInf;
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) acc[l] = max_keep_nan(acc[l], x[i + l]);
+  if (w == nullptr) {
+    for (; i + kLanes <= n; i += kLanes) {
+      for (int64_t l = 0; l < kLanes; ++l) acc[l] = max_keep_nan(acc[l], x[i + l]);
+    }
+    for (int64_t l = 0; i + l < n; ++l) acc[l] = max_keep_nan(acc[l], x[i + l]);
+  } else {
+    for (; i + kLanes <= n; i += kLanes) {
+      for (int64_t l = 0; l < kLanes; ++l) acc[l] = max_keep_nan(acc[l], w[i + l] != 0.0f ? x[i + l] : kNegInf);
+    }
+    for (int64_t l = 0; i + l < n; ++l) acc[l] = max_keep_nan(acc[l], w[i + l] != 0.0f ? x[i + l] : kNegInf);
   }
-  for (int64_t l = 0; i + l < n; ++l) acc[l] = max_keep_nan(acc[l], x[i + l]);
   float m = acc[0];
   for (int64_t l = 1; l < kLanes; ++l) m = max_keep_nan(m, acc[l]);
   return m;
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-float exp_shift_sum(float* x, int64_t n, int64_t npad, float m) {
-  float acc[kLanes] = {};
+namespace {
+
+// Weighted exp: a weight-0 key gives exactly 0 even when its score is NaN or +-Inf.
+[[gnu::always_inline]] inline V16 weigh(const V16& e, const V16& w) { return w != 0.0f ? e * w : splat(0.0f); }
+
+// Lanes [0, rem) of x and of w (1 when w is null) in 16-lane buffers; the lanes after weigh 0.
+[[gnu::always_inline]] inline void load_tail(const float* x, const float* w, int64_t rem, float* xb, float* wb) {
+  std::memcpy(xb, x, sizeof(float) * rem);
+  if (w != nullptr) {
+    std::memcpy(wb, w, sizeof(float) * rem);
+  } else {
+    std::fill(wb, wb + rem, 1.0f);
+  }
+}
+
+// exp_shift_sum with or without weights (a template so each loop vectorises without a branch;
+// always_inline so every target clone compiles its own copy).
+template <bool kWeighted>
+[[gnu::always_inline]] inline float exp_shift_sum_impl(float* x, int64_t n, int64_t npad, float m, const float* w) {
+  V16 acc = splat(0.0f);
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const float e = exp_nonpos(x[i + l] - m);
-      x[i + l] = e;
-      acc[l] += e;
-    }
+    V16 e = exp_nonpos(load16(x + i) - m);
+    if constexpr (kWeighted) e = weigh(e, load16(w + i));
+    store16(x + i, e);
+    acc += e;
   }
-  for (int64_t l = 0; i + l < n; ++l) {
-    const float e = exp_nonpos(x[i + l] - m);
-    x[i + l] = e;
-    acc[l] += e;
+  if (i < n) {
+    float xb[kLanes] = {}, wb[kLanes] = {};
+    load_tail(x + i, kWeighted ? w + i : nullptr, n - i, xb, wb);
+    const V16 e = weigh(exp_nonpos(load16(xb) - m), load16(wb));
+    store16(xb, e);
+    std::memcpy(x + i, xb, sizeof(float) * (n - i));
+    acc += e;
   }
   for (int64_t j = n; j < npad; ++j) x[j] = 0.0f;
-  float s = 0.0f;
-  for (int64_t l = 0; l < kLanes; ++l) s += acc[l];
-  return s;
+  float lanes[kLanes];
+  store16(lanes, acc);
+  float sum = 0.0f;
+  for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
+  return sum;
+}
+
+}  // namespace
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+float exp_shift_sum(float* x, int64_t n, int64_t npad, float m, const float* w) {
+  return w == nullptr ? exp_shift_sum_impl<false>(x, n, npad, m, w) : exp_shift_sum_impl<true>(x, n, npad, m, w);
 }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -168,16 +225,58 @@ void scale_row(float* x, int64_t n, float a) {
   for (int64_t j = 0; j < n; ++j) x[j] *= a;
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void probs_and_grad(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float p = exp_nonpos(s[j] - m) * inv_l;
-    s[j] = p;
-    dp[j] = p * (dp[j] - delta);
+namespace {
+
+// P and dS of 16 keys (see probs_and_grad); s <- p, dp <- ds.
+template <bool kWeighted>
+[[gnu::always_inline]] inline void probs_and_grad16(V16& s, V16& dp, const V16& w, float m, float inv_l,
+                                                    float delta) {
+  const V16 p = exp_nonpos(s - m) * inv_l;
+  if constexpr (kWeighted) {
+    s = weigh(p, w);
+    dp = w != 0.0f ? s * (dp - delta) : splat(0.0f);
+  } else {
+    s = p;
+    dp = p * (dp - delta);
   }
-  for (int64_t j = n; j < npad; ++j) {
+}
+
+template <bool kWeighted>
+[[gnu::always_inline]] inline void probs_and_grad_impl(float* s, float* dp, int64_t n, int64_t npad, float m,
+                                                       float inv_l, float delta, const float* w) {
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    V16 sv = load16(s + j), dv = load16(dp + j);
+    probs_and_grad16<kWeighted>(sv, dv, kWeighted ? load16(w + j) : V16{}, m, inv_l, delta);
+    store16(s + j, sv);
+    store16(dp + j, dv);
+  }
+  if (j < n) {
+    float sb[kLanes] = {}, db[kLanes] = {}, wb[kLanes] = {};
+    load_tail(s + j, kWeighted ? w + j : nullptr, n - j, sb, wb);
+    std::memcpy(db, dp + j, sizeof(float) * (n - j));
+    V16 sv = load16(sb), dv = load16(db);
+    probs_and_grad16<true>(sv, dv, load16(wb), m, inv_l, delta);
+    store16(sb, sv);
+    store16(db, dv);
+    std::memcpy(s + j, sb, sizeof(float) * (n - j));
+    std::memcpy(dp + j, db, sizeof(float) * (n - j));
+  }
+  for (j = n; j < npad; ++j) {
     s[j] = 0.0f;
     dp[j] = 0.0f;
+  }
+}
+
+}  // namespace
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void probs_and_grad(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta,
+                    const float* w) {
+  if (w == nullptr) {
+    probs_and_grad_impl<false>(s, dp, n, npad, m, inv_l, delta, w);
+  } else {
+    probs_and_grad_impl<true>(s, dp, n, npad, m, inv_l, delta, w);
   }
 }
 

@@ -20,9 +20,11 @@
 
 namespace mgo::cpu::sfa {
 
-// Keys are processed in chunks of at most this many rows (online softmax in the forward,
-// independent chunks in the backward), so scratch is O(N1 * kChunk) per thread.
-constexpr int64_t kChunk = 2048;
+// Keys are processed in blocks of at most this many rows (online softmax in the forward,
+// independent blocks in the backward), so scratch is O(rows * G * kBlock) per thread. A fixed block
+// keeps the GEMM shapes to kBlock / kKeyPad per product whatever K is, which bounds oneDNN's
+// per-thread cache of bf16 matmul primitives (one per shape, ~100 KB each).
+constexpr int64_t kBlock = 256;
 // GEMM shapes are rounded up to this many keys (zero-filled) so the cached bf16 primitives repeat.
 constexpr int64_t kKeyPad = 64;
 
@@ -70,6 +72,24 @@ struct Slots {
   int q, k, v, idx, qr, kr, lq, lkv;
 };
 
+// The inputs both kernels read: value is key when absent (key is value), the ropes null when absent.
+template <typename T>
+struct Inputs {
+  Inputs(const aot::KernelArgs& args, const Problem& p, const Slots& s)
+      : query(args.as<const T>(s.q)),
+        key(args.as<const T>(s.k)),
+        value(p.shared_kv ? key : args.as<const T>(s.v)),
+        query_rope(p.dr > 0 ? args.as<const T>(s.qr) : nullptr),
+        key_rope(p.dr > 0 ? args.as<const T>(s.kr) : nullptr),
+        indices(args.as<const int32_t>(s.idx)),
+        // Key is value (absent value, or one tensor passed twice): V is the first dv columns of the key tile.
+        v_in_k(static_cast<const void*>(value) == static_cast<const void*>(key) && p.dv <= p.d) {}
+
+  const T *query, *key, *value, *query_rope, *key_rope;
+  const int32_t* indices;
+  bool v_in_k;
+};
+
 // Builds the geometry from the launch arguments; an absent (zero-size) value means key is value,
 // absent ropes mean Dr = 0. Throws std::runtime_error naming `op` on bad length values.
 Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::SfaAttrs& attrs, const Slots& s);
@@ -78,8 +98,15 @@ Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::S
 // every (row, group), [t1 * n2]. Throws std::runtime_error naming `op` on the first bad index.
 std::vector<int64_t> validate_indices(const char* op, const Problem& p, const int32_t* indices);
 
-// Global key rows visible to (row t, group grp) in slot order, appended to `keys` (cleared first).
-void visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp, std::vector<int32_t>& keys);
+// Appends the global key rows visible to (row t, group grp) to `keys`, in slot order.
+void append_visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp,
+                         std::vector<int32_t>& keys);
+// Same into a cleared `keys`.
+inline void visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp,
+                         std::vector<int32_t>& keys) {
+  keys.clear();
+  append_visible_keys(p, indices, t, grp, keys);
+}
 
 // Gathers key rows `keys[0..n)` of group grp into tile [npad, dq] (key | key_rope), zero rows
 // after n; same for value into [npad, dv] unless `vt` is null.
@@ -96,6 +123,31 @@ void gather_keys(const Problem& p, const T* key, const T* key_rope, const T* val
   if (vt != nullptr) std::memset(static_cast<void*>(vt + n * p.dv), 0, sizeof(Op) * (npad - n) * p.dv);
 }
 
+// One thread's key tiles of a block: Kf [kBlock, dq] (key | key_rope) and V [kBlock, dv], or V read
+// from the first dv columns of Kf when key is value.
+template <typename Op>
+class KeyTiles {
+ public:
+  KeyTiles(const Problem& p, bool v_in_k) : v_in_k_(v_in_k), kt_(kBlock * p.dq), vt_(v_in_k ? 0 : kBlock * p.dv) {}
+
+  // Gathers keys[0..nc) of group grp (zero rows up to ncp) and writes the scores
+  // S [m, ncp] = scale * Q [m, dq] . Kf^T.
+  template <typename T>
+  void gather_and_score(const Problem& p, const Inputs<T>& in, const int32_t* keys, int64_t nc, int64_t ncp,
+                        int64_t grp, const Op* q, int64_t m, float* s) {
+    gather_keys(p, in.key, in.key_rope, in.value, keys, nc, ncp, grp, kt_.data(), v_in_k_ ? nullptr : vt_.data());
+    mm(gemm::Trans::kNo, gemm::Trans::kYes, m, ncp, p.dq, p.scale, q, p.dq, kt_.data(), p.dq, 0.0f, s, ncp);
+  }
+  const Op* kf() const { return kt_.data(); }
+  const Op* v() const { return v_in_k_ ? kt_.data() : vt_.data(); }
+  // Leading dimension of v().
+  int64_t ldv(const Problem& p) const { return v_in_k_ ? p.dq : p.dv; }
+
+ private:
+  bool v_in_k_;
+  std::vector<Op> kt_, vt_;
+};
+
 // Query-side tile of (row t, group grp): [G, dq] from x [.., N1, D] and x_rope [.., N1, Dr].
 template <typename T, typename Op>
 void gather_heads(const Problem& p, const T* x, const T* x_rope, int64_t t, int64_t grp, Op* tile) {
@@ -111,15 +163,20 @@ void gather_heads(const Problem& p, const T* x, const T* x_rope, int64_t t, int6
 // max(a, b) that keeps a NaN from either side (std::max and `a > b ? a : b` drop one of them).
 inline float max_keep_nan(float a, float b) { return a > b || a != a ? a : b; }
 
-// max of x[0..n) (n >= 1); NaN if any element is NaN, as IEEE arithmetic would give.
-float row_max(const float* x, int64_t n);
-// x[j] <- exp(x[j] - m) for j < n, 0 for n <= j < npad; returns the float32 sum (fixed order).
-float exp_shift_sum(float* x, int64_t n, int64_t npad, float m);
+// The optional w[0..n) are key weights of a row group (sparse_flash_attention_groups.h): a key of
+// weight 0 is skipped exactly (whatever its score), weight c counts c times. nullptr: all 1.
+
+// max of x[0..n) over keys of nonzero weight (-inf if none); NaN if any of them is NaN, as IEEE
+// arithmetic would give.
+float row_max(const float* x, int64_t n, const float* w = nullptr);
+// x[j] <- w[j] exp(x[j] - m) for j < n, 0 for n <= j < npad; returns the float32 sum (fixed order).
+float exp_shift_sum(float* x, int64_t n, int64_t npad, float m, const float* w = nullptr);
 // x[j] <- x[j] * a for j < n.
 void scale_row(float* x, int64_t n, float a);
-// p[j] <- exp(s[j] - m) * inv_l; ds[j] <- p[j] * (dp[j] - delta) (j < n); both 0 for n <= j < npad.
-// s is overwritten with p, dp with ds.
-void probs_and_grad(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta);
+// p[j] <- w[j] exp(s[j] - m) inv_l; ds[j] <- p[j] (dp[j] - delta) (j < n); both 0 for n <= j < npad
+// and where w[j] == 0. s is overwritten with p, dp with ds.
+void probs_and_grad(float* s, float* dp, int64_t n, int64_t npad, float m, float inv_l, float delta,
+                    const float* w = nullptr);
 // sum_j a[j] * b[j] in float32 (fixed order).
 float dot(const float* a, const float* b, int64_t n);
 // acc[j] += x[j].

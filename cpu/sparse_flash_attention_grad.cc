@@ -1,14 +1,18 @@
 // CPU AOT kernel of `sparse_flash_attention_grad` (SPEC section 3, backward).
 //
-// Per query row and key group, per block of kBlock visible selected keys: recompute S = scale*Q Kf^T and
-// P = exp(S - max)/sum from the statistics, dP = dO V^T, dS = P (dP - delta), then
-// dQf += scale dS Kf, dKf_block = scale dS^T Q, dV_block = P^T dO, all on the GEMM wrapper.
+// Per group of query rows of one key group (sparse_flash_attention_groups.h), per block of kBlock keys
+// of the union of their visible selected keys: recompute S = scale*Q Kf^T and P = exp(S - max)/sum
+// from the statistics, dP = dO V^T, dS = P (dP - delta), then dQf += scale dS Kf,
+// dKf_block = scale dS^T Q, dV_block = P^T dO, all on the GEMM wrapper with the rows' G heads stacked
+// (M = rows * G: the key products get a K-dim of M, and the scatter-add below runs once per union key
+// of the group instead of once per row and key). The backward needs no running softmax, so blocks
+// are independent.
 //
 // Determinism: the query rows are cut into a fixed number of contiguous partitions (a function of
-// the shapes only, never of the thread count), balanced by visible-key work. Each partition is
-// processed in row order by one thread and scatter-adds its key gradients into its own float32
-// buffer covering just the key rows it can reach; the buffers are then summed per key row in
-// partition order. So every output bit is the same for any OMP_NUM_THREADS.
+// the shapes only, never of the thread count), balanced by visible-key work, and grouped from the
+// indices only. Each partition is processed in row order by one thread and scatter-adds its key
+// gradients into its own float32 buffer covering just the key rows it can reach; the buffers are
+// then summed per key row in partition order. So every output bit is the same for any OMP_NUM_THREADS.
 //
 // Shared latent KV (value absent: key is value): dV is added to dK in the same float32 partition
 // buffers, so d_key = dK + dV is rounded once and d_value is absent (zero-size). Absent ropes give
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "sparse_flash_attention_common.h"
+#include "sparse_flash_attention_groups.h"
 
 using mgo::aot::AotExtra;
 using mgo::aot::TypeId;
@@ -29,12 +34,6 @@ namespace {
 
 constexpr const char* kOp = "sparse_flash_attention_grad";
 constexpr int64_t kMaxPartitions = 8;
-// Keys per block (a multiple of kKeyPad). The backward needs no running softmax (P comes from the
-// saved statistics), so every block is independent: GEMM shapes are then one of kBlock / kKeyPad
-// per product whatever K is, which bounds the per-thread oneDNN primitive cache (each cached
-// bf16 primitive holds ~100 KB; with whole-row chunks it grew with K to ~100 MB), and a block's
-// key tile and dK/dV rows stay in L2 for the scatter-add.
-constexpr int64_t kBlock = 256;
 
 constexpr int kInputs = 12;
 constexpr Slots kSlots{0, 1, 2, 3, 10, 11, 8, 9};
@@ -92,29 +91,154 @@ std::vector<Partition> make_partitions(const aot::KernelArgs& args, const Proble
   return out;
 }
 
+// Where a partition accumulates its key gradients: float32 rows of the keys [k0, k1) x N2 groups.
+struct KeyGradRows {
+  float* dk = nullptr;  // [rows, dq]
+  float* dv = nullptr;  // [rows, ldv]; the first dv columns of dk when key is value
+  int64_t ldv = 0;
+  int64_t k0 = 0;
+};
+
+// One thread's tiles and the work of one row group (sparse_flash_attention_groups.h).
+template <typename T, typename Op>
+class Backward {
+ public:
+  Backward(const aot::KernelArgs& args, const Problem& p, const Inputs<T>& in, const std::vector<int64_t>& counts,
+           int64_t max_rows)
+      : p_(p),
+        in_(in),
+        counts_(counts),
+        d_out_(args.as<const T>(kDOut)),
+        out_(args.as<const T>(kOut)),
+        smax_(args.as<const float>(kMax)),
+        ssum_(args.as<const float>(kSum)),
+        d_query_(args.as<T>(kDQuery)),
+        d_query_rope_(p.dr > 0 ? args.as<T>(kDQueryRope) : nullptr),
+        qt_(max_rows * p.g * p.dq),
+        ot_(max_rows * p.g * p.dv),
+        keys_(p, in.v_in_k),
+        pt_(kF32 ? 0 : max_rows * p.g * kBlock),
+        dst_(kF32 ? 0 : max_rows * p.g * kBlock),
+        sc_(max_rows * p.g * kBlock),
+        dp_(max_rows * p.g * kBlock),
+        dq_acc_(max_rows * p.g * p.dq),
+        dkc_(kBlock * p.dq),
+        dvc_(kBlock * p.dv),
+        fo_(p.dv),
+        fdo_(p.dv),
+        delta_(max_rows * p.g),
+        mx_(max_rows * p.g),
+        inv_l_(max_rows * p.g) {}
+
+  // d_query (| d_query_rope) of the group's rows; adds their key gradients to kg.
+  void run(const RowGroup& rg, const KeyGradRows& kg) {
+    const int64_t g = p_.g;
+    const int64_t rows = rg.rows;
+    const int64_t mrows = rows * g;
+    if (counts_[rg.t0 * p_.n2 + rg.grp] == 0) {  // nothing visible (such rows are never grouped)
+      std::fill(dq_acc_.begin(), dq_acc_.begin() + g * p_.dq, 0.0f);
+      write(rg);
+      return;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t head0 = (rg.t0 + r) * p_.n1 + rg.grp * g;
+      gather_heads(p_, in_.query, in_.query_rope, rg.t0 + r, rg.grp, qt_.data() + r * g * p_.dq);
+      to_operand(d_out_ + head0 * p_.dv, ot_.data() + r * g * p_.dv, g * p_.dv);
+    }
+    // A weight-0 pair adds 0 * Q to dK and 0 * dO to dV: exact only for finite rows.
+    if (rows > 1 && !(all_finite(qt_.data(), mrows * p_.dq) && all_finite(ot_.data(), mrows * p_.dv))) {
+      for (int64_t r = 0; r < rows; ++r) run({rg.t0 + r, 1, rg.grp}, kg);
+      return;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t head0 = (rg.t0 + r) * p_.n1 + rg.grp * g;
+      const int64_t so = p_.stats_offset(rg.t0 + r, rg.grp);
+      for (int64_t h = 0; h < g; ++h) {
+        load(d_out_ + (head0 + h) * p_.dv, fdo_.data(), p_.dv);
+        load(out_ + (head0 + h) * p_.dv, fo_.data(), p_.dv);
+        delta_[r * g + h] = dot(fdo_.data(), fo_.data(), p_.dv);
+        mx_[r * g + h] = smax_[so + h];
+        inv_l_[r * g + h] = 1.0f / ssum_[so + h];
+      }
+    }
+    key_union(p_, in_.indices, rg, scratch_, u_);
+    const int64_t n = static_cast<int64_t>(u_.keys.size());
+    std::fill(dq_acc_.begin(), dq_acc_.begin() + mrows * p_.dq, 0.0f);
+    for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
+      const int64_t nc = std::min(kBlock, n - c0);
+      const int64_t ncp = round_up(nc, kKeyPad);
+      // S = scale Q Kf^T, dP = dO V^T: [M, ncp], M = rows * G
+      keys_.gather_and_score(p_, in_, u_.keys.data() + c0, nc, ncp, rg.grp, qt_.data(), mrows, sc_.data());
+      mm(gemm::Trans::kNo, gemm::Trans::kYes, mrows, ncp, p_.dv, 1.0f, ot_.data(), p_.dv, keys_.v(), keys_.ldv(p_),
+         0.0f, dp_.data(), ncp);
+      for (int64_t i = 0; i < mrows; ++i) {
+        const float* w = u_.weighted ? u_.weight.data() + (i / g) * n + c0 : nullptr;
+        probs_and_grad(sc_.data() + i * ncp, dp_.data() + i * ncp, nc, ncp, mx_[i], inv_l_[i], delta_[i], w);
+      }
+      const Op* ptile = nullptr;
+      const Op* dstile = nullptr;
+      if constexpr (kF32) {
+        ptile = sc_.data();
+        dstile = dp_.data();
+      } else {
+        from_float(sc_.data(), pt_.data(), mrows * ncp);
+        from_float(dp_.data(), dst_.data(), mrows * ncp);
+        ptile = pt_.data();
+        dstile = dst_.data();
+      }
+      // dQf [M, dq] += scale dS [M, ncp] . Kf [ncp, dq]
+      mm(gemm::Trans::kNo, gemm::Trans::kNo, mrows, p_.dq, ncp, p_.scale, dstile, ncp, keys_.kf(), p_.dq, 1.0f,
+         dq_acc_.data(), p_.dq);
+      // dKf [ncp, dq] = scale dS^T . Q and dV [ncp, dv] = P^T . dO (K-dim M), scatter-added per key row while
+      // the block is still in cache.
+      mm(gemm::Trans::kYes, gemm::Trans::kNo, ncp, p_.dq, mrows, p_.scale, dstile, ncp, qt_.data(), p_.dq, 0.0f,
+         dkc_.data(), p_.dq);
+      mm(gemm::Trans::kYes, gemm::Trans::kNo, ncp, p_.dv, mrows, 1.0f, ptile, ncp, ot_.data(), p_.dv, 0.0f,
+         dvc_.data(), p_.dv);
+      for (int64_t r = 0; r < nc; ++r) {
+        const int64_t local = (u_.keys[c0 + r] - kg.k0) * p_.n2 + rg.grp;
+        add_to(kg.dk + local * p_.dq, dkc_.data() + r * p_.dq, p_.dq);
+        add_to(kg.dv + local * kg.ldv, dvc_.data() + r * p_.dv, p_.dv);
+      }
+    }
+    write(rg);
+  }
+
+ private:
+  static constexpr bool kF32 = std::is_same_v<Op, float>;
+
+  // Stores dq_acc into d_query | d_query_rope for the group's rows.
+  void write(const RowGroup& rg) {
+    const int64_t g = p_.g;
+    for (int64_t i = 0; i < rg.rows * g; ++i) {
+      const int64_t head = rg.t0 * p_.n1 + (i / g) * p_.n1 + rg.grp * g + i % g;
+      store(dq_acc_.data() + i * p_.dq, d_query_ + head * p_.d, p_.d);
+      if (p_.dr > 0) store(dq_acc_.data() + i * p_.dq + p_.d, d_query_rope_ + head * p_.dr, p_.dr);
+    }
+  }
+
+  const Problem& p_;
+  const Inputs<T>& in_;
+  const std::vector<int64_t>& counts_;
+  const T *d_out_, *out_;
+  const float *smax_, *ssum_;
+  T *d_query_, *d_query_rope_;
+  std::vector<Op> qt_, ot_;
+  KeyTiles<Op> keys_;
+  std::vector<Op> pt_, dst_;
+  std::vector<float> sc_, dp_, dq_acc_, dkc_, dvc_, fo_, fdo_, delta_, mx_, inv_l_;
+  std::vector<int32_t> scratch_;
+  KeyUnion u_;
+};
+
 template <typename T, typename Op>
 void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<int64_t>& counts) {
-  constexpr bool kF32 = std::is_same_v<Op, float>;
-  const Slots& s = kSlots;
-  const T* query = args.as<const T>(s.q);
-  const T* key = args.as<const T>(s.k);
-  const T* value = p.shared_kv ? key : args.as<const T>(s.v);
-  const T* d_out = args.as<const T>(kDOut);
-  const T* out = args.as<const T>(kOut);
-  const T* query_rope = p.dr > 0 ? args.as<const T>(s.qr) : nullptr;
-  const T* key_rope = p.dr > 0 ? args.as<const T>(s.kr) : nullptr;
-  const float* smax = args.as<const float>(kMax);
-  const float* ssum = args.as<const float>(kSum);
-  const int32_t* indices = args.as<const int32_t>(s.idx);
-  T* d_query = args.as<T>(kDQuery);
+  const Inputs<T> in(args, p, kSlots);
   T* d_key = args.as<T>(kDKey);
   T* d_value = p.shared_kv ? nullptr : args.as<T>(kDValue);
-  T* d_query_rope = p.dr > 0 ? args.as<T>(kDQueryRope) : nullptr;
   T* d_key_rope = p.dr > 0 ? args.as<T>(kDKeyRope) : nullptr;
-  const bool v_in_k = static_cast<const void*>(value) == static_cast<const void*>(key) && p.dv <= p.d;
-  const int64_t ldv = v_in_k ? p.dq : p.dv;
-  const int64_t g = p.g;
-
+  const std::vector<uint8_t> key_ok = finite_key_rows(p, in);
+  const int64_t max_rows = max_group_rows(p.g);
   const std::vector<Partition> parts = make_partitions(args, p, counts);
   const int64_t n_parts = static_cast<int64_t>(parts.size());
   std::vector<std::vector<float>> dk_buf(parts.size()), dv_buf(parts.size());
@@ -122,11 +246,7 @@ void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<i
   std::string error;
 #pragma omp parallel
   {
-    std::vector<int32_t> keys;
-    std::vector<Op> qt(g * p.dq), ot(g * p.dv), kt(kBlock * p.dq), vt(v_in_k ? 0 : kBlock * p.dv);
-    std::vector<Op> pt(kF32 ? 0 : g * kBlock), dst(kF32 ? 0 : g * kBlock);
-    std::vector<float> sc(g * kBlock), dp(g * kBlock), dq_acc(g * p.dq), dkc(kBlock * p.dq), dvc(kBlock * p.dv);
-    std::vector<float> fo(g * p.dv), fdo(g * p.dv), delta(g);
+    Backward<T, Op> worker(args, p, in, counts, max_rows);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t pi = 0; pi < n_parts; ++pi) {
       try {
@@ -136,70 +256,9 @@ void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<i
         dkb.assign((part.k1 - part.k0) * p.n2 * p.dq, 0.0f);
         dvb.assign(p.shared_kv ? 0 : (part.k1 - part.k0) * p.n2 * p.dv, 0.0f);
         // Shared KV: dV goes into the first dv (= D) columns of the dK row, in float32.
-        float* dv_rows = p.shared_kv ? dkb.data() : dvb.data();
-        const int64_t ld_dv = p.shared_kv ? p.dq : p.dv;
-        for (int64_t t = part.r0; t < part.r1; ++t) {
-          for (int64_t grp = 0; grp < p.n2; ++grp) {
-            const int64_t head0 = t * p.n1 + grp * g;
-            if (counts[t * p.n2 + grp] == 0) {
-              std::fill(dq_acc.begin(), dq_acc.end(), 0.0f);
-            } else {
-              visible_keys(p, indices, t, grp, keys);
-              const int64_t n = static_cast<int64_t>(keys.size());
-              const int64_t so = p.stats_offset(t, grp);
-              gather_heads(p, query, query_rope, t, grp, qt.data());
-              to_operand(d_out + head0 * p.dv, ot.data(), g * p.dv);
-              load(d_out + head0 * p.dv, fdo.data(), g * p.dv);
-              load(out + head0 * p.dv, fo.data(), g * p.dv);
-              for (int64_t h = 0; h < g; ++h) delta[h] = dot(fdo.data() + h * p.dv, fo.data() + h * p.dv, p.dv);
-              std::fill(dq_acc.begin(), dq_acc.end(), 0.0f);
-              for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
-                const int64_t nc = std::min(kBlock, n - c0);
-                const int64_t ncp = round_up(nc, kKeyPad);
-                const Op* vtile = v_in_k ? kt.data() : vt.data();
-                gather_keys(p, key, key_rope, value, keys.data() + c0, nc, ncp, grp, kt.data(),
-                            v_in_k ? nullptr : vt.data());
-                // S = scale Q Kf^T, dP = dO V^T: [G, ncp]
-                mm(gemm::Trans::kNo, gemm::Trans::kYes, g, ncp, p.dq, p.scale, qt.data(), p.dq, kt.data(), p.dq,
-                   0.0f, sc.data(), ncp);
-                mm(gemm::Trans::kNo, gemm::Trans::kYes, g, ncp, p.dv, 1.0f, ot.data(), p.dv, vtile, ldv, 0.0f,
-                   dp.data(), ncp);
-                for (int64_t h = 0; h < g; ++h) {
-                  probs_and_grad(sc.data() + h * ncp, dp.data() + h * ncp, nc, ncp, smax[so + h], 1.0f / ssum[so + h],
-                                 delta[h]);
-                }
-                const Op* ptile = nullptr;
-                const Op* dstile = nullptr;
-                if constexpr (kF32) {
-                  ptile = sc.data();
-                  dstile = dp.data();
-                } else {
-                  from_float(sc.data(), pt.data(), g * ncp);
-                  from_float(dp.data(), dst.data(), g * ncp);
-                  ptile = pt.data();
-                  dstile = dst.data();
-                }
-                // dQf [G, dq] += scale dS [G, ncp] . Kf [ncp, dq]
-                mm(gemm::Trans::kNo, gemm::Trans::kNo, g, p.dq, ncp, p.scale, dstile, ncp, kt.data(), p.dq, 1.0f,
-                   dq_acc.data(), p.dq);
-                // dKf [ncp, dq] = scale dS^T . Q and dV [ncp, dv] = P^T . dO, scatter-added per key row while
-                // the block is still in cache.
-                mm(gemm::Trans::kYes, gemm::Trans::kNo, ncp, p.dq, g, p.scale, dstile, ncp, qt.data(), p.dq, 0.0f,
-                   dkc.data(), p.dq);
-                mm(gemm::Trans::kYes, gemm::Trans::kNo, ncp, p.dv, g, 1.0f, ptile, ncp, ot.data(), p.dv, 0.0f,
-                   dvc.data(), p.dv);
-                for (int64_t r = 0; r < nc; ++r) {
-                  const int64_t local = (keys[c0 + r] - part.k0) * p.n2 + grp;
-                  add_to(dkb.data() + local * p.dq, dkc.data() + r * p.dq, p.dq);
-                  add_to(dv_rows + local * ld_dv, dvc.data() + r * p.dv, p.dv);
-                }
-              }
-            }
-            for (int64_t h = 0; h < g; ++h) {
-              store(dq_acc.data() + h * p.dq, d_query + (head0 + h) * p.d, p.d);
-              if (p.dr > 0) store(dq_acc.data() + h * p.dq + p.d, d_query_rope + (head0 + h) * p.dr, p.dr);
-            }
-          }
+        const KeyGradRows kg{dkb.data(), p.shared_kv ? dkb.data() : dvb.data(), p.shared_kv ? p.dq : p.dv, part.k0};
+        for (const RowGroup& rg : group_rows(p, in.indices, counts, key_ok, part.r0, part.r1, max_rows)) {
+          worker.run(rg, kg);
         }
       } catch (const std::exception& e) {
 #pragma omp critical(sfa_grad_error)

@@ -29,13 +29,58 @@ CASES = {
     "tnd_n1": dict(layout="TND", lens_q=[4, 6], lens_kv=[4, 10], n1=1, d=16, dr=8, k=12, pattern="start"),
     # the Ascend head shape D = 512, Dr = 64 at small T
     "tnd_mla": dict(layout="TND", lens_q=[3, 2], lens_kv=[5, 2], n1=2, d=512, dr=64, k=4),
-    # more visible keys than one kernel chunk (online softmax across chunks)
+    # more visible keys than one kernel block (online softmax across blocks)
     "tnd_chunks": dict(layout="TND", lens_q=[2], lens_kv=[2600], n1=2, d=8, dr=4, k=41, bs=64, mode=0),
+    # The cases above select random key subsets: consecutive rows share few keys, so the kernels
+    # process them one by one (R = 1). The "dense" ones below select every visible block, so
+    # consecutive rows share almost all keys and the kernels group up to R = min(16, 512 / G) rows
+    # over the union of their keys (sparse_flash_attention_groups.h); "dense_dup" also repeats a
+    # block in every third row (it counts twice).
+    # causal, uneven batches (one empty, S1 < S2), G = 2: groups of up to 16 rows
+    "dense_tnd": dict(layout="TND", lens_q=[37, 0, 21], lens_kv=[37, 5, 30], n1=2, d=16, dr=8, k=40,
+                      select="dense_dup"),
+    # blocks of 4 (the diagonal block partly masked), N2 = 2, no rope, S1 > S2 (first rows see nothing)
+    "dense_block4_n2": dict(layout="TND", lens_q=[30], lens_kv=[23], n1=4, n2=2, d=8, dr=None, k=9, bs=4,
+                            select="dense"),
+    # BSND, no mask: every row of a batch has the same keys, groups of 16 rows of G = 8 heads
+    "dense_bsnd_mode0": dict(layout="BSND", batch=2, s1=20, s2=13, n1=8, d=8, dr=4, k=15, mode=0,
+                             select="dense_dup"),
 }
 
 
+def _select_every_visible_block(case: Case, rng: np.random.Generator, duplicates: bool) -> None:
+    """Rewrites case.sparse_indices: every row selects all its visible blocks (each group in its own
+    random slot order, -1 in the spare slots); with ``duplicates`` every third row repeats one."""
+    idx = case.sparse_indices
+    flat = idx.reshape(-1, idx.shape[-2], idx.shape[-1])
+    if case.layout == "TND":
+        cq, ckv = [0, *case.lens_q], [0, *case.lens_kv]
+        batches = [(cq[i + 1] - cq[i], ckv[i + 1] - ckv[i]) for i in range(len(cq) - 1)]
+    else:
+        batches = [(idx.shape[1], case.key.shape[1])] * idx.shape[0]
+    bs, k = case.sparse_block_size, idx.shape[-1]
+    row = 0
+    for s1_len, s2_len in batches:
+        for i in range(s1_len):
+            limit = s2_len - 1 if case.sparse_mode == 0 else min(s2_len - 1, i + s2_len - s1_len)
+            flat[row] = -1
+            for grp in range(flat.shape[1]):
+                blocks = rng.permutation(limit // bs + 1) if limit >= 0 else np.zeros(0, np.int32)
+                if duplicates and i % 3 == 0 and len(blocks):
+                    blocks = np.append(blocks, blocks[-1])
+                assert len(blocks) <= k
+                flat[row, grp, np.sort(rng.choice(k, size=len(blocks), replace=False))] = blocks
+            row += 1
+
+
 def _case(name: str, seed: int) -> Case:
-    return make_case(np.random.default_rng(seed), **CASES[name])
+    kw = dict(CASES[name])
+    select = kw.pop("select", "random")
+    rng = np.random.default_rng(seed)
+    case = make_case(rng, **kw)
+    if select != "random":
+        _select_every_visible_block(case, rng, duplicates=select == "dense_dup")
+    return case
 
 
 def _quantized(case: Case, dtype: str) -> dict:
@@ -99,7 +144,8 @@ def _check_stats(got_max: np.ndarray, got_sum: np.ndarray, ref_max: np.ndarray, 
 
 
 # GRAPH mode compiles for several seconds per test: it runs a subset (the kernel is the same).
-GRAPH_SUBSET = [("tnd_uneven", "bfloat16"), ("bsnd_mode0_n2", "float16"), ("tnd_block16", "float32")]
+GRAPH_SUBSET = [("tnd_uneven", "bfloat16"), ("bsnd_mode0_n2", "float16"), ("tnd_block16", "float32"),
+                ("dense_tnd", "bfloat16")]
 
 
 @pytest.fixture
@@ -223,6 +269,8 @@ def test_python_sequence_lengths_and_int64_tensors() -> None:
 @pytest.mark.parametrize("name,dtype,exec_mode", [("tnd_uneven", "bfloat16", "pynative"),
                                                    ("bsnd_mode0_n2", "float16", "pynative"),
                                                    ("tnd_mla", "float32", "pynative"),
+                                                   ("dense_tnd", "bfloat16", "pynative"),
+                                                   ("dense_bsnd_mode0", "float32", "pynative"),
                                                    ("tnd_block16", "bfloat16", "graph")])
 def test_shared_kv_value_none(name: str, dtype: str, exec_mode: str) -> None:
     """value=None (key is value): the forward reads the values from key, the grad kernel returns
@@ -261,3 +309,37 @@ def test_shared_kv_value_none(name: str, dtype: str, exec_mode: str) -> None:
     if rope:
         assert_close(to_np(dqr), want[3], dtype, "attention", "d_query_rope")
         assert_close(to_np(dkr), want[4], dtype, "attention", "d_key_rope")
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_grouped_rows_keep_nan_where_the_reference_has_it() -> None:
+    """Grouped rows (dense selection) with NaN in one query row, +Inf in one d_out row and NaN in one
+    key: a pair a row did not select must not turn the other rows of its group NaN (0 * NaN), so
+    NaN appears exactly where the float64 reference has it."""
+    case = _case("dense_tnd", 40)
+    case.query[10, 1, 3] = np.nan      # batch 0 row 10, head 1
+    case.key[45, 0, 2] = np.nan        # batch 2 key 8 (rows 8.. of that batch select it)
+    x = _quantized(case, "float32")
+    lq, lkv = _lens(case)
+    args = [to_ms(x[n], "float32") for n in ("query", "key", "value")] + [ms.Tensor(case.sparse_indices)]
+    ropes = [to_ms(x["query_rope"], "float32"), to_ms(x["key_rope"], "float32")]
+    got_f = ops.sparse_flash_attention(*args, *ropes, lq, lkv, **case.attrs())
+    want_f = reference_forward(case, "float32")
+    r_out, r_max, r_sum = want_f
+    d_out = np.random.default_rng(41).standard_normal(r_out.shape)
+    d_out[20, 0, 5] = np.inf           # batch 0 row 20, head 0
+    got_g = ops.sparse_flash_attention_grad(*args, to_ms(d_out, "float32"), to_ms(r_out, "float32"),
+                                            ms.Tensor(r_max.astype(np.float32)), ms.Tensor(r_sum.astype(np.float32)),
+                                            lq, lkv, *ropes, **case.attrs())
+    want_g = ref.sparse_flash_attention_grad(x["query"], x["key"], x["value"], case.sparse_indices, d_out, r_out,
+                                             r_max.astype(np.float32), r_sum.astype(np.float32), case.lens_q,
+                                             case.lens_kv, x["query_rope"], x["key_rope"], **case.attrs())
+    for what, g, w in zip(("out", "softmax_max", "softmax_sum", "d_query", "d_key", "d_value", "d_query_rope",
+                           "d_key_rope"), [*got_f, *got_g], [*want_f, *want_g]):
+        g = to_np(g).astype(np.float64)
+        w = np.asarray(w, np.float64)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=f"{what}: NaN pattern differs")
+        inf = np.isinf(w)
+        np.testing.assert_array_equal(g[inf], w[inf], err_msg=f"{what}: Inf pattern differs")
+        assert_close(g[np.isfinite(w)], w[np.isfinite(w)], "float32", "attention", what)
+    assert np.isnan(want_g[1]).any() and not np.isnan(want_g[1]).all(), "d_key must mix NaN and finite rows"

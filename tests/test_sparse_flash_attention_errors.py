@@ -152,11 +152,20 @@ sys.path.insert(0, sys.argv[1])
 from _sfa_data import make_case
 from _util import quantize, to_ms
 from ms_grad_ops import ops
-for dtype in ("bfloat16", "float32"):
+# dense: every row selects all its visible blocks (reversed), so the kernels group rows
+dense = np.full((200, 1, 48), -1, np.int32)
+row = 0
+for s1_len, s2_len in ((70, 80), (90, 90), (40, 30)):
+    for i in range(s1_len):
+        limit = min(s2_len - 1, i + s2_len - s1_len)
+        nb = limit // 2 + 1 if limit >= 0 else 0
+        dense[row, 0, :nb] = np.arange(nb)[::-1]
+        row += 1
+for dtype, select in (("bfloat16", "random"), ("float32", "random"), ("bfloat16", "dense"), ("float32", "dense")):
     c = make_case(np.random.default_rng(0), layout="TND", lens_q=[70, 90, 40], lens_kv=[80, 90, 30], n1=4, d=32,
                   dr=8, k=24, bs=2, pattern="mixed")
     t = {n: to_ms(quantize(getattr(c, n), dtype), dtype) for n in ("query", "key", "value", "query_rope", "key_rope")}
-    idx = ms.Tensor(c.sparse_indices)
+    idx = ms.Tensor(c.sparse_indices if select == "random" else dense)
     out, m, s = ops.sparse_flash_attention(t["query"], t["key"], t["key"], idx, t["query_rope"], t["key_rope"],
                                            c.lens_q, c.lens_kv, **c.attrs())
     do = to_ms(np.random.default_rng(1).standard_normal(out.shape), dtype)
@@ -167,7 +176,7 @@ for dtype in ("bfloat16", "float32"):
     h = hashlib.sha256()
     for x in (out, m, s, *g, *(f for f in fused if f is not None)):
         h.update(x.asnumpy().tobytes() if x.dtype != ms.bfloat16 else x.float().asnumpy().tobytes())
-    print(dtype, h.hexdigest())
+    print(dtype, select, h.hexdigest())
 """
 
 
@@ -182,7 +191,7 @@ def test_bitwise_identical_for_1_and_2_threads(tmp_path: Path) -> None:
                              text=True, timeout=300)
         assert res.returncode == 0, res.stderr[-2000:]
         digests.append([line for line in res.stdout.splitlines() if line.startswith(("bfloat16", "float32"))])
-    assert len(digests[0]) == 2 and digests[0] == digests[1]
+    assert len(digests[0]) == 4 and digests[0] == digests[1]
 
 
 def test_make_case_hits_every_slot_pattern() -> None:
