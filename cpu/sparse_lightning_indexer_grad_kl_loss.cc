@@ -110,10 +110,17 @@ class RowKernel {
     teacher(t, n, np);
     // Index scores.
     mgo::cpu::to_operand(a_.as<const X>(kQueryIndex) + t * z_.nidx * z_.didx, qit_.data(), z_.nidx * z_.didx);
-    gather(a_.as<const X>(kKeyIndex), z_.didx, nullptr, 0, 0, n, kit_.data());
-    std::fill(kit_.begin() + n * z_.didx, kit_.begin() + np * z_.didx, Op{});
-    mgo::cpu::mm(Trans::kNo, Trans::kYes, np, z_.nidx, z_.didx, 1.0f, kit_.data(), z_.didx, qit_.data(), z_.didx,
-                 0.0f, sx_.data(), z_.nidx);
+    // Key rows in place when they can be (then unpadded: rows past n may hold anything, even NaN),
+    // else gathered and zero-padded to np.
+    const Op* kit = rows_in_place(kKeyIndex, z_.didx, 0, n);
+    const int64_t rows = kit ? n : np;
+    if (!kit) {
+      gather(a_.as<const X>(kKeyIndex), z_.didx, nullptr, 0, 0, n, kit_.data());
+      std::fill(kit_.begin() + n * z_.didx, kit_.begin() + np * z_.didx, Op{});
+      kit = kit_.data();
+    }
+    mgo::cpu::mm(Trans::kNo, Trans::kYes, rows, z_.nidx, z_.didx, 1.0f, kit, z_.didx, qit_.data(), z_.didx, 0.0f,
+                 sx_.data(), z_.nidx);
     mgo::cpu::load(a_.as<const W>(kWeights) + t * z_.nidx, w_.data(), z_.nidx);
     mgo::cpu::relu_weighted_sum_by_key(sx_.data(), n, z_.nidx, w_.data(), score_.data());
     // Softmax, loss and dI (in place of y).
@@ -130,17 +137,17 @@ class RowKernel {
       loss += static_cast<double>(pj * (std::log(std::max(pj, kLogFloor)) - log_y));
       y_[j] = y_[j] * inv_z - pj;
     }
-    mgo::cpu::indexer_score_grads(sx_.data(), n, np, z_.nidx, y_.data(), w_.data(), dw_.data(), ds_.data());
+    mgo::cpu::indexer_score_grads(sx_.data(), n, rows, z_.nidx, y_.data(), w_.data(), dw_.data(), ds_.data());
     const Op* ds = nullptr;
     if constexpr (std::is_same_v<Op, float>) {
       ds = ds_.data();
     } else {
-      mgo::cpu::from_float(ds_.data(), ds_op_.data(), z_.nidx * np);
+      mgo::cpu::from_float(ds_.data(), ds_op_.data(), z_.nidx * rows);
       ds = ds_op_.data();
     }
-    mgo::cpu::mm(Trans::kYes, Trans::kNo, z_.nidx, z_.didx, np, 1.0f, ds, z_.nidx, kit_.data(), z_.didx, 0.0f,
+    mgo::cpu::mm(Trans::kYes, Trans::kNo, z_.nidx, z_.didx, rows, 1.0f, ds, z_.nidx, kit, z_.didx, 0.0f,
                  dqi_.data(), z_.didx);
-    mgo::cpu::mm(Trans::kNo, Trans::kNo, np, z_.didx, z_.nidx, 1.0f, ds, z_.nidx, qit_.data(), z_.didx, 0.0f,
+    mgo::cpu::mm(Trans::kNo, Trans::kNo, rows, z_.didx, z_.nidx, 1.0f, ds, z_.nidx, qit_.data(), z_.didx, 0.0f,
                  dk_.data(), z_.didx);
     mgo::cpu::store(dqi_.data(), dqi_out, z_.nidx * z_.didx);
     mgo::cpu::store(dw_.data(), dw_out, z_.nidx);
@@ -163,6 +170,16 @@ class RowKernel {
       if (idx[s] >= 0 && idx[s] < plan_.limit[t]) vis_.push_back(plan_.key_base[t] + idx[s]);
     }
     std::sort(vis_.begin(), vis_.end());
+  }
+
+  // Rows vis_[first, first + count) of input `arg` (rows of `cols`) used in place: float32 storage
+  // is already the operand, and consecutive selected rows (every visible key of a row selected, as
+  // in a causal prefix shorter than K) need no gather. nullptr when they must be gathered.
+  const Op* rows_in_place(int arg, int64_t cols, int64_t first, int64_t count) const {
+    if constexpr (std::is_same_v<X, float> && std::is_same_v<Op, float>) {
+      if (vis_[first + count - 1] - vis_[first] == count - 1) return a_.as<const Op>(arg) + vis_[first] * cols;
+    }
+    return nullptr;
   }
 
   // dst row i = [a[v] | b[v]] as operands with v = vis_[first + i], for i < count (db may be 0).
@@ -196,12 +213,23 @@ class RowKernel {
     for (int64_t b0 = 0; b0 < n; b0 += kTeacherBlock) {
       const int64_t nb = std::min(kTeacherBlock, n - b0);
       const int64_t nbp = std::min(kTeacherBlock, np - b0);
-      gather(a_.as<const X>(kKey), z_.d, a_.as<const X>(kKeyRope), z_.dr, b0, nb, kt_.data());
-      std::fill(kt_.begin() + nb * z_.dq, kt_.begin() + nbp * z_.dq, Op{});
-      mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.n1, nbp, z_.dq, scale_, qt_.data(), z_.dq, kt_.data(), z_.dq,
-                   0.0f, s_.data(), nbp);
+      int64_t ld = nbp;
+      if (const Op* kb = rows_in_place(kKey, z_.d, b0, nb)) {  // in place: key and rope as two GEMMs
+        ld = nb;
+        mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.n1, nb, z_.d, scale_, qt_.data(), z_.dq, kb, z_.d, 0.0f,
+                     s_.data(), ld);
+        if (z_.dr) {
+          mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.n1, nb, z_.dr, scale_, qt_.data() + z_.d, z_.dq,
+                       rows_in_place(kKeyRope, z_.dr, b0, nb), z_.dr, 1.0f, s_.data(), ld);
+        }
+      } else {
+        gather(a_.as<const X>(kKey), z_.d, a_.as<const X>(kKeyRope), z_.dr, b0, nb, kt_.data());
+        std::fill(kt_.begin() + nb * z_.dq, kt_.begin() + nbp * z_.dq, Op{});
+        mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.n1, nbp, z_.dq, scale_, qt_.data(), z_.dq, kt_.data(), z_.dq,
+                     0.0f, s_.data(), ld);
+      }
       for (int64_t h = 0; h < z_.n1; ++h) {
-        mgo::cpu::exp_accumulate(s_.data() + h * nbp, nb, mx[h], 1.0f / sm[h], p_.data() + b0);
+        mgo::cpu::exp_accumulate(s_.data() + h * ld, nb, mx[h], 1.0f / sm[h], p_.data() + b0);
       }
     }
     const float inv_n1 = 1.0f / static_cast<float>(z_.n1);

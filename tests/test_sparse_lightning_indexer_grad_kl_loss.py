@@ -66,6 +66,24 @@ def test_rows_without_visible_keys_are_zero() -> None:
         assert not got[0][row].any() and not got[2][row].any(), row
 
 
+def test_float32_keys_in_place_read_only_selected_rows() -> None:
+    """float32 rows that select every visible key (a causal prefix shorter than K) multiply the key
+    tensors in place, unpadded: a key row nobody selects, just past them, holds NaN and must reach no
+    output (a padded in-place GEMM would read it, or run past the end of the tensor)."""
+    rng = np.random.default_rng(5)
+    case = make_case(rng, "float32", "float32", "TND", lens_q=[70, 6], lens_k=[70, 9], k=80, drop=0.0)
+    a = case.arrays
+    batch1 = a["sparse_indices"][70:]
+    batch1[batch1 == 8] = -1  # local key 8 of batch 1 (global row 78, the last) is never selected
+    for name in ("key", "key_rope", "key_index"):
+        a[name][78] = np.nan
+    got = run_kernel(case, "float32", "float32")
+    want = ref.sparse_lightning_indexer_grad_kl_loss(*case.ref_args(), **case.ref_kwargs())
+    for g, w in zip(got, want):
+        assert np.isfinite(g).all()
+        np.testing.assert_allclose(g, np.reshape(w, np.shape(g)), rtol=1e-4, atol=1e-6)
+
+
 def test_relu_boundary_exact_zeros() -> None:
     """Integer-valued index tensors make many q.k exactly 0: the mask is strictly Sx > 0."""
     rng = np.random.default_rng(4)
