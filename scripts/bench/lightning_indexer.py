@@ -250,6 +250,13 @@ def notes(a: argparse.Namespace) -> list[str]:
         "chunks of <= 1 GiB of gathered keys with one backward per chunk; median of --torch-reps calls after a "
         "warm-up over the first 32 rows. MindSpore composite: "
         "float32 (its CPU bf16 ops fail), ms.value_and_grad, PyNative.",
+        "Where the time goes (perf record -g, grad bf16, S=2048, K=1024, GRAPH, AMD EPYC AVX2-only, 2026-12-03; "
+        "share of kernel CPU samples before -> after issue 12): GEMM ~60% -> ~75%, bf16->f32 gathers ~13% -> ~9%, "
+        "exp ~11% -> ~2%, index-score gradients ~11% -> ~1% (both ran scalar: GCC kept the float selects as "
+        "branches under -ftrapping-math), dK scatter + reductions ~4% -> ~6%, malloc inside dnnl_sgemm ~4%. "
+        "Forward: GEMM 25% -> ~82% of the kernel's samples after the heap top-k became nth_element + a sort "
+        "of the K selected (~10%). The grad's dK GEMM runs untransposed ([KvxNidx] key-major scores), a faster "
+        "form than the ceiling's transposed-A product, so its ratio can exceed 1.",
     ]
 
 
