@@ -6,6 +6,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 from _indexer_cases import make_case, ms_args
+from _selection import assert_same_selection, indexer_scores
 from _util import assert_close, to_ms, to_np
 from mindspore import nn
 
@@ -75,7 +76,7 @@ def test_lightning_indexer_cell(exec_mode: str) -> None:
     w = rng.standard_normal((2, 6, 4))
     cell = mgo.nn.LightningIndexer(5, layout="BSND", sparse_mode=3)
     idx, val = cell(to_ms(qi, "float32"), to_ms(ki, "float32"), to_ms(w, "float32"))
-    ridx, _ = ref.lightning_indexer(qi.astype(np.float32), ki.astype(np.float32), w.astype(np.float32),
-                                    sparse_count=5, layout="BSND", sparse_mode=3)
-    np.testing.assert_array_equal(idx.asnumpy(), ridx)
-    assert val.shape == (2, 6, 1, 5)
+    assert idx.shape == val.shape == (2, 6, 1, 5)
+    # the float64 top-5 up to near ties within float32 rounding (which this CPU's GEMM order decides)
+    f32 = [x.astype(np.float32).astype(np.float64) for x in (qi, ki, w)]
+    assert_same_selection(idx.asnumpy(), val.asnumpy(), indexer_scores(*f32, layout="BSND", sparse_mode=3), "cell")
