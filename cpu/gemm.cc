@@ -2,7 +2,7 @@
 //   f32 : dnnl_sgemm (BLAS-like, no per-shape objects).
 //   bf16: matmul primitive (bf16 x bf16 -> f32), one per exact shape, cached per thread. oneDNN
 //         has an optimised one only on CPUs with AVX-512 (BF16/AMX for full speed); elsewhere (or
-//         with MGO_CPU_ISA=portable) the operands are widened to float32 and go to sgemm. Widening
+//         with MGO_CPU_ISA=avx2/portable) the operands are widened to float32 and go to sgemm. Widening
 //         is exact, so both paths compute the same products and differ only in summation order.
 // Every call is forced onto the calling thread, so results do not depend on thread count.
 #include "gemm.h"
@@ -240,7 +240,9 @@ void gemm_bf16_widened(const Trans ta, const Trans tb, const int64_t m, const in
 }  // namespace
 
 bool bf16_native() {
-  static const bool yes = cpu::isa_cap() != "portable" &&
+  // oneDNN's bf16 matmul is an AVX-512 path (AVX512-BF16, AMX): a cap at AVX2 or below takes the
+  // widening path an AVX2-only CPU takes.
+  static const bool yes = cpu::isa_cap() != "portable" && cpu::isa_cap() != "avx2" &&
                           make_bf16_matmul(Trans::kNo, Trans::kNo, 16, 16, 16, 1.0f, 16, 16, 0.0f, 16).prim;
   return yes;
 }

@@ -18,14 +18,14 @@ void gemm_f32(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
               float* c, int64_t ldc);
 
 // Same, but A and B hold bfloat16 values as raw uint16_t; float32 accumulation/output.
-// Without oneDNN bf16 support on this CPU (or with MGO_CPU_ISA=portable) the operands are
+// Without oneDNN bf16 support on this CPU (or with MGO_CPU_ISA=avx2/portable) the operands are
 // widened to float32 first: same products, different summation order.
 void gemm_bf16(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                float* c, int64_t ldc);
 
-// True when gemm_bf16 runs oneDNN's bf16 matmul on this CPU (AVX-512 and MGO_CPU_ISA is not
-// "portable"); false when it widens to float32, so kernels should build float32 tiles instead.
+// True when gemm_bf16 runs oneDNN's bf16 matmul on this CPU (AVX-512 and MGO_CPU_ISA is neither
+// "avx2" nor "portable"); false when it widens to float32, so kernels build float32 tiles instead.
 bool bf16_native();
 
 }  // namespace mgo::gemm

@@ -1,8 +1,18 @@
 // Shape rules of `lightning_indexer` (SPEC section 4, forward top-k selection).
 //
 // Inputs: query_index, key_index, weights (see lightning_indexer_common.h), actual_seq_lengths_query,
-// actual_seq_lengths_key (placeholders when None). Attributes: sparse_count in [1, 2**31 - 1], layout, sparse_mode.
-// Outputs: sparse_indices int32 and sparse_values float32, both [T1, 1, K] / [B, S1, 1, K].
+// actual_seq_lengths_key (placeholders when None). Attributes: sparse_count (the size rule below), layout,
+// sparse_mode. Outputs: sparse_indices int32 and sparse_values float32, both [T1, 1, K] / [B, S1, 1, K].
+//
+// Size rule for sparse_count = K. MindSpore allocates both outputs, T1 * K slots of 8 bytes together, before
+// the kernel runs, so a K nothing can hold used to end in its "Allocate output memory failed". K beyond a
+// row's visible keys only adds -1 padding, and no model selects more than a million keys per row, hence:
+//   K <= kMaxSparseCount = 2**20 = 1,048,576 (512 times DeepSeek-V3.2's 2048; to select every visible key,
+//        pass the longest key sequence's length, not 2**31 - 1), and
+//   T1 * K <= kMaxSparseSlots = 2**31 - 1 where T1 is known (B * S1 in BSND): each output stays
+//        int32-indexable (at most 16 GiB together).
+// Either is a ValueError naming the op and sparse_count, eagerly, at GRAPH compile, and at run time when a
+// dynamic T1 becomes known.
 #pragma once
 
 #include <string>
@@ -12,14 +22,43 @@
 
 namespace mgo::infer {
 
+constexpr int64_t kMaxSparseCount = int64_t{1} << 20;
+constexpr int64_t kMaxSparseSlots = kMaxIntAttr;
+
+inline void check_sparse_count(const Checker& c, int64_t sparse_count) {
+  if (sparse_count < 1 || sparse_count > kMaxSparseCount) {
+    c.value_error("attribute 'sparse_count' must be in [1, " + std::to_string(kMaxSparseCount) +
+                  "] (top-k slots per query row; to select every visible key pass the longest key length), got " +
+                  std::to_string(sparse_count));
+  }
+}
+
+// T1 * K <= kMaxSparseSlots once T1 (the token dims of query_index) is known.
+inline void check_sparse_slots(const Checker& c, IndexerLayout l, const TensorDesc& qi, int64_t sparse_count) {
+  int64_t t1 = 1;
+  for (size_t i = 0; i < token_dims(l); ++i) {
+    const int64_t d = dim_or_unknown(qi, i);
+    if (!known(d)) return;
+    if (t1 > kMaxSparseSlots) break;  // already too many; stops before the product could overflow
+    t1 *= d;
+  }
+  if (t1 > kMaxSparseSlots / sparse_count) {
+    c.value_error("attribute 'sparse_count' = " + std::to_string(sparse_count) + " gives outputs sparse_indices/" +
+                  "sparse_values of " + std::to_string(t1) + " x " + std::to_string(sparse_count) +
+                  " slots each for 'query_index' " + shape_str(qi.shape) + ", more than " +
+                  std::to_string(kMaxSparseSlots) + " (int32-indexable); lower sparse_count or split the tokens");
+  }
+}
+
 inline InferResult lightning_indexer(const std::vector<TensorDesc>& in, int64_t sparse_count, const std::string& layout,
                                      int64_t sparse_mode) {
   const Checker c("lightning_indexer");
   c.arity(in, 5);
   const IndexerLayout l = parse_indexer_layout(c, layout);
   check_indexer_sparse_mode(c, sparse_mode);
-  c.int_attr("sparse_count", sparse_count, 1);
+  check_sparse_count(c, sparse_count);
   check_indexer_tensors(c, l, in[0], in[1], in[2]);
+  check_sparse_slots(c, l, in[0], sparse_count);
   check_seq_lengths(c, l == IndexerLayout::kBSND, in[3], in[4], "actual_seq_lengths_key");
   const Shape s = sparse_shape(l, in[0], sparse_count);
   return {{s, s}, {DType::kInt32, DType::kFloat32}};

@@ -246,7 +246,7 @@ ATTRIBUTE_CASES = [
     ("lightning_indexer", dict(sparse_count=2**31), ValueError,
      r"attribute 'sparse_count' must be an int32 \(at most 2147483647"),
     ("lightning_indexer", dict(sparse_count=-5), ValueError,
-     r"attribute 'sparse_count' must be in \[1, 2147483647\], got -5"),
+     r"attribute 'sparse_count' must be in \[1, 1048576\] \(top-k slots per query row.*got -5"),
     ("sparse_lightning_indexer_grad_kl_loss", dict(deterministic="no"), TypeError,
      r"sparse_lightning_indexer_grad_kl_loss: attribute 'deterministic' must be a bool \(True or False\), got str"),
     ("sparse_lightning_indexer_grad_kl_loss", dict(scale_value=1e39), ValueError,
@@ -254,10 +254,13 @@ ATTRIBUTE_CASES = [
     ("rope_grad", dict(mode=None), TypeError, r"rope_grad: attribute 'mode' must be a str, got NoneType None"),
     ("cla_gate_backward", dict(input_attn_layout=None), TypeError,
      r"cla_gate_backward: attribute 'input_attn_layout' must be a str, got NoneType None"),
+    # an int32 that would ask MindSpore for 16 GiB of outputs per query row (the size rule)
+    ("lightning_indexer", dict(sparse_count=2**31 - 1), ValueError,
+     r"lightning_indexer: attribute 'sparse_count' must be in \[1, 1048576\].*got 2147483647"),
 ]
 
 
-@pytest.mark.parametrize("exec_mode,op,over,exc,match", _modes(ATTRIBUTE_CASES, {0, 2, 4, 11, 13, 15}))
+@pytest.mark.parametrize("exec_mode,op,over,exc,match", _modes(ATTRIBUTE_CASES, {0, 2, 4, 11, 13, 15, 17}))
 def test_attributes_have_exact_types_and_stated_ranges(exec_mode: str, op: str, over: dict, exc: type,
                                                        match: str) -> None:
     if exec_mode == "graph" and any(isinstance(v, int) and abs(v) >= 2**63 for v in over.values()):

@@ -9,8 +9,9 @@ import mindspore as ms
 import numpy as np
 import pytest
 from _selection import assert_same_selection, indexer_scores
-from _util import DTYPES, Fn, quantize, to_ms
+from _util import DTYPES, Fn, OpCell, quantize, to_ms
 
+import ms_grad_ops as mgo
 from ms_grad_ops import ops
 from ms_grad_ops import reference as ref
 
@@ -121,7 +122,7 @@ def _graph_call(qi: ms.Tensor, ki: ms.Tensor, w: ms.Tensor) -> tuple:
 
 
 @pytest.mark.parametrize("kw,lens,exc,match", [
-    ({"sparse_count": 0}, (), ValueError, "attribute 'sparse_count' must be in [1, 2147483647], got 0"),
+    ({"sparse_count": 0}, (), ValueError, "attribute 'sparse_count' must be in [1, 1048576]"),
     ({"sparse_count": 4, "layout": "SBH"}, (), ValueError, "attribute 'layout' must be \"TND\" or \"BSND\""),
     ({"sparse_count": 4, "sparse_mode": 2}, (), ValueError, "attribute 'sparse_mode' must be 0"),
     ({"sparse_count": 4}, ([2, 1], [3, 5]), ValueError, "must be non-decreasing cumulative lengths"),
@@ -152,3 +153,65 @@ def test_lengths_tensor_errors_are_runtime_errors() -> None:
     lq, lk = ms.Tensor(np.array([3], np.int64)), ms.Tensor(np.array([4], np.int64))
     with pytest.raises(RuntimeError, match=f"{OP}: the last entry of actual_seq_lengths_key \\(4\\) must equal"):
         _run(qi, ki, w, "float32", "float32", (lq, lk), sparse_count=2, layout="TND")
+
+
+# ---------------------------------------------------------------- the sparse_count size rule
+# K <= 2**20 and T1 * K <= 2**31 - 1 (infer_shape/lightning_indexer.h): both outputs are allocated
+# before the kernel runs, so a K nothing can hold is a ValueError naming the op and sparse_count,
+# not MindSpore's "Allocate output memory failed".
+_CAP = r"^lightning_indexer: attribute 'sparse_count' must be in \[1, 1048576\] \(top-k slots per query row; " \
+       r"to select every visible key pass the longest key length\), got 2147483647"
+_SLOTS = r"^lightning_indexer: attribute 'sparse_count' = 1048576 gives outputs sparse_indices/sparse_values of " \
+         r"4096 x 1048576 slots each for 'query_index' \[4096, 1, 4\], more than 2147483647"
+
+
+def _size_case(t1: int) -> list[ms.Tensor]:
+    """TND, T1 query rows of one sequence over 5 keys, Nidx = 1, Didx = 4."""
+    rng = np.random.default_rng(29)
+    qi, ki, w = _inputs(rng, "float32", "float32", "TND", [t1], [5], nidx=1, didx=4)
+    return [to_ms(qi, "float32"), to_ms(ki, "float32"), to_ms(w, "float32")]
+
+
+@pytest.mark.parametrize(("sparse_count", "match"), [(2**31 - 1, _CAP), (2**20, _SLOTS)])
+def test_sparse_count_size_rule(exec_mode: str, sparse_count: int, match: str) -> None:
+    """PyNative (eager) and GRAPH (at compile): the cap, and T1 * K beyond int32 for T1 = 4096."""
+    with pytest.raises(ValueError, match=match):
+        OpCell(ops.lightning_indexer, {"sparse_count": sparse_count, "layout": "TND"})(*_size_case(4096))
+
+
+def test_sparse_count_size_rule_with_dynamic_shapes() -> None:
+    """GRAPH with T1 unknown at compile: the cap is a ValueError at compile; the T1 part, known only
+    when the graph runs, a RuntimeError from the C++ infer (MindSpore's wrapper, the rule's message)."""
+    dyn = [ms.Tensor(shape=[None, 1, 4], dtype=ms.float32), ms.Tensor(shape=[None, 1, 4], dtype=ms.float32),
+           ms.Tensor(shape=[None, 1], dtype=ms.float32)]
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        for sparse_count, exc, match, t1 in ((2**31 - 1, ValueError, _CAP, 3),
+                                             (2**20, RuntimeError, "For LightningIndexer.*" + _SLOTS[1:], 4096)):
+            cell = OpCell(ops.lightning_indexer, {"sparse_count": sparse_count, "layout": "TND"})
+            cell.set_inputs(*dyn)
+            with pytest.raises(exc, match=match):
+                cell(*_size_case(t1))
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def test_large_sane_sparse_count_still_works() -> None:
+    """K = 2**20 (the cap) for 3 query rows over 5 keys: the visible keys, then -1 / -inf padding."""
+    idx, val = ops.lightning_indexer(*_size_case(3), sparse_count=2**20, layout="TND", sparse_mode=3)
+    idx, val = idx.asnumpy(), val.asnumpy()
+    assert idx.shape == val.shape == (3, 1, 2**20)
+    assert [sorted(idx[t, 0, :t + 3]) for t in range(3)] == [[0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 3, 4]]
+    assert all((idx[t, 0, t + 3:] == -1).all() and np.isneginf(val[t, 0, t + 3:]).all() for t in range(3))
+
+
+def test_cells_check_sparse_count_when_built() -> None:
+    """nn.LightningIndexer and nn.DSAttention (its index_topk) reject the cap in their constructor;
+    the T1 part when the Cell is called."""
+    with pytest.raises(ValueError, match=_CAP):
+        mgo.nn.LightningIndexer(2**31 - 1, layout="TND")
+    with pytest.raises(ValueError, match=_CAP):
+        mgo.nn.DSAttention(dim=8, n_heads=1, q_lora_rank=4, kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=2,
+                           v_head_dim=2, index_n_heads=1, index_head_dim=2, index_topk=2**31 - 1, max_seq_len=8)
+    with pytest.raises(ValueError, match=_SLOTS):
+        mgo.nn.LightningIndexer(2**20, layout="TND")(*_size_case(4096))

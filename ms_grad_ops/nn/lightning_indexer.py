@@ -5,7 +5,7 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
-from ..ops._checks import attributes
+from ..ops._checks import attributes, check_attribute_rules
 
 
 class LightningIndexer(nn.Cell):
@@ -17,12 +17,16 @@ class LightningIndexer(nn.Cell):
     indices and float32 scores ``[B, S1, 1, K]`` / ``[T1, 1, K]`` (see ``ops.lightning_indexer``).
     Selection is not differentiable: both outputs are wrapped in ``stop_gradient``, so the indexer
     is trained through ``IndexerKLLoss`` instead.
+
+    ``sparse_count`` follows ``ops.lightning_indexer``'s size rule (at most 2**20, and T1 * K at most
+    2**31 - 1): a larger one is a ``ValueError`` here, the T1 part when the Cell is called.
     """
 
     def __init__(self, sparse_count: int, layout: str = "BSND", sparse_mode: int = 3) -> None:
         super().__init__()
         self.sparse_count, self.layout, self.sparse_mode = attributes("lightning_indexer",
                                                                       (sparse_count, layout, sparse_mode))
+        check_attribute_rules("lightning_indexer", (self.sparse_count, self.layout, self.sparse_mode))
 
     def construct(self, query_index: Tensor, key_index: Tensor, weights: Tensor,
                   actual_seq_lengths_query: Tensor | None = None,

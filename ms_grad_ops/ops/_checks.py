@@ -97,6 +97,15 @@ def attributes(op: str, values: tuple) -> tuple:
     return tuple(_attribute(op, a, v) for a, v in zip(specs, values))
 
 
+def check_attribute_rules(op: str, attrs: tuple) -> None:
+    """Runs the C++ rules of ``op`` with every input unknown, so the rules its attribute values
+    (all of the op's spec attributes, in spec order) break on their own raise now: a Cell's
+    constructor reports a bad attribute before any tensor is seen (``ValueError`` naming the op
+    and the attribute); the rules that also need shapes run again on each call."""
+    n = len(OP_SPECS[op].inputs)
+    getattr(_validate, op)([[-2]] * n, ["unknown"] * n, *attrs)
+
+
 def validate(op: str, names: tuple[str, ...], tensors: tuple[Tensor, ...], attrs: tuple = ()) -> bool:
     """Runs the C++ rules of ``op`` on ``tensors`` (input order, argument ``names``) with the
     attribute values ``attrs`` (all of the op's spec attributes, in spec order); raises

@@ -26,8 +26,13 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
         actual_seq_lengths_query, actual_seq_lengths_key: TND only, cumulative lengths (``[3, 5]``
             is written ``[3, 8]``), int32/int64 tensors or sequences, both or neither; None = one
             sequence of T1 queries and T2 keys. Must be None in BSND.
-        sparse_count: K >= 1. layout: "TND" or "BSND". sparse_mode: 3 (rightDownCausal: local query
-            s1 sees keys ``s2 <= s1 + S2_b - S1_b``) or 0 (every key of its batch).
+        sparse_count: K, in [1, 2**20] with T1 * K <= 2**31 - 1 (T1 = B * S1 in BSND): both outputs
+            are allocated before the kernel runs, T1 * K slots of 8 bytes together, so a larger K is
+            a ValueError naming the op and sparse_count (in GRAPH mode at compile, or when a dynamic
+            T1 becomes known). K above a row's visible keys is valid (-1 padding): to select every
+            visible key pass the longest key length, not 2**31 - 1. layout: "TND" or "BSND".
+            sparse_mode: 3 (rightDownCausal: local query s1 sees keys ``s2 <= s1 + S2_b - S1_b``)
+            or 0 (every key of its batch).
 
     Returns:
         ``(sparse_indices, sparse_values)``, ``[T1, 1, K]`` / ``[B, S1, 1, K]``: int32 key indices local

@@ -97,6 +97,8 @@ int run_case(const Case& cs, std::mt19937& rng, const bool bf16) {
 }  // namespace
 
 int main() {
+  // Which bf16 path this process takes (MGO_CPU_ISA and the CPU decide); the Python test checks it.
+  std::printf("bf16 path: %s\n", mgo::gemm::bf16_native() ? "matmul" : "widened");
   std::mt19937 rng(12345);
   const int64_t sizes[][3] = {{1, 1, 1},   {1, 2048, 128}, {64, 1, 576}, {5, 7, 1},
                               {17, 33, 65}, {64, 576, 129}, {1, 13, 300}, {31, 1, 1},
