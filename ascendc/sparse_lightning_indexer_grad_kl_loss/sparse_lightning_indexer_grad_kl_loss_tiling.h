@@ -14,11 +14,10 @@
 
 #include <cstdint>
 
-#include "../common/sfa_tiling_common.h"
+#include "../common/indexer_grad_tiling_common.h"
 
 namespace mgo::tiling {
 
-inline constexpr uint32_t kSliKeyBlock = 16;        // key tokens per key-pass block (one fractal edge)
 inline constexpr uint32_t kSliMaxKeyChunk = 512;    // keys per S chunk
 
 // weights_f32: weights (and d_weights) are float32.
@@ -204,11 +203,7 @@ inline SliTilingResult ComputeSliTiling(const SliShape& shape, const SliAttrs& a
   t.aivNum = 2 * t.usedAicNum;
   const SfaAttrs balance{a.scaleValue, 1, a.sparseMode, false};
   SplitQueryRows(s, balance, lens, t.aivNum, t.rowStart);
-  t.keyBlock = kSliKeyBlock;
-  t.keyBlocks = static_cast<uint32_t>((s.t2 + t.keyBlock - 1) / t.keyBlock);
-  SplitEvenly(t.keyBlocks, t.aivNum, t.keyBlockStart);
-  t.rowChunk = t.nIdx >= 128 ? 1 : 128 / t.nIdx;
-  t.mKey = t.rowChunk * t.nIdx;
+  SetIndexerKeyPass(t);
 
   // UB: shrink the S chunk, then the S tile rows, then the gather tile until the plan fits.
   t.keyChunk = static_cast<uint32_t>(AlignUp(s.k < kSliMaxKeyChunk ? s.k : kSliMaxKeyChunk, kCubeAlign));
@@ -228,37 +223,19 @@ inline SliTilingResult ComputeSliTiling(const SliShape& shape, const SliAttrs& a
   }
   r.ubBytes = PlanSliUb(t, weights_f32).Total();
 
-  // One Matmul object per transpose mode, tiled for the largest problem it serves.
-  const auto max3 = [](uint64_t x, uint64_t y, uint64_t z) { return x > y ? (x > z ? x : z) : (y > z ? y : z); };
-  t.mmNT = PlanMatmul(max3(t.n1, t.nIdx, t.mKey), t.keyChunk > t.kPad ? t.keyChunk : t.kPad,
-                      t.dk > t.dIdx ? t.dk : t.dIdx, p);
-  t.mmNN = PlanMatmul(t.nIdx, t.dIdx, t.kPad, p);
-  t.mmTN = PlanMatmul(t.keyBlock, t.dIdx, t.mKey, p);
-  for (const SfaMatmulTiling* mm : {&t.mmNT, &t.mmNN, &t.mmTN}) {
-    if (!MatmulFits(*mm, p)) {
-      r.error = "no matmul base block fits L0A/L0B/L0C";
-      return r;
-    }
+  // One Matmul object per transpose mode, tiled for the largest problem it serves (the A·Bᵀ one
+  // also computes the teacher's S = Qf Kfᵀ).
+  if (const char* err = PlanIndexerGradMatmuls(t, t.n1, t.keyChunk, t.dk, p)) {
+    r.error = err;
+    return r;
   }
 
-  uint64_t off = 0;
-  const auto take = [&off](uint64_t bytes) {
-    const uint64_t at = off;
-    off += AlignUp(bytes, 512);  // 512 B: one cube fractal, so every operand starts aligned
-    return at;
-  };
+  WorkspaceCursor take;
   t.wsQf = take(uint64_t{t.n1} * t.dk * kElemBytes16);
   t.wsKf = take(uint64_t{t.keyChunk} * t.dk * kElemBytes16);
   t.wsS = take(uint64_t{t.n1} * t.keyChunk * 4);
-  t.wsKi = take(uint64_t{t.kPad} * t.dIdx * kElemBytes16);
-  t.wsSx = take(uint64_t{t.nIdx} * t.kPad * 4);
-  t.wsDs = take(uint64_t{t.nIdx} * t.kPad * kElemBytes16);
-  t.wsDq = take(uint64_t{t.nIdx} * t.dIdx * 4);
-  t.wsQi = take(uint64_t{t.mKey} * t.dIdx * kElemBytes16);
-  t.wsKb = take(uint64_t{t.keyBlock} * t.dIdx * kElemBytes16);
-  t.wsSxk = take(uint64_t{t.mKey} * t.keyBlock * 4);
-  t.wsCoef = take(uint64_t{t.mKey} * t.keyBlock * kElemBytes16);
-  t.wsDkb = take(uint64_t{t.keyBlock} * t.dIdx * 4);
+  TakeIndexerGradWorkspace(t, take);
+  const uint64_t off = take.off;
   t.aivWsBytes = off;
   t.wsDi = off * t.aivNum;
   t.wsLoss = t.wsDi + AlignUp(s.t1 * s.k * 4, 512);
