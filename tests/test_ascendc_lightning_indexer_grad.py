@@ -24,9 +24,10 @@ UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24}
 
 def tolerance(dtype: str, reduction: int) -> float:
     """Relative L2 bound for an output of ``dtype`` summed over ``reduction`` products: 16-bit
-    rounding of dS / the coefficients and of the output (a few unit roundoffs, which random-sign
-    sums do not grow), plus float32 accumulation of the sums (sqrt(n) growth, 4 sigma)."""
-    return 4 * UNIT_ROUNDOFF[dtype] + 4 * math.sqrt(reduction) * UNIT_ROUNDOFF["float32"]
+    rounding of dS / the coefficients and of the output (one unit roundoff each, which random-sign
+    sums do not grow), plus float32 accumulation of the sums (sqrt(n) growth, 2 sigma). The twin
+    measures about 0.6 unit roundoffs at the Ascend shapes."""
+    return 2 * UNIT_ROUNDOFF[dtype] + 2 * math.sqrt(reduction) * UNIT_ROUNDOFF["float32"]
 
 
 def make_problem(seed: int, dtype: str, wdtype: str, layout: str, sparse_mode: int = 3, *,
@@ -77,8 +78,8 @@ def check(run: twin.KernelRun, p: twin.LigProblem, want: tuple[np.ndarray, ...] 
     want = reference(p) if want is None else want
     k, nidx, didx = p.sparse_indices.shape[-1], p.query_index.shape[-2], p.query_index.shape[-1]
     t1 = int(np.prod(p.query_index.shape[:-2]))
-    # reduction lengths: dq sums K keys, dk sums every (token, head) selecting the key, dw K keys
-    reductions = (k * didx, t1 * nidx * didx, k * didx)
+    # reduction lengths: Sx sums Didx products; then dq and dw sum K keys, dk every (token, head)
+    reductions = (k + didx, t1 * nidx + didx, k + didx)
     for name, got, ref_val, n, dt in zip(NAMES, run.outputs[:3], want, reductions,
                                          (p.dtype, p.dtype, p.wdtype)):
         assert got.shape == ref_val.shape, name
@@ -169,7 +170,34 @@ def test_nan_d_value_reaches_what_the_reference_reaches() -> None:
     for name, got, ref_val in zip(NAMES, run.outputs[:3], want):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(ref_val), err_msg=f"{name}: NaN pattern differs")
         ok = np.isfinite(ref_val)
-        assert ok.any() and rel_l2(got[ok], ref_val[ok]) <= tolerance(p.dtype, 5 * 16), name
+        assert ok.any() and rel_l2(got[ok], ref_val[ok]) <= tolerance(p.dtype, 5 + 16), name
+    assert np.isnan(run.outputs[1]).any() and not np.isnan(run.outputs[1]).all()
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize(("dtype", "wdtype"), [("float16", "float32"), ("bfloat16", "bfloat16")])
+def test_nan_in_query_index_stays_with_its_keys(dtype: str, wdtype: str) -> None:
+    """NaN in one index head of one token reaches the rows the float64 reference reaches and no
+    others: d_weights exactly where it has NaN, d_key_index in the keys that token selected (the key
+    pass must not spread it to the block's other keys through 0 * NaN). As in the CPU kernel,
+    [Sx > 0] of a NaN score is NaN, so the head's d_query_index row and the selected keys'
+    d_key_index rows are NaN in every element; the reference's mask drops to 0 there (NaN only
+    where the query_index element is). The rest matches the reference."""
+    p = make_problem(9, dtype, wdtype, "TND", lens_q=[4, 5], lens_k=[6, 7], k=5, drop=0.0)
+    p.query_index[6, 1, 2] = np.nan  # token 6 (second batch), index head 1
+    run = twin.lightning_indexer_grad(p, 8)
+    assert run.info.min_writes == 1 and run.info.max_writes == 1, "NaN never comes from an unwritten element"
+    want = reference(p)
+    for name, got, ref_val in zip(NAMES, run.outputs[:3], want):
+        got_nan, ref_nan = np.isnan(got), np.isnan(ref_val)
+        if name != "d_weights":  # whole rows here, single elements there
+            assert got_nan.all(-1).sum() == got_nan.any(-1).sum()
+            got_nan, ref_nan = got_nan.any(-1), ref_nan.any(-1)
+            if name == "d_query_index":
+                ref_nan = ref_nan | np.isnan(p.query_index).any(-1)
+        np.testing.assert_array_equal(got_nan, ref_nan, err_msg=f"{name}: NaN rows differ")
+        ok = ~np.isnan(got)
+        assert ok.any() and rel_l2(got[ok], ref_val[ok]) <= tolerance(dtype, 5 * 4 + 16), name
     assert np.isnan(run.outputs[1]).any() and not np.isnan(run.outputs[1]).all()
 
 
@@ -237,10 +265,12 @@ def row_weights(p: twin.LigProblem, args: twin.LiArgs) -> np.ndarray:
     return np.array(out, np.int64)
 
 
-def test_tiling_ub_grows_the_gather_tile_only_when_it_fits() -> None:
-    small_ub = twin.lig_schedule(shape_only("BSND", k=8192), 8, ub_bytes=120 * 1024)
-    assert small_ub.ub_bytes <= 120 * 1024 and small_ub.gather_rows < 16
-    assert twin.lig_schedule(shape_only("BSND", k=8192), 8).gather_rows == 16
+def test_tiling_shrinks_the_gather_tile_to_fit_a_smaller_ub() -> None:
+    full = twin.lig_schedule(shape_only("BSND", k=8192), 8)
+    assert full.gather_rows == 16
+    ub = full.ub_bytes - 1
+    small = twin.lig_schedule(shape_only("BSND", k=8192), 8, ub_bytes=ub)
+    assert small.ub_bytes <= ub and small.gather_rows == 8
 
 
 @pytest.mark.parametrize(("kw", "match"), [({"didx": 40}, "Didx"), ({"mode": 1}, "sparse_mode"),
