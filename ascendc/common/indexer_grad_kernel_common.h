@@ -24,6 +24,50 @@
 
 namespace mgo::kernel {
 
+// The UB the core works on: float32 [kPad] vectors sx (only ever a copy-in target), tmp, di (dI
+// by visible column), float32 [AlignUp(max(nIdx, mKey), 8)] head vectors w, dw; ds16 [kPad]
+// 16-bit; tile >= [mKey, keyBlock] float32, tile16 that 16-bit; rowF/rowH one dIdx row; wRaw one
+// weights row as stored; gather [gatherRows, >= dIdx] 16-bit; red/work the reduce result, scratch.
+template <typename T, typename W>
+struct IndexerGradUb {
+  LocalTensor<float> sx, tmp, di, w, dw, tile, rowF, red, work;
+  LocalTensor<T> ds16, tile16, rowH, gather;
+  LocalTensor<W> wRaw;
+};
+
+// The buffers of an IndexerGradUbPlan, allocated exactly as the plan counts them.
+template <typename Plan>
+struct IndexerGradUbBufs {
+  TBuf<TPosition::VECCALC> gather, tile, tile16, vec[Plan::kVecs], vec16, head[Plan::kHeads], wRaw, rowF, rowH,
+      work, red;
+
+  __aicore__ inline void Init(TPipe& pipe, const Plan& p) {
+    pipe.InitBuffer(gather, p.gatherBytes);
+    pipe.InitBuffer(tile, p.tileBytes);
+    pipe.InitBuffer(tile16, p.tile16Bytes);
+    for (auto& v : vec) pipe.InitBuffer(v, p.vecBytes);
+    pipe.InitBuffer(vec16, p.vec16Bytes);
+    for (auto& h : head) pipe.InitBuffer(h, p.headBytes);
+    pipe.InitBuffer(wRaw, p.wBytes);
+    pipe.InitBuffer(rowF, p.rowFBytes);
+    pipe.InitBuffer(rowH, p.rowHBytes);
+    pipe.InitBuffer(work, p.workBytes);
+    pipe.InitBuffer(red, Plan::kRedBytes);
+  }
+
+  __aicore__ inline LocalTensor<float> Vec(uint32_t i) const { return vec[i].template Get<float>(); }
+  __aicore__ inline LocalTensor<float> Head(uint32_t i) const { return head[i].template Get<float>(); }
+
+  // The core's view, with the vectors and head vectors it uses named by index.
+  template <typename T, typename W>
+  __aicore__ inline IndexerGradUb<T, W> View(uint32_t sx, uint32_t tmp, uint32_t di, uint32_t w, uint32_t dw) const {
+    return IndexerGradUb<T, W>{Vec(sx), Vec(tmp), Vec(di), Head(w), Head(dw), tile.template Get<float>(),
+                               rowF.template Get<float>(), red.template Get<float>(), work.template Get<float>(),
+                               vec16.template Get<T>(), tile16.template Get<T>(), rowH.template Get<T>(),
+                               gather.template Get<T>(), wRaw.template Get<W>()};
+  }
+};
+
 // T: query_index/key_index dtype (half or bfloat16_t); W: weights and d_weights (T or float).
 template <typename T, typename W, typename Tiling>
 class IndexerGradCore {
@@ -42,15 +86,7 @@ class IndexerGradCore {
     GM_ADDR query_index, key_index, weights, indices, d_query_index, d_key_index, d_weights;
     GlobalTensor<float> dI;
   };
-  // UB the kernel allocated: float32 [kPad] vectors sx, tmp, di (dI by visible column), float32
-  // [AlignUp(max(nIdx, mKey), 8)] head vectors w, dw; ds16 [kPad] 16-bit; tile [mKey, keyBlock]
-  // float32, tile16 the same 16-bit; rowF/rowH one dIdx row; wRaw one weights row as stored;
-  // gather [gatherRows, >= dIdx] 16-bit; red/work the reduce result and scratch.
-  struct Ub {
-    LocalTensor<float> sx, tmp, di, w, dw, tile, rowF, red, work;
-    LocalTensor<T> ds16, tile16, rowH, gather;
-    LocalTensor<W> wRaw;
-  };
+  using Ub = IndexerGradUb<T, W>;
 
   // aiv_ws: this AIV's workspace region (offsets t.wsKi ... t.wsDkb).
   __aicore__ inline void Init(const Tiling& t, const Io& io, GM_ADDR aiv_ws, const Ub& ub, const SfaGeometry* geo,

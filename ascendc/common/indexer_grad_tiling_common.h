@@ -58,6 +58,51 @@ inline void TakeIndexerGradWorkspace(Tiling& t, Take&& take) {
   t.wsDkb = take(uint64_t{t.keyBlock} * t.dIdx * 4);           // [keyBlock, dIdx] float32 accumulator
 }
 
+// Every UB buffer an index-score backward kernel allocates (it allocates exactly these), so
+// Total() is its footprint. The shared core uses three of the kVecCount float32 [kPad] vectors
+// (Sx row, scratch, dI by column) and two of the kHeadCount head vectors (weights / key-pass
+// coefficients, d_weights); a kernel may add its own.
+template <uint32_t kVecCount, uint32_t kHeadCount>
+struct IndexerGradUbPlan {
+  uint32_t gatherBytes;  // [gatherRows, widest gathered row] 16-bit
+  uint32_t tileBytes;    // float32 tile: at least the key-pass [mKey, keyBlock] Sx / coefficients
+  uint32_t tile16Bytes;  // [mKey, keyBlock] 16-bit key-pass coefficients
+  uint32_t vecBytes;     // [kPad] float32, kVecs of them
+  uint32_t vec16Bytes;   // [kPad] 16-bit: one dS row on its way to the workspace
+  uint32_t headBytes;    // [AlignUp(heads, 8)] float32, kHeads of them
+  uint32_t wBytes;       // [AlignUp(nIdx, 16)] weights as stored (16-bit or float32)
+  uint32_t rowFBytes;    // [AlignUp(dIdx, 8)] float32: one output row
+  uint32_t rowHBytes;    // [AlignUp(dIdx, 16)] 16-bit: one output row
+  uint32_t workBytes;    // ReduceSum/ReduceMax scratch for kPad floats
+  static constexpr uint32_t kVecs = kVecCount;
+  static constexpr uint32_t kHeads = kHeadCount;
+  static constexpr uint32_t kRedBytes = 32;
+  __aicore__ uint64_t Total() const {
+    return uint64_t{gatherBytes} + tileBytes + tile16Bytes + kVecs * uint64_t{vecBytes} + vec16Bytes +
+           kHeads * uint64_t{headBytes} + wBytes + rowFBytes + rowHBytes + workBytes + kRedBytes;
+  }
+};
+
+// The plan for a kernel whose widest gathered row is gather_width elements, whose float32 tile
+// needs tile_bytes (at least the key pass's) and whose head vectors hold heads (at least
+// max(nIdx, mKey)) floats.
+template <typename Plan, typename Tiling>
+__aicore__ inline Plan PlanIndexerGradUb(const Tiling& t, bool weights_f32, uint32_t gather_width, uint64_t tile_bytes,
+                                         uint32_t heads) {
+  Plan p{};
+  p.gatherBytes = static_cast<uint32_t>(AlignUp(uint64_t{t.gatherRows} * gather_width * kElemBytes16, kUbAlignBytes));
+  p.tileBytes = static_cast<uint32_t>(tile_bytes);
+  p.tile16Bytes = static_cast<uint32_t>(uint64_t{t.mKey} * t.keyBlock * kElemBytes16);
+  p.vecBytes = t.kPad * 4;
+  p.vec16Bytes = t.kPad * kElemBytes16;
+  p.headBytes = static_cast<uint32_t>(AlignUp(heads, 8) * 4);
+  p.wBytes = static_cast<uint32_t>(AlignUp(uint64_t{t.nIdx} * (weights_f32 ? 4 : 2), kUbAlignBytes));
+  p.rowFBytes = static_cast<uint32_t>(AlignUp(t.dIdx, 8) * 4);
+  p.rowHBytes = static_cast<uint32_t>(AlignUp(t.dIdx, 16) * kElemBytes16);
+  p.workBytes = ReduceScratchFloats(t.kPad) * 4;
+  return p;
+}
+
 // A workspace cursor: each piece starts on a 512-byte boundary (one cube fractal), so every
 // matmul operand starts aligned.
 struct WorkspaceCursor {

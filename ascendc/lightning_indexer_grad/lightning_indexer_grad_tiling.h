@@ -24,19 +24,7 @@ inline constexpr uint64_t LightningIndexerGradTilingKey(DType dtype, bool weight
   return IndexerTilingKey(dtype, weights_f32);
 }
 
-// Shapes as the op sees them. BSND: batch = B, s1/s2 = S1/S2, t1 = B*S1, t2 = B*S2.
-// TND: batch = entries of the (int32 cumulative) lengths, 0 = absent (one sequence).
-struct LigShape {
-  SfaLayout layout;
-  uint64_t batch;
-  uint64_t s1;
-  uint64_t s2;
-  uint64_t t1;
-  uint64_t t2;
-  uint64_t nIdx;  // indexer heads
-  uint64_t dIdx;  // indexer head dim
-  uint64_t k;     // index slots per query token
-};
+using LigShape = IndexerShape;  // k = slots of sparse_indices
 
 struct LigTilingData {
   uint32_t layout;
@@ -76,41 +64,12 @@ struct LigTilingResult {
   uint64_t ubBytes;         // largest UB footprint of an AIV
 };
 
-// Every UB buffer the kernel allocates (it allocates exactly these), so Total() is its footprint.
-struct LigUbPlan {
-  uint32_t gatherBytes;  // [gatherRows, dIdx] 16-bit
-  uint32_t tileBytes;    // [mKey, keyBlock] float32: key-pass Sx / coefficients
-  uint32_t tile16Bytes;  // [mKey, keyBlock] 16-bit key-pass coefficients
-  uint32_t vecBytes;     // [kPad] float32, kVecs of them (Sx row, scratch, dI by column)
-  uint32_t vec16Bytes;   // [kPad] 16-bit: one dS row on its way to the workspace
-  uint32_t headBytes;    // [AlignUp(max(nIdx, mKey), 8)] float32: weights / coefficients, d_weights
-  uint32_t wBytes;       // [AlignUp(nIdx, 16)] weights as stored (16-bit or float32)
-  uint32_t rowFBytes;    // [AlignUp(dIdx, 8)] float32: one output row
-  uint32_t rowHBytes;    // [AlignUp(dIdx, 16)] 16-bit: one output row
-  uint32_t workBytes;    // ReduceSum scratch for kPad floats
-  static constexpr uint32_t kVecs = 3;
-  static constexpr uint32_t kHeads = 2;
-  static constexpr uint32_t kRedBytes = 32;
-  __aicore__ uint64_t Total() const {
-    return uint64_t{gatherBytes} + tileBytes + tile16Bytes + kVecs * uint64_t{vecBytes} + vec16Bytes +
-           kHeads * uint64_t{headBytes} + wBytes + rowFBytes + rowHBytes + workBytes + kRedBytes;
-  }
-};
+// Every UB buffer the kernel allocates: exactly the shared core's.
+using LigUbPlan = IndexerGradUbPlan<3, 2>;
 
 __aicore__ inline LigUbPlan PlanLigUb(const LigTilingData& t, bool weights_f32) {
-  LigUbPlan p{};
-  p.gatherBytes = static_cast<uint32_t>(AlignUp(uint64_t{t.gatherRows} * t.dIdx * kElemBytes16, kUbAlignBytes));
-  p.tileBytes = static_cast<uint32_t>(uint64_t{t.mKey} * t.keyBlock * 4);
-  p.tile16Bytes = static_cast<uint32_t>(uint64_t{t.mKey} * t.keyBlock * kElemBytes16);
-  p.vecBytes = t.kPad * 4;
-  p.vec16Bytes = t.kPad * kElemBytes16;
-  const uint32_t heads = t.nIdx > t.mKey ? t.nIdx : t.mKey;
-  p.headBytes = static_cast<uint32_t>(AlignUp(heads, 8) * 4);
-  p.wBytes = static_cast<uint32_t>(AlignUp(uint64_t{t.nIdx} * (weights_f32 ? 4 : 2), kUbAlignBytes));
-  p.rowFBytes = static_cast<uint32_t>(AlignUp(t.dIdx, 8) * 4);
-  p.rowHBytes = static_cast<uint32_t>(AlignUp(t.dIdx, 16) * kElemBytes16);
-  p.workBytes = ReduceScratchFloats(t.kPad) * 4;
-  return p;
+  return PlanIndexerGradUb<LigUbPlan>(t, weights_f32, t.dIdx, uint64_t{t.mKey} * t.keyBlock * 4,
+                                      t.nIdx > t.mKey ? t.nIdx : t.mKey);
 }
 
 inline const char* CheckLigInputs(const LigShape& s, uint32_t sparse_mode, const CubePlatform& p) {

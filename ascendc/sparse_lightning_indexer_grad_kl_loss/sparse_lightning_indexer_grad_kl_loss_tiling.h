@@ -108,45 +108,17 @@ struct SliTilingResult {
   uint64_t ubBytes;         // largest UB footprint of an AIV
 };
 
-// Every UB buffer the kernel allocates (it allocates exactly these), so Total() is its footprint.
-struct SliUbPlan {
-  uint32_t gatherBytes;  // [gatherRows, max(dk, dIdx)] 16-bit
-  uint32_t tileBytes;    // [tileRows, keyChunk] float32 S tile; also the key-pass Sx tile
-  uint32_t tile16Bytes;  // [mKey, keyBlock] 16-bit key-pass coefficients
-  uint32_t vecBytes;     // [kPad] float32, kVecs of them (p, I/y, dI, two scratch, dI by slot)
-  uint32_t vec16Bytes;   // [kPad] 16-bit: one dS row on its way to the workspace
-  uint32_t headBytes;    // [AlignUp(max(n1, nIdx, mKey), 8)] float32: statistics / weights
-  uint32_t wBytes;       // [AlignUp(nIdx, 16)] weights as stored (16-bit or float32)
-  uint32_t rowFBytes;    // [AlignUp(dIdx, 8)] float32: one output row
-  uint32_t rowHBytes;    // [AlignUp(dIdx, 16)] 16-bit: one output row
-  uint32_t workBytes;    // ReduceSum/ReduceMax scratch for kPad floats
-  static constexpr uint32_t kVecs = 6;
-  static constexpr uint32_t kHeads = 4;       // softmax_max, softmax_sum, weights, d_weights
-  static constexpr uint32_t kRedBytes = 32;
-  __aicore__ uint64_t Total() const {
-    return uint64_t{gatherBytes} + tileBytes + tile16Bytes + kVecs * uint64_t{vecBytes} + vec16Bytes +
-           kHeads * uint64_t{headBytes} + wBytes + rowFBytes + rowHBytes + workBytes + kRedBytes;
-  }
-};
+// Every UB buffer the kernel allocates: the shared core's plus three [kPad] vectors (p, I/y, dI
+// by slot) and two head vectors (softmax_max, softmax_sum); the S tile may be the widest tile.
+using SliUbPlan = IndexerGradUbPlan<6, 4>;
 
 __aicore__ inline SliUbPlan PlanSliUb(const SliTilingData& t, bool weights_f32) {
-  SliUbPlan p{};
   const uint32_t widest = t.dk > t.dIdx ? t.dk : t.dIdx;
-  p.gatherBytes = static_cast<uint32_t>(AlignUp(uint64_t{t.gatherRows} * widest * kElemBytes16, kUbAlignBytes));
   const uint64_t s_tile = uint64_t{t.tileRows} * t.keyChunk * 4;
   const uint64_t k_tile = uint64_t{t.mKey} * t.keyBlock * 4;
-  p.tileBytes = static_cast<uint32_t>(s_tile > k_tile ? s_tile : k_tile);
-  p.tile16Bytes = static_cast<uint32_t>(uint64_t{t.mKey} * t.keyBlock * kElemBytes16);
-  p.vecBytes = t.kPad * 4;
-  p.vec16Bytes = t.kPad * kElemBytes16;
   uint32_t heads = t.n1 > t.nIdx ? t.n1 : t.nIdx;
   heads = heads > t.mKey ? heads : t.mKey;
-  p.headBytes = static_cast<uint32_t>(AlignUp(heads, 8) * 4);
-  p.wBytes = static_cast<uint32_t>(AlignUp(uint64_t{t.nIdx} * (weights_f32 ? 4 : 2), kUbAlignBytes));
-  p.rowFBytes = static_cast<uint32_t>(AlignUp(t.dIdx, 8) * 4);
-  p.rowHBytes = static_cast<uint32_t>(AlignUp(t.dIdx, 16) * kElemBytes16);
-  p.workBytes = ReduceScratchFloats(t.kPad) * 4;
-  return p;
+  return PlanIndexerGradUb<SliUbPlan>(t, weights_f32, widest, s_tile > k_tile ? s_tile : k_tile, heads);
 }
 
 inline const char* CheckSliInputs(const SliShape& s, const SliAttrs& a, const CubePlatform& p) {

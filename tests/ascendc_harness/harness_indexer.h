@@ -17,12 +17,10 @@ struct IndexerArgs {
   int64_t core_num, ub_bytes, seed;
 };
 
-// Both ops' shape structs list (layout, batch, s1, s2, t1, t2, nIdx, dIdx, k).
-template <typename Shape>
-Shape IndexerShape(const IndexerArgs& a) {
+inline mgo::tiling::IndexerShape ToIndexerShape(const IndexerArgs& a) {
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  return Shape{a.layout == 1 ? mgo::tiling::SfaLayout::kTND : mgo::tiling::SfaLayout::kBSND,
-               u(a.batch), u(a.s1), u(a.s2), u(a.t1), u(a.t2), u(a.n_idx), u(a.d_idx), u(a.k)};
+  return mgo::tiling::IndexerShape{a.layout == 1 ? mgo::tiling::SfaLayout::kTND : mgo::tiling::SfaLayout::kBSND,
+                                   u(a.batch), u(a.s1), u(a.s2), u(a.t1), u(a.t2), u(a.n_idx), u(a.d_idx), u(a.k)};
 }
 
 inline mgo::tiling::CubePlatform IndexerPlatform(const IndexerArgs& a) {

@@ -10,13 +10,12 @@
 namespace {
 
 using mgo::tiling::DType;
-using mgo::tiling::LiShape;
 using LiArgs = harness::IndexerArgs;
 using HostLens = harness::IndexerLens;
 using harness::IndexerHasLens;
 
 mgo::tiling::LightningIndexerTiling Tile(int dtype, const LiArgs& a, const HostLens& lens) {
-  return mgo::tiling::ComputeLightningIndexerTiling(harness::IndexerShape<LiShape>(a),
+  return mgo::tiling::ComputeLightningIndexerTiling(harness::ToIndexerShape(a),
                                                     static_cast<uint32_t>(a.sparse_mode), static_cast<DType>(dtype),
                                                     a.weights_f32 != 0, lens.view, harness::IndexerPlatform(a));
 }

@@ -10,12 +10,11 @@
 namespace {
 
 using mgo::tiling::DType;
-using mgo::tiling::LigShape;
 using harness::IndexerArgs;
 using harness::IndexerLens;
 
 mgo::tiling::LightningIndexerGradTiling Tile(int dtype, const IndexerArgs& a, const IndexerLens& lens) {
-  return mgo::tiling::ComputeLightningIndexerGradTiling(harness::IndexerShape<LigShape>(a),
+  return mgo::tiling::ComputeLightningIndexerGradTiling(harness::ToIndexerShape(a),
                                                         static_cast<uint32_t>(a.sparse_mode),
                                                         static_cast<DType>(dtype), a.weights_f32 != 0, lens.view,
                                                         harness::IndexerPlatform(a));

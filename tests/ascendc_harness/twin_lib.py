@@ -372,6 +372,15 @@ def sparse_flash_attention_grad(p: SfaProblem, d_out: np.ndarray, out: np.ndarra
 
 
 # ---------------------------------------------------------------- lightning indexer grad
+def _lens_args(lens_q: list[int] | None, lens_k: list[int] | None) -> tuple[object, object, list[np.ndarray]]:
+    """(query, key) cumulative int32 lengths as ctypes pointers (None when absent), and the arrays
+    to keep alive for the call."""
+    if lens_q is None:
+        return None, None, []
+    lq, lk = np.ascontiguousarray(lens_q, np.int32), np.ascontiguousarray(lens_k, np.int32)
+    return _P(_ptr(lq)), _P(_ptr(lk)), [lq, lk]
+
+
 class SliArgs(ctypes.Structure):
     """Mirror of SliArgs in harness_sli.cpp."""
 
@@ -412,10 +421,7 @@ class SliProblem:
                        int(self.wdtype == "float32"), self.scale, core_num, ub_bytes, seed)
 
     def lens(self) -> tuple[object, object, list[np.ndarray]]:
-        if self.lens_q is None:
-            return None, None, []
-        lq, lk = np.ascontiguousarray(self.lens_q, np.int32), np.ascontiguousarray(self.lens_k, np.int32)
-        return _P(_ptr(lq)), _P(_ptr(lk)), [lq, lk]
+        return _lens_args(self.lens_q, self.lens_k)
 
 
 def _store(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -531,10 +537,7 @@ class LiProblem:
                       self.sparse_mode, int(self.wdtype == "float32"), core_num, ub_bytes, seed)
 
     def lens(self) -> tuple[object, object, list[np.ndarray]]:
-        if self.lens_q is None:
-            return None, None, []
-        lq, lk = np.ascontiguousarray(self.lens_q, np.int32), np.ascontiguousarray(self.lens_k, np.int32)
-        return _P(_ptr(lq)), _P(_ptr(lk)), [lq, lk]
+        return _lens_args(self.lens_q, self.lens_k)
 
 
 def lightning_indexer(p: LiProblem, core_num: int, seed: int = 0) -> KernelRun:
@@ -605,10 +608,7 @@ class LigProblem:
         return li.args(core_num, seed, ub_bytes)
 
     def lens(self) -> tuple[object, object, list[np.ndarray]]:
-        if self.lens_q is None:
-            return None, None, []
-        lq, lk = np.ascontiguousarray(self.lens_q, np.int32), np.ascontiguousarray(self.lens_k, np.int32)
-        return _P(_ptr(lq)), _P(_ptr(lk)), [lq, lk]
+        return _lens_args(self.lens_q, self.lens_k)
 
 
 def lightning_indexer_grad(p: LigProblem, core_num: int, seed: int = 0) -> KernelRun:

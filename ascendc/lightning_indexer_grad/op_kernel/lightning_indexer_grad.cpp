@@ -61,22 +61,8 @@ class LightningIndexerGradKernel {
  private:
   // Allocates exactly the buffers PlanLigUb counts.
   __aicore__ inline void InitUb() {
-    const mgo::tiling::LigUbPlan p = mgo::tiling::PlanLigUb(t_, std::is_same_v<W, float>);
-    pipe_.InitBuffer(gather_, p.gatherBytes);
-    pipe_.InitBuffer(tile_, p.tileBytes);
-    pipe_.InitBuffer(tile16_, p.tile16Bytes);
-    for (auto& v : vec_) pipe_.InitBuffer(v, p.vecBytes);
-    pipe_.InitBuffer(vec16_, p.vec16Bytes);
-    for (auto& h : head_) pipe_.InitBuffer(h, p.headBytes);
-    pipe_.InitBuffer(wRaw_, p.wBytes);
-    pipe_.InitBuffer(rowF_, p.rowFBytes);
-    pipe_.InitBuffer(rowH_, p.rowHBytes);
-    pipe_.InitBuffer(work_, p.workBytes);
-    pipe_.InitBuffer(red_, mgo::tiling::LigUbPlan::kRedBytes);
-    const auto f = [](TBuf<TPosition::VECCALC>& b) { return b.template Get<float>(); };
-    ub_ = typename Core::Ub{f(vec_[0]), f(vec_[1]), f(vec_[2]), f(head_[0]), f(head_[1]), f(tile_), f(rowF_),
-                            f(red_), f(work_), vec16_.template Get<T>(), tile16_.template Get<T>(),
-                            rowH_.template Get<T>(), gather_.template Get<T>(), wRaw_.template Get<W>()};
+    bufs_.Init(pipe_, mgo::tiling::PlanLigUb(t_, std::is_same_v<W, float>));
+    ub_ = bufs_.template View<T, W>(0, 1, 2, 0, 1);
   }
 
   // Token t: gather its visible key_index rows and their dI (by column), then the shared row
@@ -104,8 +90,7 @@ class LightningIndexerGradKernel {
   SfaGeometry geo_;
   Core core_;
   typename Core::Ub ub_{};
-  TBuf<TPosition::VECCALC> gather_, tile_, tile16_, vec_[mgo::tiling::LigUbPlan::kVecs], vec16_,
-      head_[mgo::tiling::LigUbPlan::kHeads], wRaw_, rowF_, rowH_, work_, red_;
+  IndexerGradUbBufs<mgo::tiling::LigUbPlan> bufs_;
   GlobalTensor<float> dvGm_;
 };
 

@@ -85,36 +85,23 @@ class SparseLightningIndexerGradKernel {
 
   // Allocates exactly the buffers PlanSliUb counts.
   __aicore__ inline void InitUb(const SliGradIo& io) {
-    const mgo::tiling::SliUbPlan p = mgo::tiling::PlanSliUb(t_, std::is_same_v<W, float>);
-    pipe_.InitBuffer(gatherBuf_, p.gatherBytes);
-    pipe_.InitBuffer(tile_, p.tileBytes);
-    pipe_.InitBuffer(tile16_, p.tile16Bytes);
-    for (auto& v : vec_) pipe_.InitBuffer(v, p.vecBytes);
-    pipe_.InitBuffer(vec16_, p.vec16Bytes);
-    for (auto& h : head_) pipe_.InitBuffer(h, p.headBytes);
-    pipe_.InitBuffer(wRaw_, p.wBytes);
-    pipe_.InitBuffer(rowF_, p.rowFBytes);
-    pipe_.InitBuffer(rowH_, p.rowHBytes);
-    pipe_.InitBuffer(work_, p.workBytes);
-    pipe_.InitBuffer(red_, mgo::tiling::SliUbPlan::kRedBytes);
-    // kTmp0 is only ever a copy-in target (Sx rows), kTmp1 scratch.
-    const typename Core::Ub ub{V(kTmp0), V(kTmp1), V(kDi), H(kW), H(kDw), tile_.template Get<float>(),
-                               rowF_.template Get<float>(), red_.template Get<float>(), work_.template Get<float>(),
-                               vec16_.template Get<T>(), tile16_.template Get<T>(), rowH_.template Get<T>(),
-                               gatherBuf_.template Get<T>(), wRaw_.template Get<W>()};
+    ub_.Init(pipe_, mgo::tiling::PlanSliUb(t_, std::is_same_v<W, float>));
     const typename Core::Io core_io{io.query_index, io.key_index, io.weights, io.indices, io.d_query_index,
                                     io.d_key_index, io.d_weights, wsDi_};
-    core_.Init(t_, core_io, aivWs_, ub, &geo_, &mmNT_, &mmNN_, &mmTN_);
+    // kTmp0 is only ever a copy-in target (Sx rows), kTmp1 scratch.
+    core_.Init(t_, core_io, aivWs_, ub_.template View<T, W>(kTmp0, kTmp1, kDi, kW, kDw), &geo_, &mmNT_, &mmNN_,
+               &mmTN_);
   }
 
   enum Vec : uint32_t { kP = 0, kY = 1, kDi = 2, kTmp0 = 3, kTmp1 = 4, kSlot = 5 };
   enum Head : uint32_t { kMax = 0, kSum = 1, kW = 2, kDw = 3 };
-  __aicore__ inline LocalTensor<float> V(Vec v) const { return vec_[v].template Get<float>(); }
-  __aicore__ inline LocalTensor<float> H(Head h) const { return head_[h].template Get<float>(); }
+  __aicore__ inline LocalTensor<float> V(Vec v) const { return ub_.Vec(v); }
+  __aicore__ inline LocalTensor<float> H(Head h) const { return ub_.Head(h); }
   __aicore__ inline GlobalTensor<T> Rope(const GlobalTensor<T>& g, uint64_t off) const {
     return t_.hasRope ? g[off] : g;
   }
-  __aicore__ inline float Reduced() const { return red_.template Get<float>().GetValue(0); }
+  __aicore__ inline LocalTensor<float> Red() const { return ub_.red.template Get<float>(); }
+  __aicore__ inline float Reduced() const { return Red().GetValue(0); }
 
   // ---------------------------------------------------------------- row pass
   __aicore__ inline void QueryRow(uint32_t t) {
@@ -173,7 +160,7 @@ class SparseLightningIndexerGradKernel {
     mmNT_.SetTensorA(wsQf_);
     mmNT_.SetTensorB(wsKf_, true);
     mmNT_.IterateAll(wsS_);
-    const LocalTensor<float> s = tile_.template Get<float>();
+    const LocalTensor<float> s = ub_.tile.template Get<float>();
     const LocalTensor<float> p = V(kP)[col0];
     const LocalTensor<float> e = V(kTmp1);  // kTmp0 is only ever a copy-in target (Sx rows)
     const uint32_t pitch = static_cast<uint32_t>(mgo::tiling::AlignUp(c, 8));
@@ -197,8 +184,8 @@ class SparseLightningIndexerGradKernel {
     const LocalTensor<float> y = V(kY);
     const LocalTensor<float> a = V(kSlot);
     const LocalTensor<float> b = V(kTmp1);
-    const LocalTensor<float> red = red_.template Get<float>();
-    const LocalTensor<float> work = work_.template Get<float>();
+    const LocalTensor<float> red = Red();
+    const LocalTensor<float> work = ub_.work.template Get<float>();
     ReduceMax(red, y, work, n);
     SyncPipes<HardEvent::V_S>();
     Adds(y, y, -Reduced(), n);
@@ -252,7 +239,7 @@ class SparseLightningIndexerGradKernel {
   __aicore__ inline void Loss() {
     float acc = 0.0f;
     for (uint32_t t = 0; t < t_.t1; ++t) acc += wsLoss_.GetValue(t);
-    const LocalTensor<float> red = red_.template Get<float>();
+    const LocalTensor<float> red = Red();
     red.SetValue(0, acc);
     SyncPipes<HardEvent::S_MTE3>();
     DataCopyPad(lossGm_, red, DataCopyExtParams{1, 4, 0, 0, 0});
@@ -265,8 +252,7 @@ class SparseLightningIndexerGradKernel {
   typename Core::MmTN mmTN_;
   SfaGeometry geo_;
   Core core_;
-  TBuf<TPosition::VECCALC> gatherBuf_, tile_, tile16_, vec_[mgo::tiling::SliUbPlan::kVecs], vec16_,
-      head_[mgo::tiling::SliUbPlan::kHeads], wRaw_, rowF_, rowH_, work_, red_;
+  IndexerGradUbBufs<mgo::tiling::SliUbPlan> ub_;
   GM_ADDR aivWs_ = nullptr;
   GlobalTensor<T> qGm_, kGm_, qrGm_, krGm_;
   GlobalTensor<float> maxGm_, sumGm_, lossGm_;
