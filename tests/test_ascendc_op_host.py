@@ -450,14 +450,23 @@ def test_lightning_indexer_grad_adapters_pass_the_inputs(driver: Path, layout: s
     assert tiling(driver, LIG, placeheld, attrs) == t, "an omitted input and the placeholder tile alike"
 
 
-def test_lightning_indexer_grad_adapter_errors(driver: Path) -> None:
+@pytest.mark.parametrize(("step", "slot", "bad", "error"), [("shape", 4, ([10, 1, 4], "float32"), ValueError),
+                                                             ("dtype", 4, ([10, 1, 3], "float16"), TypeError)])
+def test_lightning_indexer_grad_adapter_errors(driver: Path, step: str, slot: int, bad: Input, error: type) -> None:
+    # d_values must have sparse_indices' shape (InferShape) and be float32 (InferDataType, which
+    # sees dtypes only): the adapters log the rules' own message.
     inputs = lig_inputs("TND", "float16", "float16", lengths=True)
-    inputs[4] = ([10, 1, 3], "float16")  # d_values must be float32
+    inputs[slot] = bad
     attrs = defaults(LIG, layout="TND")
-    with pytest.raises(TypeError) as raised:
+    with pytest.raises(error) as raised:
         rules(LIG, inputs, attrs)
-    out, err = run_adapter(driver, LIG, "shape", inputs, attrs)
+    sent = inputs if step == "shape" else [None if x is None else ([-2], x[1]) for x in inputs]
+    out, err = run_adapter(driver, LIG, step, sent, attrs)
     assert out == "failed" and err == f"[ms_grad_ops] LightningIndexerGrad: {raised.value}"
+
+
+def test_lightning_indexer_grad_tiling_refuses_other_dtypes(driver: Path) -> None:
+    attrs = defaults(LIG, layout="TND")
     out, err = run_adapter(driver, LIG, "tiling", lig_inputs("TND", "float32", "float32", lengths=True), attrs)
     assert out == "failed" and err.endswith("the kernel takes float16 or bfloat16 inputs only")
 
