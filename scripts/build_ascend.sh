@@ -32,7 +32,7 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OPS=(rope rope_grad cla_gate_merge cla_gate_backward sparse_flash_attention sparse_flash_attention_grad
-     sparse_lightning_indexer_grad_kl_loss lightning_indexer)
+     sparse_lightning_indexer_grad_kl_loss lightning_indexer lightning_indexer_grad)
 SOCS="${MGO_SOC_VERSIONS:-ascend910b;ascend910_93;ascend950}"
 VENDOR="${MGO_VENDOR:-ms_grad_ops}"
 BUILD_DIR="${MGO_BUILD_DIR:-$REPO/build/ascend}"

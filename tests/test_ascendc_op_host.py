@@ -17,7 +17,8 @@ from ms_grad_ops._specs import OP_SPECS
 
 ASCENDC = Path(__file__).resolve().parents[1] / "ascendc"
 OPS = ("rope", "rope_grad", "cla_gate_merge", "cla_gate_backward", "sparse_flash_attention",
-       "sparse_flash_attention_grad", "sparse_lightning_indexer_grad_kl_loss", "lightning_indexer")
+       "sparse_flash_attention_grad", "sparse_lightning_indexer_grad_kl_loss", "lightning_indexer",
+       "lightning_indexer_grad")
 GE_DTYPES = {"DT_FLOAT16": "float16", "DT_BF16": "bfloat16", "DT_FLOAT": "float32", "DT_INT32": "int32",
              "DT_INT64": "int64"}
 ATTR_TYPES = {"String": "str", "Int": "int", "Float": "float", "Bool": "bool", "ListInt": "listInt"}
@@ -414,6 +415,60 @@ def test_lightning_indexer_adapters_pass_the_inputs(driver: Path, layout: str, l
     assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype] + (10 if wdtype == "float32" else 0)
     assert t["block_dim"] == t["used_aic"] >= 1 and t["schedule_mode"] == 0
     assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
+
+
+LIG = "lightning_indexer_grad"
+
+
+def lig_inputs(layout: str, dtype: str, wdtype: str, *, lengths: bool, omit: bool = True) -> list[Input]:
+    """Inputs of lightning_indexer_grad: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10, T2 = 14), Nidx = 2,
+    Didx = 16, K = 3."""
+    lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
+    lens: list[Input] = [([2], "int32"), ([2], "int32")] if lengths else [None if omit else ([0], "int32")] * 2
+    return [([*lead_q, 2, 16], dtype), ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype),
+            ([*lead_q, 1, 3], "int32"), ([*lead_q, 1, 3], "float32"), *lens]
+
+
+@pytest.mark.parametrize("layout, lengths", [("TND", True), ("TND", False), ("BSND", False)])
+@pytest.mark.parametrize("dtype, wdtype", [("float16", "float16"), ("bfloat16", "float32")])
+def test_lightning_indexer_grad_adapters_pass_the_inputs(driver: Path, layout: str, lengths: bool, dtype: str,
+                                                         wdtype: str) -> None:
+    inputs = lig_inputs(layout, dtype, wdtype, lengths=lengths)
+    attrs = defaults(LIG, layout=layout, sparse_mode=0)
+    assert adapter_infer(driver, LIG, inputs, attrs) == rules(LIG, inputs, attrs)
+    t = tiling(driver, LIG, inputs, attrs)
+    as_bsnd = layout == "BSND" or not lengths
+    batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
+    expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n_idx": 2,
+                "d_idx": 16, "k": 3, "sparse_mode": 0}
+    assert {key: t[key] for key in expected} == expected
+    assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype] + (10 if wdtype == "float32" else 0)
+    assert t["block_dim"] == t["used_aic"] >= 1
+    assert t["schedule_mode"] == 0, "no SyncAll: the cores need not start together"
+    assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
+    placeheld = lig_inputs(layout, dtype, wdtype, lengths=lengths, omit=False)
+    assert tiling(driver, LIG, placeheld, attrs) == t, "an omitted input and the placeholder tile alike"
+
+
+@pytest.mark.parametrize(("step", "slot", "bad", "error"), [("shape", 4, ([10, 1, 4], "float32"), ValueError),
+                                                             ("dtype", 4, ([10, 1, 3], "float16"), TypeError)])
+def test_lightning_indexer_grad_adapter_errors(driver: Path, step: str, slot: int, bad: Input, error: type) -> None:
+    # d_values must have sparse_indices' shape (InferShape) and be float32 (InferDataType, which
+    # sees dtypes only): the adapters log the rules' own message.
+    inputs = lig_inputs("TND", "float16", "float16", lengths=True)
+    inputs[slot] = bad
+    attrs = defaults(LIG, layout="TND")
+    with pytest.raises(error) as raised:
+        rules(LIG, inputs, attrs)
+    sent = inputs if step == "shape" else [None if x is None else ([-2], x[1]) for x in inputs]
+    out, err = run_adapter(driver, LIG, step, sent, attrs)
+    assert out == "failed" and err == f"[ms_grad_ops] LightningIndexerGrad: {raised.value}"
+
+
+def test_lightning_indexer_grad_tiling_refuses_other_dtypes(driver: Path) -> None:
+    attrs = defaults(LIG, layout="TND")
+    out, err = run_adapter(driver, LIG, "tiling", lig_inputs("TND", "float32", "float32", lengths=True), attrs)
+    assert out == "failed" and err.endswith("the kernel takes float16 or bfloat16 inputs only")
 
 
 @pytest.mark.parametrize("mode, key", [("atb", 1), ("vjp", 11)])

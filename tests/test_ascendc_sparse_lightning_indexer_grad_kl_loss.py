@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _indexer_cases import Case, make_case
+from _indexer_cases import Case, make_case, row_weights
 from _util import TOLERANCES, rel_l2
 from ascendc_harness import twin_lib as twin
 
@@ -165,17 +165,6 @@ def test_tiling_invariants(cores: int, layout: str, kw: dict) -> None:
     weights = row_weights(p, args)
     loads = np.array([weights[a:b].sum() for a, b in zip(s.row_start[:-1], s.row_start[1:])])
     assert loads.max() <= weights.sum() / s.aiv + weights.max()
-
-
-def row_weights(p: twin.SliProblem, args: twin.SliArgs) -> np.ndarray:
-    spans = list(zip(np.diff([0, *p.lens_q]), np.diff([0, *p.lens_k]))) if p.layout == "TND" else \
-        [(args.s1, args.s2)] * args.batch
-    out = []
-    for s1, s2 in spans:
-        for i in range(s1):
-            vis = max(0, min(s2, i + s2 - s1 + 1)) if p.sparse_mode == 3 else s2
-            out.append(16 + min(vis, args.k))
-    return np.array(out, np.int64)
 
 
 @pytest.mark.parametrize(("kw", "match"), [({"d": 24}, "multiple of 16"), ({"didx": 40}, "Didx"),

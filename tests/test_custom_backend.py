@@ -36,8 +36,8 @@ ASCEND_OPS = sorted(name for name, spec in OP_SPECS.items() if spec.ascend_dtype
 
 
 def test_every_operator_is_registered_for_ascend() -> None:
-    # One op per operator (no variants): all eight have an Ascend reg_info.
-    assert len(OP_SPECS) == 8 and set(OP_SPECS) == set(ASCEND_OPS)
+    # One op per operator (no variants): all nine have an Ascend reg_info.
+    assert len(OP_SPECS) == 9 and set(OP_SPECS) == set(ASCEND_OPS)
     assert all(spec.optional <= set(spec.inputs) for spec in OP_SPECS.values())
 
 
@@ -90,6 +90,10 @@ INFER_CASES = {
     "lightning_indexer": ({"sparse_count": 3, "layout": "TND", "sparse_mode": 3},
                           [[6, 4, 32], [8, 1, 32], [6, 4], [2], [2]], [[6, 1, 3], [6, 1, 3]],
                           [X, X, "float32", "int32", "int32"], ["int32", "float32"]),
+    "lightning_indexer_grad": ({"layout": "TND", "sparse_mode": 0},
+                               [[6, 4, 32], [8, 1, 32], [6, 4], [6, 1, 3], [6, 1, 3], [2], [2]],
+                               [[6, 4, 32], [8, 1, 32], [6, 4]],
+                               [X, X, "float32", "int32", "float32", "int32", "int32"], [X, X, "float32"]),
     "sparse_lightning_indexer_grad_kl_loss": (
         {"scale_value": 0.5, "layout": "TND", "sparse_mode": 3, "deterministic": True},
         [[6, 4, 32], [8, 1, 32], [6, 2, 16], [8, 1, 16], [6, 2], [6, 1, 3], [1, 6, 4], [1, 6, 4], [6, 4, 16],

@@ -12,7 +12,7 @@ from ms_grad_ops import ops
 
 T1, T2, N1, D, DR, NIDX, DIDX, K = 6, 8, 2, 8, 4, 2, 8, 3
 LENGTHS_KW = {"sparse_flash_attention": "actual_seq_lengths_kv", "sparse_flash_attention_grad": "actual_seq_lengths_kv",
-              "lightning_indexer": "actual_seq_lengths_key",
+              "lightning_indexer": "actual_seq_lengths_key", "lightning_indexer_grad": "actual_seq_lengths_key",
               "sparse_lightning_indexer_grad_kl_loss": "actual_seq_lengths_key"}
 
 
@@ -37,6 +37,10 @@ def _call(op: str, layout: str, lens_q: object, lens_k: object) -> tuple:
     if op == "lightning_indexer":
         return ops.lightning_indexer(x["query_index"], x["key_index"], x["weights"], sparse_count=K, layout=layout,
                                      **kv)
+    if op == "lightning_indexer_grad":
+        d_values = Tensor(np.linspace(-1, 1, T1 * K).astype(np.float32).reshape(x["sparse_indices"].shape))
+        return ops.lightning_indexer_grad(x["query_index"], x["key_index"], x["weights"], x["sparse_indices"],
+                                          d_values, layout=layout, **kv)
     if op == "sparse_flash_attention":
         return ops.sparse_flash_attention(x["query"], x["key"], None, x["sparse_indices"], x["query_rope"],
                                           x["key_rope"], **kv, **attn)

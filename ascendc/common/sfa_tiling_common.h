@@ -333,7 +333,22 @@ inline void SplitEvenly(uint64_t rows, uint32_t aiv, uint32_t* start) {
 
 enum class SfaKernel { kForward, kGrad };
 
-// Tiling key of the two indexer ops: the I/O dtype, + 10 when weights are float32.
+// Shapes of the indexer ops without the main attention (lightning_indexer and its grad).
+// BSND: batch = B, s1/s2 = S1/S2, t1 = B*S1, t2 = B*S2; TND: batch = entries of the int32
+// cumulative lengths, 0 = absent (one sequence).
+struct IndexerShape {
+  SfaLayout layout;
+  uint64_t batch;
+  uint64_t s1;
+  uint64_t s2;
+  uint64_t t1;
+  uint64_t t2;
+  uint64_t nIdx;  // indexer heads
+  uint64_t dIdx;  // indexer head dim
+  uint64_t k;     // slots per query token (lightning_indexer: sparse_count)
+};
+
+// Tiling key of the indexer ops: the I/O dtype, + 10 when weights are float32.
 inline constexpr uint64_t IndexerTilingKey(DType dtype, bool weights_f32) {
   return static_cast<uint64_t>(dtype) + (weights_f32 ? 10u : 0u);
 }

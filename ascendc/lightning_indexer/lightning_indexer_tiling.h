@@ -21,19 +21,7 @@ inline constexpr uint64_t LightningIndexerTilingKey(DType dtype, bool weights_f3
   return IndexerTilingKey(dtype, weights_f32);
 }
 
-// BSND: batch = B, s1/s2 = S1/S2, t1 = B*S1, t2 = B*S2; TND: batch = entries of the int32
-// cumulative lengths, 0 = absent (one sequence).
-struct LiShape {
-  SfaLayout layout;
-  uint64_t batch;
-  uint64_t s1;
-  uint64_t s2;
-  uint64_t t1;
-  uint64_t t2;
-  uint64_t nIdx;
-  uint64_t dIdx;
-  uint64_t k;  // sparse_count
-};
+using LiShape = IndexerShape;  // k = sparse_count
 
 struct LiTilingData {
   uint32_t layout;

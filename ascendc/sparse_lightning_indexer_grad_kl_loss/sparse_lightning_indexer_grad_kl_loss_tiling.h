@@ -14,11 +14,10 @@
 
 #include <cstdint>
 
-#include "../common/sfa_tiling_common.h"
+#include "../common/indexer_grad_tiling_common.h"
 
 namespace mgo::tiling {
 
-inline constexpr uint32_t kSliKeyBlock = 16;        // key tokens per key-pass block (one fractal edge)
 inline constexpr uint32_t kSliMaxKeyChunk = 512;    // keys per S chunk
 
 // weights_f32: weights (and d_weights) are float32.
@@ -109,45 +108,17 @@ struct SliTilingResult {
   uint64_t ubBytes;         // largest UB footprint of an AIV
 };
 
-// Every UB buffer the kernel allocates (it allocates exactly these), so Total() is its footprint.
-struct SliUbPlan {
-  uint32_t gatherBytes;  // [gatherRows, max(dk, dIdx)] 16-bit
-  uint32_t tileBytes;    // [tileRows, keyChunk] float32 S tile; also the key-pass Sx tile
-  uint32_t tile16Bytes;  // [mKey, keyBlock] 16-bit key-pass coefficients
-  uint32_t vecBytes;     // [kPad] float32, kVecs of them (p, I/y, dI, two scratch, dI by slot)
-  uint32_t vec16Bytes;   // [kPad] 16-bit: one dS row on its way to the workspace
-  uint32_t headBytes;    // [AlignUp(max(n1, nIdx, mKey), 8)] float32: statistics / weights
-  uint32_t wBytes;       // [AlignUp(nIdx, 16)] weights as stored (16-bit or float32)
-  uint32_t rowFBytes;    // [AlignUp(dIdx, 8)] float32: one output row
-  uint32_t rowHBytes;    // [AlignUp(dIdx, 16)] 16-bit: one output row
-  uint32_t workBytes;    // ReduceSum/ReduceMax scratch for kPad floats
-  static constexpr uint32_t kVecs = 6;
-  static constexpr uint32_t kHeads = 4;       // softmax_max, softmax_sum, weights, d_weights
-  static constexpr uint32_t kRedBytes = 32;
-  __aicore__ uint64_t Total() const {
-    return uint64_t{gatherBytes} + tileBytes + tile16Bytes + kVecs * uint64_t{vecBytes} + vec16Bytes +
-           kHeads * uint64_t{headBytes} + wBytes + rowFBytes + rowHBytes + workBytes + kRedBytes;
-  }
-};
+// Every UB buffer the kernel allocates: the shared core's plus three [kPad] vectors (p, I/y, dI
+// by slot) and two head vectors (softmax_max, softmax_sum); the S tile may be the widest tile.
+using SliUbPlan = IndexerGradUbPlan<6, 4>;
 
 __aicore__ inline SliUbPlan PlanSliUb(const SliTilingData& t, bool weights_f32) {
-  SliUbPlan p{};
   const uint32_t widest = t.dk > t.dIdx ? t.dk : t.dIdx;
-  p.gatherBytes = static_cast<uint32_t>(AlignUp(uint64_t{t.gatherRows} * widest * kElemBytes16, kUbAlignBytes));
   const uint64_t s_tile = uint64_t{t.tileRows} * t.keyChunk * 4;
   const uint64_t k_tile = uint64_t{t.mKey} * t.keyBlock * 4;
-  p.tileBytes = static_cast<uint32_t>(s_tile > k_tile ? s_tile : k_tile);
-  p.tile16Bytes = static_cast<uint32_t>(uint64_t{t.mKey} * t.keyBlock * kElemBytes16);
-  p.vecBytes = t.kPad * 4;
-  p.vec16Bytes = t.kPad * kElemBytes16;
   uint32_t heads = t.n1 > t.nIdx ? t.n1 : t.nIdx;
   heads = heads > t.mKey ? heads : t.mKey;
-  p.headBytes = static_cast<uint32_t>(AlignUp(heads, 8) * 4);
-  p.wBytes = static_cast<uint32_t>(AlignUp(uint64_t{t.nIdx} * (weights_f32 ? 4 : 2), kUbAlignBytes));
-  p.rowFBytes = static_cast<uint32_t>(AlignUp(t.dIdx, 8) * 4);
-  p.rowHBytes = static_cast<uint32_t>(AlignUp(t.dIdx, 16) * kElemBytes16);
-  p.workBytes = ReduceScratchFloats(t.kPad) * 4;
-  return p;
+  return PlanIndexerGradUb<SliUbPlan>(t, weights_f32, widest, s_tile > k_tile ? s_tile : k_tile, heads);
 }
 
 inline const char* CheckSliInputs(const SliShape& s, const SliAttrs& a, const CubePlatform& p) {
@@ -204,11 +175,7 @@ inline SliTilingResult ComputeSliTiling(const SliShape& shape, const SliAttrs& a
   t.aivNum = 2 * t.usedAicNum;
   const SfaAttrs balance{a.scaleValue, 1, a.sparseMode, false};
   SplitQueryRows(s, balance, lens, t.aivNum, t.rowStart);
-  t.keyBlock = kSliKeyBlock;
-  t.keyBlocks = static_cast<uint32_t>((s.t2 + t.keyBlock - 1) / t.keyBlock);
-  SplitEvenly(t.keyBlocks, t.aivNum, t.keyBlockStart);
-  t.rowChunk = t.nIdx >= 128 ? 1 : 128 / t.nIdx;
-  t.mKey = t.rowChunk * t.nIdx;
+  SetIndexerKeyPass(t);
 
   // UB: shrink the S chunk, then the S tile rows, then the gather tile until the plan fits.
   t.keyChunk = static_cast<uint32_t>(AlignUp(s.k < kSliMaxKeyChunk ? s.k : kSliMaxKeyChunk, kCubeAlign));
@@ -228,37 +195,19 @@ inline SliTilingResult ComputeSliTiling(const SliShape& shape, const SliAttrs& a
   }
   r.ubBytes = PlanSliUb(t, weights_f32).Total();
 
-  // One Matmul object per transpose mode, tiled for the largest problem it serves.
-  const auto max3 = [](uint64_t x, uint64_t y, uint64_t z) { return x > y ? (x > z ? x : z) : (y > z ? y : z); };
-  t.mmNT = PlanMatmul(max3(t.n1, t.nIdx, t.mKey), t.keyChunk > t.kPad ? t.keyChunk : t.kPad,
-                      t.dk > t.dIdx ? t.dk : t.dIdx, p);
-  t.mmNN = PlanMatmul(t.nIdx, t.dIdx, t.kPad, p);
-  t.mmTN = PlanMatmul(t.keyBlock, t.dIdx, t.mKey, p);
-  for (const SfaMatmulTiling* mm : {&t.mmNT, &t.mmNN, &t.mmTN}) {
-    if (!MatmulFits(*mm, p)) {
-      r.error = "no matmul base block fits L0A/L0B/L0C";
-      return r;
-    }
+  // One Matmul object per transpose mode, tiled for the largest problem it serves (the A·Bᵀ one
+  // also computes the teacher's S = Qf Kfᵀ).
+  if (const char* err = PlanIndexerGradMatmuls(t, t.n1, t.keyChunk, t.dk, p)) {
+    r.error = err;
+    return r;
   }
 
-  uint64_t off = 0;
-  const auto take = [&off](uint64_t bytes) {
-    const uint64_t at = off;
-    off += AlignUp(bytes, 512);  // 512 B: one cube fractal, so every operand starts aligned
-    return at;
-  };
+  WorkspaceCursor take;
   t.wsQf = take(uint64_t{t.n1} * t.dk * kElemBytes16);
   t.wsKf = take(uint64_t{t.keyChunk} * t.dk * kElemBytes16);
   t.wsS = take(uint64_t{t.n1} * t.keyChunk * 4);
-  t.wsKi = take(uint64_t{t.kPad} * t.dIdx * kElemBytes16);
-  t.wsSx = take(uint64_t{t.nIdx} * t.kPad * 4);
-  t.wsDs = take(uint64_t{t.nIdx} * t.kPad * kElemBytes16);
-  t.wsDq = take(uint64_t{t.nIdx} * t.dIdx * 4);
-  t.wsQi = take(uint64_t{t.mKey} * t.dIdx * kElemBytes16);
-  t.wsKb = take(uint64_t{t.keyBlock} * t.dIdx * kElemBytes16);
-  t.wsSxk = take(uint64_t{t.mKey} * t.keyBlock * 4);
-  t.wsCoef = take(uint64_t{t.mKey} * t.keyBlock * kElemBytes16);
-  t.wsDkb = take(uint64_t{t.keyBlock} * t.dIdx * 4);
+  TakeIndexerGradWorkspace(t, take);
+  const uint64_t off = take.off;
   t.aivWsBytes = off;
   t.wsDi = off * t.aivNum;
   t.wsLoss = t.wsDi + AlignUp(s.t1 * s.k * 4, 512);

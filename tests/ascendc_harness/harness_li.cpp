@@ -3,55 +3,21 @@
 #include <vector>
 
 #include "harness_common.h"
+#include "harness_indexer.h"
 
 #include "../../ascendc/lightning_indexer/op_kernel/lightning_indexer.cpp"
 
 namespace {
 
-using mgo::tiling::CubePlatform;
 using mgo::tiling::DType;
-using mgo::tiling::LiShape;
-using mgo::tiling::SfaLayout;
-using mgo::tiling::SfaSeqLengths;
-
-// Shape of one call, mirrored by a ctypes.Structure in twin_lib.py.
-struct LiArgs {
-  int64_t layout;  // 0 BSND, 1 TND
-  int64_t batch, s1, s2, t1, t2, n_idx, d_idx, k;
-  int64_t sparse_mode, weights_f32;
-  int64_t core_num, ub_bytes, seed;
-};
-
-LiShape Shape(const LiArgs& a) {
-  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  return LiShape{a.layout == 1 ? SfaLayout::kTND : SfaLayout::kBSND, u(a.batch), u(a.s1), u(a.s2), u(a.t1),
-                 u(a.t2), u(a.n_idx), u(a.d_idx), u(a.k)};
-}
-
-CubePlatform Platform(const LiArgs& a) {
-  CubePlatform p = mgo::tiling::kAtlasA2Platform;
-  p.aicNum = static_cast<uint32_t>(a.core_num);
-  p.ubBytes = static_cast<uint64_t>(a.ub_bytes);
-  return p;
-}
-
-bool HasLens(const LiArgs& a) { return a.layout == 1 && a.batch > 0; }
-
-struct HostLens {
-  std::vector<int64_t> q, kv;
-  SfaSeqLengths view{nullptr, nullptr, 0};
-  HostLens(const LiArgs& a, const int32_t* lq, const int32_t* lkv) {
-    if (!HasLens(a) || lq == nullptr || lkv == nullptr) return;
-    q.assign(lq, lq + a.batch);
-    kv.assign(lkv, lkv + a.batch);
-    view = SfaSeqLengths{q.data(), kv.data(), static_cast<uint64_t>(a.batch)};
-  }
-};
+using LiArgs = harness::IndexerArgs;
+using HostLens = harness::IndexerLens;
+using harness::IndexerHasLens;
 
 mgo::tiling::LightningIndexerTiling Tile(int dtype, const LiArgs& a, const HostLens& lens) {
-  return mgo::tiling::ComputeLightningIndexerTiling(Shape(a), static_cast<uint32_t>(a.sparse_mode),
-                                                    static_cast<DType>(dtype), a.weights_f32 != 0, lens.view,
-                                                    Platform(a));
+  return mgo::tiling::ComputeLightningIndexerTiling(harness::ToIndexerShape(a),
+                                                    static_cast<uint32_t>(a.sparse_mode), static_cast<DType>(dtype),
+                                                    a.weights_f32 != 0, lens.view, harness::IndexerPlatform(a));
 }
 
 }  // namespace
@@ -98,7 +64,7 @@ int twin_lightning_indexer(int dtype, const LiArgs* a, const void* qi, const voi
     gm.Input(qi, t1 * nidx * didx * 2, "query_index");
     gm.Input(ki, t2 * didx * 2, "key_index");
     gm.Input(w, t1 * nidx * (a->weights_f32 ? 4 : 2), "weights");
-    const bool tnd = HasLens(*a);
+    const bool tnd = IndexerHasLens(*a);
     if (tnd) {
       gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
       gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");

@@ -372,6 +372,15 @@ def sparse_flash_attention_grad(p: SfaProblem, d_out: np.ndarray, out: np.ndarra
 
 
 # ---------------------------------------------------------------- lightning indexer grad
+def _lens_args(lens_q: list[int] | None, lens_k: list[int] | None) -> tuple[object, object, list[np.ndarray]]:
+    """(query, key) cumulative int32 lengths as ctypes pointers (None when absent), and the arrays
+    to keep alive for the call."""
+    if lens_q is None:
+        return None, None, []
+    lq, lk = np.ascontiguousarray(lens_q, np.int32), np.ascontiguousarray(lens_k, np.int32)
+    return _P(_ptr(lq)), _P(_ptr(lk)), [lq, lk]
+
+
 class SliArgs(ctypes.Structure):
     """Mirror of SliArgs in harness_sli.cpp."""
 
@@ -412,10 +421,7 @@ class SliProblem:
                        int(self.wdtype == "float32"), self.scale, core_num, ub_bytes, seed)
 
     def lens(self) -> tuple[object, object, list[np.ndarray]]:
-        if self.lens_q is None:
-            return None, None, []
-        lq, lk = np.ascontiguousarray(self.lens_q, np.int32), np.ascontiguousarray(self.lens_k, np.int32)
-        return _P(_ptr(lq)), _P(_ptr(lk)), [lq, lk]
+        return _lens_args(self.lens_q, self.lens_k)
 
 
 def _store(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -494,7 +500,7 @@ def sli_schedule(p: SliProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> Sl
 
 # ---------------------------------------------------------------- lightning indexer forward
 class LiArgs(ctypes.Structure):
-    """Mirror of LiArgs in harness_li.cpp."""
+    """Mirror of harness::IndexerArgs (harness_indexer.h): lightning_indexer and its grad."""
 
     _fields_ = [("layout", _I64), ("batch", _I64), ("s1", _I64), ("s2", _I64), ("t1", _I64), ("t2", _I64),
                 ("n_idx", _I64), ("d_idx", _I64), ("k", _I64), ("sparse_mode", _I64), ("weights_f32", _I64),
@@ -531,10 +537,7 @@ class LiProblem:
                       self.sparse_mode, int(self.wdtype == "float32"), core_num, ub_bytes, seed)
 
     def lens(self) -> tuple[object, object, list[np.ndarray]]:
-        if self.lens_q is None:
-            return None, None, []
-        lq, lk = np.ascontiguousarray(self.lens_q, np.int32), np.ascontiguousarray(self.lens_k, np.int32)
-        return _P(_ptr(lq)), _P(_ptr(lk)), [lq, lk]
+        return _lens_args(self.lens_q, self.lens_k)
 
 
 def lightning_indexer(p: LiProblem, core_num: int, seed: int = 0) -> KernelRun:
@@ -578,6 +581,85 @@ def li_schedule(p: LiProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> LiSc
     _raise_for(code, err)
     aiv = int(out[1])
     return LiSchedule(*(int(x) for x in out), starts[: aiv + 1].copy())
+
+
+# ---------------------------------------------------------------- lightning indexer value grad
+@dataclass
+class LigProblem:
+    """Inputs of one lightning_indexer_grad call in their SPEC layouts (float arrays already
+    rounded to ``dtype`` / ``wdtype``; sparse_indices int, d_values float32-representable),
+    cumulative TND lengths or None."""
+
+    dtype: str
+    wdtype: str
+    layout: str
+    query_index: np.ndarray
+    key_index: np.ndarray
+    weights: np.ndarray
+    sparse_indices: np.ndarray
+    d_values: np.ndarray
+    lens_q: list[int] | None
+    lens_k: list[int] | None
+    sparse_mode: int
+
+    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB) -> LiArgs:
+        li = LiProblem(self.dtype, self.wdtype, self.layout, self.query_index, self.key_index, self.weights,
+                       self.lens_q, self.lens_k, self.sparse_indices.shape[-1], self.sparse_mode)
+        return li.args(core_num, seed, ub_bytes)
+
+    def lens(self) -> tuple[object, object, list[np.ndarray]]:
+        return _lens_args(self.lens_q, self.lens_k)
+
+
+def lightning_indexer_grad(p: LigProblem, core_num: int, seed: int = 0) -> KernelRun:
+    """(d_query_index, d_key_index, d_weights) of the kernel on the twin as float64; the raw 16-bit /
+    float32 outputs are in ``KernelRun.outputs[3:]`` for bitwise comparisons."""
+    args = p.args(core_num, seed)
+    qi, ki = to_bits(p.query_index, p.dtype), to_bits(p.key_index, p.dtype)
+    w = _store(p.weights, p.wdtype)
+    idx = np.ascontiguousarray(p.sparse_indices, np.int32)
+    dv = np.ascontiguousarray(p.d_values, np.float32)
+    lq, lk, keep = p.lens()
+    outs = [poisoned(p.query_index.shape), poisoned(p.key_index.shape), _poisoned_as(p.weights.shape, p.wdtype)]
+    info = _call("twin_lightning_indexer_grad", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args), _P(_ptr(qi)),
+                 _P(_ptr(ki)), _P(_ptr(w)), _P(_ptr(idx)), _P(_ptr(dv)), lq, lk, *(_P(_ptr(x)) for x in outs))
+    del keep
+    values = (from_bits(outs[0], p.dtype), from_bits(outs[1], p.dtype), _load(outs[2], p.wdtype))
+    return KernelRun((*values, *outs), info)
+
+
+@dataclass
+class LigSchedule:
+    used_aic: int
+    aiv: int
+    k_pad: int
+    gather_rows: int
+    key_block: int
+    key_blocks: int
+    row_chunk: int
+    m_key: int
+    ub_bytes: int
+    workspace_bytes: int
+    tiling_key: int
+    aiv_ws_bytes: int
+    row_start: np.ndarray
+    key_block_start: np.ndarray
+
+
+def lig_schedule(p: LigProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> LigSchedule:
+    """The pure tiling of lightning_indexer_grad for ``p`` on ``core_num`` AI cores."""
+    args = p.args(core_num, 0, ub_bytes)
+    lq, lk, keep = p.lens()
+    out = np.zeros(12, np.int64)
+    starts = np.zeros(2 * max(core_num, 1) + 1, np.int64)
+    kstarts = np.zeros_like(starts)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().twin_lig_schedule(ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args), lq, lk, _P(_ptr(out)),
+                                   _P(_ptr(starts)), _P(_ptr(kstarts)), err, _I64(_ERR_LEN))
+    del keep
+    _raise_for(code, err)
+    aiv = int(out[1])
+    return LigSchedule(*(int(x) for x in out), starts[: aiv + 1].copy(), kstarts[: aiv + 1].copy())
 
 
 def sort32(scores: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -49,6 +49,12 @@ void Describe(const mgo::tiling::LiTilingData& t) {
             << " k=" << t.k << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
 }
 
+void Describe(const mgo::tiling::LigTilingData& t) {
+  std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " batch=" << t.batch << " s1=" << t.s1
+            << " s2=" << t.s2 << " t1=" << t.t1 << " t2=" << t.t2 << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx
+            << " k=" << t.k << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
+}
+
 template <typename Data>
 void PrintTiling(gert::TilingContext& ctx) {
   Data data;
@@ -115,6 +121,7 @@ int main() {
     else if (op == "ClaGateMerge" || op == "ClaGateBackward") PrintTiling<mgo::tiling::ClaGateTilingData>(ctx);
     else if (op == "SparseLightningIndexerGradKLLoss") PrintTiling<mgo::tiling::SliTilingData>(ctx);
     else if (op == "LightningIndexer") PrintTiling<mgo::tiling::LiTilingData>(ctx);
+    else if (op == "LightningIndexerGrad") PrintTiling<mgo::tiling::LigTilingData>(ctx);
     else PrintTiling<mgo::tiling::SfaTilingData>(ctx);
   }
   return 0;
