@@ -63,6 +63,19 @@ inline void check_indexer_tensors(const Checker& c, IndexerLayout l, const Tenso
   if (w.dtype != DType::kFloat32) c.same_dtype("weights", w, "query_index", qi);
 }
 
+// sparse_indices int32 [T1, 1, K] / [B, S1, 1, K], non-empty, with the query rows of `ref`.
+inline void check_sparse_indices(const Checker& c, IndexerLayout l, const TensorDesc& si, const char* ref_arg,
+                                 const TensorDesc& ref) {
+  const size_t r = token_rank(l);
+  c.rank("sparse_indices", si, r);
+  same_tokens(c, l, "sparse_indices", si, ref_arg, ref);
+  c.dim("sparse_indices", si, r - 2, 1, "N2");
+  c.positive("sparse_indices", si);
+  if (si.dtype != DType::kUnknown && si.dtype != DType::kInt32) {
+    c.type_error(std::string("argument 'sparse_indices' must be int32, got ") + dtype_name(si.dtype));
+  }
+}
+
 // Output shape [tokens..., 1, K] of the sparse indices for query rows shaped like `qi`.
 inline Shape sparse_shape(IndexerLayout l, const TensorDesc& qi, int64_t k) {
   Shape s;

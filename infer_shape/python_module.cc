@@ -13,6 +13,7 @@
 #include "cla_gate_backward.h"
 #include "cla_gate_merge.h"
 #include "lightning_indexer.h"
+#include "lightning_indexer_grad.h"
 #include "rope.h"
 #include "rope_grad.h"
 #include "sparse_lightning_indexer_grad_kl_loss.h"
@@ -76,6 +77,10 @@ PYBIND11_MODULE(_validate, m) {
                                 const std::string& layout, int64_t sparse_mode) {
     return outputs(mgo::infer::lightning_indexer(descs(s, t), sparse_count, layout, sparse_mode));
   }, shapes, dtypes, py::arg("sparse_count"), py::arg("layout"), py::arg("sparse_mode"));
+  m.def("lightning_indexer_grad", [](const std::vector<Shape>& s, const std::vector<std::string>& t,
+                                     const std::string& layout, int64_t sparse_mode) {
+    return outputs(mgo::infer::lightning_indexer_grad(descs(s, t), layout, sparse_mode));
+  }, shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"));
   // scale_value and deterministic do not change shapes.
   m.def("sparse_lightning_indexer_grad_kl_loss",
         [](const std::vector<Shape>& s, const std::vector<std::string>& t, double /*scale_value*/,

@@ -34,10 +34,7 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   check_indexer_tensors(c, l, qi, ki, w);
   same_tokens(c, l, "query_index", qi, "query", q);
   same_tokens(c, l, "key_index", ki, "key", k);
-  c.rank("sparse_indices", si, r);
-  same_tokens(c, l, "sparse_indices", si, "query", q);
-  c.dim("sparse_indices", si, r - 2, 1, "N2");
-  c.positive("sparse_indices", si);
+  check_sparse_indices(c, l, si, "query", q);
   // Statistics: [1, T1, N1] or [B, 1, S1, N1].
   c.rank("softmax_max", mx, r);
   if (l == IndexerLayout::kTND) {
@@ -56,9 +53,6 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   c.floating("query", q);
   c.same_dtype("key", k, "query", q);
   c.same_dtype("query_index", qi, "query", q);
-  if (si.dtype != DType::kUnknown && si.dtype != DType::kInt32) {
-    c.type_error(std::string("argument 'sparse_indices' must be int32, got ") + dtype_name(si.dtype));
-  }
   for (const auto& [name, t] : {std::pair<const char*, const TensorDesc*>{"softmax_max", &mx}, {"softmax_sum", &sm}}) {
     if (t->dtype != DType::kUnknown && t->dtype != DType::kFloat32) {
       c.type_error(std::string("argument '") + name + "' must be float32, got " + dtype_name(t->dtype));

@@ -61,6 +61,21 @@ def _sparse_flash_attention(attrs: dict[str, object]) -> Callable[..., tuple]:
     return sparse_flash_attention_bprop
 
 
+def _lightning_indexer(attrs: dict[str, object]) -> Callable[..., tuple]:
+    from ._custom import primitive
+
+    grad = primitive("lightning_indexer_grad", layout=attrs["layout"], sparse_mode=attrs["sparse_mode"])
+
+    def lightning_indexer_bprop(query_index: Tensor, key_index: Tensor, weights: Tensor, lens_q: Tensor,
+                                lens_k: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
+        # Only the values carry a gradient (dout[1]); the selected indices (out[0]) say which keys
+        # it flows to. -1 slots are skipped by the kernel, so their -inf values never matter.
+        dqi, dki, dw = grad(query_index, key_index, weights, out[0], dout[1], lens_q, lens_k)
+        return dqi, dki, dw, msops.zeros_like(lens_q), msops.zeros_like(lens_k)
+
+    return lightning_indexer_bprop
+
+
 def _no_gradient(name: str, reason: str, n_inputs: int) -> Callable[..., tuple]:
     """A bprop that says why op ``name`` (``n_inputs`` inputs) has no gradient, instead of
     MindSpore's "Illegal primitive Custom's bprop not defined". GRAPH mode needs the exact
@@ -71,19 +86,20 @@ def _no_gradient(name: str, reason: str, n_inputs: int) -> Callable[..., tuple]:
                             dout: object) -> tuple[Tensor, ...]:
         raise RuntimeError(message)
 
+    def no_gradient_bprop_7(i0: Tensor, i1: Tensor, i2: Tensor, i3: Tensor, i4: Tensor, i5: Tensor, i6: Tensor,
+                            out: object, dout: object) -> tuple[Tensor, ...]:
+        raise RuntimeError(message)
+
     def no_gradient_bprop_12(i0: Tensor, i1: Tensor, i2: Tensor, i3: Tensor, i4: Tensor, i5: Tensor, i6: Tensor,
                              i7: Tensor, i8: Tensor, i9: Tensor, i10: Tensor, i11: Tensor, out: object,
                              dout: object) -> tuple[Tensor, ...]:
         raise RuntimeError(message)
 
-    return {5: no_gradient_bprop_5, 12: no_gradient_bprop_12}[n_inputs]
+    return {5: no_gradient_bprop_5, 7: no_gradient_bprop_7, 12: no_gradient_bprop_12}[n_inputs]
 
 
 # Why the other ops have no gradient of their own.
 _NO_GRADIENT = {
-    "lightning_indexer": "top-k selection is not differentiable; wrap its outputs in "
-                         "mindspore.ops.stop_gradient (nn.LightningIndexer does) and train the indexer with "
-                         "nn.IndexerKLLoss",
     "sparse_lightning_indexer_grad_kl_loss": "it returns the loss together with its gradients; use "
                                              "nn.IndexerKLLoss, whose backward scales them by the incoming gradient",
 }
@@ -93,13 +109,14 @@ _BPROPS: dict[str, Callable[[dict[str, object]], Callable[..., tuple]]] = {
     "rope": _rope,
     "cla_gate_merge": _cla_gate_merge,
     "sparse_flash_attention": _sparse_flash_attention,
+    "lightning_indexer": _lightning_indexer,
 }
 
 
 def bprop_of(name: str, attrs: dict[str, object]) -> Callable[..., tuple]:
     """The bprop of the primitive of op ``name`` with attribute values ``attrs``: our fused grad
-    kernel, or for an op without a gradient (a backward op itself, the indexer's selection and
-    loss) one that raises a RuntimeError saying why."""
+    kernel, or for an op without a gradient (a backward op itself, the indexer's KL loss) one that
+    raises a RuntimeError saying why."""
     factory = _BPROPS.get(name)
     if factory is not None:
         return factory(attrs)

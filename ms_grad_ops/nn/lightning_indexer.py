@@ -1,4 +1,4 @@
-"""``nn.LightningIndexer``: top-k key selection by the lightning indexer (forward only)."""
+"""``nn.LightningIndexer``: top-k key selection by the lightning indexer; its scores are differentiable."""
 from __future__ import annotations
 
 from mindspore import Tensor, nn
@@ -15,8 +15,10 @@ class LightningIndexer(nn.Cell):
     query_index ``[B, S1, Nidx, Didx]`` (BSND) or ``[T1, Nidx, Didx]`` (TND), key_index
     ``[B, S2, 1, Didx]`` / ``[T2, 1, Didx]``, weights ``[B, S1, Nidx]`` / ``[T1, Nidx]``; returns int32
     indices and float32 scores ``[B, S1, 1, K]`` / ``[T1, 1, K]`` (see ``ops.lightning_indexer``).
-    Selection is not differentiable: both outputs are wrapped in ``stop_gradient``, so the indexer
-    is trained through ``IndexerKLLoss`` instead.
+    The selection (the indices) carries no gradient and is wrapped in ``stop_gradient``; the scores
+    are differentiable with respect to query_index, key_index and weights (bprop:
+    ``ops.lightning_indexer_grad``), so the indexer trains through a loss on ``sparse_values`` as
+    well as through ``IndexerKLLoss``.
     """
 
     def __init__(self, sparse_count: int, layout: str = "BSND", sparse_mode: int = 3) -> None:
@@ -30,4 +32,4 @@ class LightningIndexer(nn.Cell):
         idx, val = ops.lightning_indexer(query_index, key_index, weights, actual_seq_lengths_query,
                                          actual_seq_lengths_key, sparse_count=self.sparse_count, layout=self.layout,
                                          sparse_mode=self.sparse_mode)
-        return msops.stop_gradient(idx), msops.stop_gradient(val)
+        return msops.stop_gradient(idx), val

@@ -2,11 +2,12 @@
 from .cla_gate_backward import cla_gate_backward
 from .cla_gate_merge import cla_gate_merge
 from .lightning_indexer import lightning_indexer
+from .lightning_indexer_grad import lightning_indexer_grad
 from .rope import rope
 from .rope_grad import rope_grad
 from .sparse_flash_attention import sparse_flash_attention
 from .sparse_flash_attention_grad import sparse_flash_attention_grad
 from .sparse_lightning_indexer_grad_kl_loss import sparse_lightning_indexer_grad_kl_loss
 
-__all__ = ["cla_gate_backward", "cla_gate_merge", "lightning_indexer", "rope", "rope_grad", "sparse_flash_attention",
-           "sparse_flash_attention_grad", "sparse_lightning_indexer_grad_kl_loss"]
+__all__ = ["cla_gate_backward", "cla_gate_merge", "lightning_indexer", "lightning_indexer_grad", "rope", "rope_grad",
+           "sparse_flash_attention", "sparse_flash_attention_grad", "sparse_lightning_indexer_grad_kl_loss"]

@@ -33,10 +33,9 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
         ``(sparse_indices, sparse_values)``, ``[T1, 1, K]`` / ``[B, S1, 1, K]``: int32 key indices local
         to the batch in descending score order (ties to the lower index), and their float32 scores
         (the float32 arithmetic of the kernel). Slots beyond the visible key count hold ``-1`` and
-        ``-inf``. NaN scores rank below every number. Not differentiable (a selection):
-        differentiating through it raises a RuntimeError saying so; wrap the outputs in
-        ``ops.stop_gradient`` (as ``nn.LightningIndexer`` does) and train the indexer with
-        ``nn.IndexerKLLoss``.
+        ``-inf``. NaN scores rank below every number. ``sparse_values`` is differentiable with
+        respect to query_index, key_index and weights (bprop: :func:`lightning_indexer_grad`; ``-1``
+        slots get none); the indices are a selection and carry no gradient.
     """
     query_index = check_tensor(_OP, "query_index", query_index)
     key_index = check_tensor(_OP, "key_index", key_index)

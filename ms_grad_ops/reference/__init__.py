@@ -7,11 +7,12 @@ from .lightning_indexer import (
     attention_softmax_stats,
     indexer_kl_loss,
     lightning_indexer,
+    lightning_indexer_grad,
     sparse_lightning_indexer_grad_kl_loss,
 )
 from .rope import rope, rope_grad
 from .sparse_flash_attention import sparse_flash_attention, sparse_flash_attention_grad
 
 __all__ = ["attention_softmax_stats", "cla_gate_backward", "cla_gate_merge", "indexer_kl_loss", "lightning_indexer",
-           "rope", "rope_grad", "sparse_flash_attention", "sparse_flash_attention_grad",
+           "lightning_indexer_grad", "rope", "rope_grad", "sparse_flash_attention", "sparse_flash_attention_grad",
            "sparse_lightning_indexer_grad_kl_loss"]

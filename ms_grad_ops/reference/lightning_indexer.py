@@ -1,6 +1,6 @@
-"""Float64 references of ``lightning_indexer`` and ``sparse_lightning_indexer_grad_kl_loss``
-(SPEC section 4), plus the main-attention softmax statistics (SPEC section 3) that feed the
-indexer's teacher distribution.
+"""Float64 references of ``lightning_indexer``, its value gradient ``lightning_indexer_grad`` and
+``sparse_lightning_indexer_grad_kl_loss`` (SPEC section 4), plus the main-attention softmax
+statistics (SPEC section 3) that feed the indexer's teacher distribution.
 
 Shapes (TND; BSND adds B, S and drops the cumulative lengths):
     query ``[T1, N1, D]``, key ``[T2, 1, D]``, query_rope ``[T1, N1, Dr]``, key_rope ``[T2, 1, Dr]``,
@@ -63,15 +63,29 @@ def _bsnd_lengths(b: int, s1: int, s2: int) -> tuple[np.ndarray, np.ndarray]:
     return np.arange(1, b + 1) * s1, np.arange(1, b + 1) * s2
 
 
-def _visible(rows: _Rows, sparse_indices: np.ndarray, t: int) -> np.ndarray:
-    """Global key rows of the visible selected keys of query row t, in slot order."""
+def _visible_slots(rows: _Rows, sparse_indices: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """(slot numbers, global key rows) of the visible selected keys of query row t, in slot order.
+    ``-1`` slots and keys the mask hides are skipped; an index ``< -1`` or ``>= S2_b`` raises."""
     idx = np.asarray(sparse_indices[t]).reshape(-1).astype(np.int64)
     if np.any(idx < -1):
         raise IndexError(f"sparse index below -1 in row {t}")
-    idx = idx[idx >= 0]
     if np.any(idx >= rows.key_count[t]):
         raise IndexError(f"sparse index out of range for row {t}")
-    return rows.key_base[t] + idx[idx < rows.limit[t]]
+    slots = np.flatnonzero((idx >= 0) & (idx < rows.limit[t]))
+    return slots, rows.key_base[t] + idx[slots]
+
+
+def _visible(rows: _Rows, sparse_indices: np.ndarray, t: int) -> np.ndarray:
+    """Global key rows of the visible selected keys of query row t, in slot order."""
+    return _visible_slots(rows, sparse_indices, t)[1]
+
+
+def _score_backward(qt: np.ndarray, kt: np.ndarray, wt: np.ndarray, sx: np.ndarray, d_i: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Backward of ``I_j = sum_g w_g relu(Sx[g, j])`` for one query row, ``Sx = qt @ kt.T``:
+    (d_weights ``[Nidx]``, d_query_index ``[Nidx, Didx]``, per-key d_key_index ``[n, Didx]``)."""
+    ds = d_i[None, :] * wt[:, None] * (sx > 0)
+    return np.maximum(sx, 0.0) @ d_i, ds @ kt, ds.T @ qt
 
 
 def _prepare(layout: str, query_index: np.ndarray, key_index: np.ndarray, cum_q: object, cum_k: object
@@ -192,15 +206,43 @@ def sparse_lightning_indexer_grad_kl_loss(
         y = np.exp(log_y)
         loss += float(np.sum(p * (np.log(np.maximum(p, LOG_FLOOR)) - np.log(np.maximum(y, LOG_FLOOR)))))
         d_i = y * p.sum() - p if return_kl_grad else y - p
-        dw[t] = r @ d_i
-        ds = d_i[None, :] * wt[:, None] * (sx > 0)
-        dqi[t] = ds @ kt
-        np.add.at(dki[:, 0], j, ds.T @ qt)
+        dw[t], dqi[t], dk = _score_backward(qt, kt, wt, sx, d_i)
+        np.add.at(dki[:, 0], j, dk)
     if layout == "BSND":
         dqi = dqi.reshape(query_index.shape)
         dki = dki.reshape(key_index.shape)
         dw = dw.reshape(weights.shape)
     return dqi, dki, dw, loss
+
+
+def lightning_indexer_grad(query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray,
+                           sparse_indices: np.ndarray, d_values: np.ndarray,
+                           actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
+                           layout: str = "BSND", sparse_mode: int = 3
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradient of the selected index scores ``sparse_values[t, 0, k] = I[t, j]``,
+    ``I[t, j] = sum_g weights[t, g] * relu(query_index[t, g] . key_index[j])``, ``j = sparse_indices[t, 0, k]``,
+    for the incoming gradient ``d_values`` (shaped like ``sparse_indices``).
+
+    A ``-1`` slot and a key the mask (``sparse_mode``) hides are skipped (their ``d_values`` entry is
+    never read); duplicate indices each count; an index ``< -1`` or ``>= S2_b`` raises ``IndexError``.
+    Returns float64 (d_query_index, d_key_index, d_weights) shaped like query_index, key_index, weights.
+    """
+    t1, t2, cq, ck = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key)
+    qi, ki, w, si, dv = _to_tnd(layout, query_index, key_index, weights, sparse_indices, d_values)
+    rows = _rows(t1, t2, cq, ck, sparse_mode)
+    dqi = np.zeros(qi.shape)
+    dki = np.zeros(ki.shape)
+    dw = np.zeros(w.shape)
+    for t in range(t1):
+        slots, j = _visible_slots(rows, si, t)
+        if j.size == 0:
+            continue
+        qt, kt, wt = f64(qi[t]), f64(ki[j, 0]), f64(w[t])
+        d_i = f64(dv[t]).reshape(-1)[slots]
+        dw[t], dqi[t], dk = _score_backward(qt, kt, wt, qt @ kt.T, d_i)
+        np.add.at(dki[:, 0], j, dk)
+    return dqi.reshape(query_index.shape), dki.reshape(key_index.shape), dw.reshape(weights.shape)
 
 
 def indexer_kl_loss(*args: np.ndarray | None, **kwargs: object) -> float:

@@ -1,0 +1,34 @@
+// Shape rules of `lightning_indexer_grad`, the gradient of lightning_indexer's sparse_values.
+//
+// Inputs (TND; BSND adds B, S): query_index [T1, Nidx, Didx], key_index [T2, 1, Didx], weights
+// [T1, Nidx] (see lightning_indexer_common.h), sparse_indices int32 [T1, 1, K], d_values float32 of
+// the shape of sparse_indices, actual_seq_lengths_query/key (placeholders when None).
+// Attributes: layout, sparse_mode.
+// Outputs: d_query_index, d_key_index, d_weights with the shapes and dtypes of their inputs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lightning_indexer_common.h"
+
+namespace mgo::infer {
+
+inline InferResult lightning_indexer_grad(const std::vector<TensorDesc>& in, const std::string& layout,
+                                          int64_t sparse_mode) {
+  const Checker c("lightning_indexer_grad");
+  c.arity(in, 7);
+  const IndexerLayout l = parse_indexer_layout(c, layout);
+  check_indexer_sparse_mode(c, sparse_mode);
+  const TensorDesc &qi = in[0], &ki = in[1], &w = in[2], &si = in[3], &dv = in[4];
+  check_indexer_tensors(c, l, qi, ki, w);
+  check_sparse_indices(c, l, si, "query_index", qi);
+  c.same_shape("d_values", dv, "sparse_indices", si);
+  if (dv.dtype != DType::kUnknown && dv.dtype != DType::kFloat32) {
+    c.type_error(std::string("argument 'd_values' must be float32, got ") + dtype_name(dv.dtype));
+  }
+  check_seq_lengths(c, l == IndexerLayout::kBSND, in[5], in[6], "actual_seq_lengths_key");
+  return {{qi.shape, ki.shape, w.shape}, {qi.dtype, ki.dtype, w.dtype}};
+}
+
+}  // namespace mgo::infer
