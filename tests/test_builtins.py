@@ -123,14 +123,14 @@ class _SfaCell(nn.Cell):
 
 
 def _sfa_case(rng: np.random.Generator, layout: str) -> tuple[dict, list | None]:
-    """BSND [2, 5, 4, 8] or TND with lengths [5, 2]; rope 4; K 3 with -1 slots."""
+    """BSND [2, 5, 4, 8] / [2, 6, 1, 8] or TND with lengths [5, 2] / [6, 3]; rope 4; K 3 with -1 slots."""
     if layout == "BSND":
-        qs, ks, ids, lens = (2, 5, 4), (2, 6, 1), (2, 5, 1, 3), None
+        qs, ks, ids, lens, high = (2, 5, 4), (2, 6, 1), (2, 5, 1, 3), None, 6
     else:
-        qs, ks, ids, lens = (7, 4), (9, 1), (7, 1, 3), ([5, 7], [6, 9])
+        qs, ks, ids, lens, high = (7, 4), (9, 1), (7, 1, 3), ([5, 7], [6, 9]), 3
     arr = {"q": rng.standard_normal((*qs, 8)), "k": rng.standard_normal((*ks, 8)), "v": rng.standard_normal((*ks, 8)),
            "qr": rng.standard_normal((*qs, 4)), "kr": rng.standard_normal((*ks, 4))}
-    idx = rng.integers(-1, 5, ids).astype(np.int32)
+    idx = rng.integers(-1, high, ids).astype(np.int32)
     idx[..., 0] = 0
     return {**{k: quantize(v, "float32") for k, v in arr.items()}, "idx": idx}, lens
 
