@@ -371,8 +371,8 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=8)
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--topk", type=int, default=4, help="sparse stage top-k (< seq-len)")
-    parser.add_argument("--dense-steps", type=int, default=5)
-    parser.add_argument("--sparse-steps", type=int, default=5)
+    parser.add_argument("--dense-steps", type=int, default=40)
+    parser.add_argument("--sparse-steps", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--check", action="store_true",
                         help="first print the (a)/(b) comparisons of tests/test_mindformers_dsa.py as JSON")
