@@ -199,13 +199,14 @@ def test_sparse_flash_attention_grad(installed: None, exec_mode: str) -> None:
         assert_close(to_np(g), w, "float32", "attention", f"d_{n}")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("layout", ["BSND", "TND"])
-def test_lightning_indexer_values_grad(installed: None, exec_mode: str, layout: str) -> None:
+def test_lightning_indexer_values_grad(installed: None, exec_mode: str, layout: str, dtype: str) -> None:
     """d(sum(values * c)) over the valid slots, for query, key and weights, against the float64
     reference of the value gradient; the -1 slots (-inf values) carry nothing."""
     rng = np.random.default_rng(15)
     shapes = ((2, 6, 3, 8), (2, 6, 1, 8), (2, 6, 3)) if layout == "BSND" else ((9, 3, 8), (9, 1, 8), (9, 3))
-    q, k, w = (quantize(rng.standard_normal(s), "float32") for s in shapes)
+    q, k, w = (quantize(rng.standard_normal(s), dtype) for s in shapes)
     kk = 4
     cell = _LiCell(kk, layout)
     idx, _ = ref.lightning_indexer(q, k, w, sparse_count=kk, layout=layout)
@@ -213,14 +214,16 @@ def test_lightning_indexer_values_grad(installed: None, exec_mode: str, layout: 
 
     def loss(q: Tensor, k: Tensor, w: Tensor) -> Tensor:
         _, values = cell(q, k, w)
+        values = values.astype(ms.float32)  # MindSpore's CPU ops mostly lack bfloat16
         finite = msops.select(values > -3.0e38, values, msops.zeros_like(values))
         return (finite * Tensor(coef.astype(np.float32))).sum()
 
-    got = ms.grad(loss, grad_position=(0, 1, 2))(*(to_ms(a, "float32") for a in (q, k, w)))
+    got = ms.grad(loss, grad_position=(0, 1, 2))(*(to_ms(a, dtype) for a in (q, k, w)))
     want = ref.lightning_indexer_grad(q, k, w, idx, coef, layout=layout)
     for g, wv, n in zip(got, want, ("d_query", "d_key", "d_weights")):
         assert np.linalg.norm(wv) > 0, n
-        assert_close(to_np(g), wv, "float32", "attention", n)
+        assert g.dtype == to_ms(q, dtype).dtype, n
+        assert_close(to_np(g), wv, dtype, "attention", n)
 
 
 # --------------------------------------------------------------------------------------------
