@@ -1,4 +1,4 @@
-"""Fuzz cases of the eight ops, run inside the fuzz worker process (tests/_fuzz_worker.py).
+"""Fuzz cases of the nine ops, run inside the fuzz worker process (tests/_fuzz_worker.py).
 
 A case is a JSON-able dict made by the hypothesis strategies of tests/test_fuzz_ops.py:
 ``{"op", "kind": "valid" | "malformed", "mode": "pynative" | "graph", "seed", "cfg": {...},
@@ -243,9 +243,31 @@ def _token_indices(rng: np.random.Generator, batches: list, k: int, tok: tuple) 
     return np.asarray(out, np.int32).reshape(*tok, 1, k) if out else np.zeros((*tok, 1, k), np.int32)
 
 
+def build_indexer_grad(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
+    """lightning_indexer_grad: random indices with duplicates, -1 anywhere and (mode 3) keys the
+    mask hides; NaN in d_values at -1 slots (never read)."""
+    batches, tq, tk = _geometry(c)
+    dt, wdt, nidx, didx, k = c["dtype"], c["wdtype"], c["nidx"], c["didx"], c["k"]
+    qi, ki = _fl(rng, (*tq, nidx, didx), dt, 0.5), _fl(rng, (*tk, 1, didx), dt)
+    w = _fl(rng, (*tq, nidx), wdt, 1 / np.sqrt(nidx))
+    rows = [np.where(rng.random(k) < 0.25, -1, rng.integers(0, s2, k)) if s2 else np.full(k, -1)
+            for s1, s2 in batches for _ in range(s1)]
+    idx = np.asarray(rows, np.int32).reshape(*tq, 1, k)
+    dv = rng.standard_normal(idx.shape)
+    dv[idx == -1] = np.nan
+    si, dvals = _Arr(idx, "int32"), _Arr(dv.astype(np.float32).astype(np.float64), "float32")
+    lq, lk = _call_lens(c)
+    rq, rk = _ref_lens(c)
+    attrs = {"layout": c["layout"], "sparse_mode": c["mode"]}
+    call = Call(op, {"query_index": qi, "key_index": ki, "weights": w, "sparse_indices": si, "d_values": dvals},
+                {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk, **attrs})
+    return call, (lambda: list(ref.lightning_indexer_grad(qi.a, ki.a, w.a, si.a, dvals.a, rq, rk, **attrs)))
+
+
 BUILDERS = {"rope": build_rope, "rope_grad": build_rope, "cla_gate_merge": build_cla, "cla_gate_backward": build_cla,
             "sparse_flash_attention": build_sfa, "sparse_flash_attention_grad": build_sfa,
-            "lightning_indexer": build_indexer, "sparse_lightning_indexer_grad_kl_loss": build_indexer}
+            "lightning_indexer": build_indexer, "lightning_indexer_grad": build_indexer_grad,
+            "sparse_lightning_indexer_grad_kl_loss": build_indexer}
 FAMILY = {"rope": "elementwise", "rope_grad": "elementwise", "cla_gate_merge": "elementwise",
           "cla_gate_backward": "elementwise"}
 

@@ -25,6 +25,8 @@ _CONSTRAINED = {
     "sparse_flash_attention_grad": [("d_out", -1), ("out", -2), ("softmax_max", -1), ("softmax_sum", -2),
                                     ("key", -1), ("sparse_indices", -3), ("key_rope", -1)],
     "lightning_indexer": [("key_index", -1), ("key_index", -2), ("weights", -1), ("weights", -2)],
+    "lightning_indexer_grad": [("key_index", -1), ("key_index", -2), ("weights", -1), ("weights", -2),
+                               ("sparse_indices", -2), ("d_values", -1), ("d_values", -2)],
     "sparse_lightning_indexer_grad_kl_loss": [("key", -1), ("key", -2), ("key_index", -1), ("weights", -1),
                                               ("softmax_max", -1), ("softmax_sum", -2), ("sparse_indices", -2),
                                               ("query_rope", -2)],

@@ -195,6 +195,9 @@ def _case(op_name: str, **over: object) -> tuple:
         "lightning_indexer": ([("query_index", t((4, 2, 8))), ("key_index", t((6, 1, 8))), ("weights", t((4, 2)))],
                               dict(actual_seq_lengths_query=[4], actual_seq_lengths_key=[6], sparse_count=3,
                                    layout="TND")),
+        "lightning_indexer_grad": ([("query_index", t((4, 2, 8))), ("key_index", t((6, 1, 8))), ("weights", t((4, 2))),
+                                    ("sparse_indices", idx), ("d_values", t((4, 1, 3)))],
+                                   dict(actual_seq_lengths_query=[4], actual_seq_lengths_key=[6], layout="TND")),
         "sparse_lightning_indexer_grad_kl_loss": (
             [("query", t((4, 2, 8))), ("key", t((6, 1, 8))), ("query_index", t((4, 2, 8))),
              ("key_index", t((6, 1, 8))), ("weights", t((4, 2))), ("sparse_indices", idx),
@@ -208,7 +211,8 @@ def _case(op_name: str, **over: object) -> tuple:
 
 _DTYPE_CASES = [("rope_grad", "q_grad", (11, 256)), ("cla_gate_backward", "global_attn", (5, 3, 8)),
                 ("sparse_flash_attention", "key", (6, 1, 8)), ("lightning_indexer", "weights", (4, 2)),
-                ("sparse_lightning_indexer_grad_kl_loss", "query_index", (4, 2, 8))]
+                ("sparse_lightning_indexer_grad_kl_loss", "query_index", (4, 2, 8)),
+                ("lightning_indexer_grad", "key_index", (6, 1, 8))]
 
 
 _DTYPE_CASES = [(*c, d) for c in _DTYPE_CASES for d in (ms.int8, ms.uint8, ms.int16, ms.complex64)]
@@ -254,6 +258,8 @@ ATTRIBUTE_CASES = [
     ("rope_grad", dict(mode=None), TypeError, r"rope_grad: attribute 'mode' must be a str, got NoneType None"),
     ("cla_gate_backward", dict(input_attn_layout=None), TypeError,
      r"cla_gate_backward: attribute 'input_attn_layout' must be a str, got NoneType None"),
+    ("lightning_indexer_grad", dict(sparse_mode=2), ValueError,
+     r"lightning_indexer_grad: attribute 'sparse_mode' must be 0 \(no mask\) or 3 \(rightDownCausal\), got 2"),
 ]
 
 
@@ -277,6 +283,8 @@ _RANK_CASES = [
     ("lightning_indexer", dict(query_index=t(())), r"lightning_indexer: argument 'query_index' must be 3-D, got shape \[\]"),
     ("sparse_lightning_indexer_grad_kl_loss", dict(key=t(())), r"argument 'key' must be 3-D, got shape \[\]"),
     ("cla_gate_merge", dict(global_gate_logits=t(())), r"argument 'global_gate_logits' must be 2-D, got shape \[\]"),
+    ("lightning_indexer_grad", dict(sparse_indices=Tensor(np.zeros((4, 3), np.int32))),
+     r"lightning_indexer_grad: argument 'sparse_indices' must be 3-D, got shape \[4, 3\]"),
 ]
 
 
@@ -288,7 +296,7 @@ def test_wrong_rank_is_reported_as_a_rank_error(exec_mode: str, op: str, over: d
 
 
 @pytest.mark.parametrize("op", ["rope", "rope_grad", "cla_gate_backward", "cla_gate_merge", "sparse_flash_attention",
-                                "sparse_flash_attention_grad", "lightning_indexer",
+                                "sparse_flash_attention_grad", "lightning_indexer", "lightning_indexer_grad",
                                 "sparse_lightning_indexer_grad_kl_loss"])
 def test_the_error_cases_start_from_a_valid_call(op: str) -> None:
     """The cases above break one rule each: the unbroken call runs."""
@@ -301,7 +309,7 @@ def test_the_error_cases_start_from_a_valid_call(op: str) -> None:
 # --- every tensor argument and attribute of every op: the error names the op and that argument ---
 
 _OPS = ["rope", "rope_grad", "cla_gate_backward", "cla_gate_merge", "sparse_flash_attention", "sparse_flash_attention_grad",
-        "lightning_indexer", "sparse_lightning_indexer_grad_kl_loss"]
+        "lightning_indexer", "lightning_indexer_grad", "sparse_lightning_indexer_grad_kl_loss"]
 _OPTIONAL_TENSORS = {  # optional tensor arguments, given so that they can be broken too
     "sparse_flash_attention": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
     "sparse_flash_attention_grad": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
@@ -310,6 +318,7 @@ _OPTIONAL_TENSORS = {  # optional tensor arguments, given so that they can be br
 _LENGTHS = {"rope": ["q_seq_len"], "rope_grad": ["q_seq_len"], "sparse_flash_attention": ["actual_seq_lengths_query", "actual_seq_lengths_kv"],
             "sparse_flash_attention_grad": ["actual_seq_lengths_query", "actual_seq_lengths_kv"],
             "lightning_indexer": ["actual_seq_lengths_query", "actual_seq_lengths_key"],
+            "lightning_indexer_grad": ["actual_seq_lengths_query", "actual_seq_lengths_key"],
             "sparse_lightning_indexer_grad_kl_loss": ["actual_seq_lengths_query", "actual_seq_lengths_key"]}
 
 

@@ -1,5 +1,5 @@
 """ms.grad through the functional ops (their primitives carry the fused grad kernel as bprop), in
-PyNative and GRAPH mode, vs the float64 reference; lightning_indexer says it has no gradient."""
+PyNative and GRAPH mode, vs the float64 reference; the grad ops say they have none."""
 from __future__ import annotations
 
 import mindspore as ms
@@ -87,16 +87,20 @@ def test_sparse_flash_attention_bf16_kv_passed_twice(exec_mode: str) -> None:
     assert_close(to_np(got[1]), dk + dv, "bfloat16", "attention", "d_key + d_value")
 
 
-def test_lightning_indexer_has_no_gradient(exec_mode: str) -> None:
+def test_lightning_indexer_values(exec_mode: str) -> None:
+    """The values' gradient flows to the selected keys (tests/test_lightning_indexer_grad.py has the rest)."""
     rng = np.random.default_rng(4)
+    qi, ki, w, dv = _f32(rng, 6, 2, 4), _f32(rng, 6, 1, 4), _f32(rng, 6, 2), _f32(rng, 6, 1, 3)
 
     def loss(qi: Tensor, ki: Tensor, w: Tensor) -> Tensor:
-        return mgo.ops.lightning_indexer(qi, ki, w, sparse_count=3, layout="TND")[1].sum()
+        idx, val = mgo.ops.lightning_indexer(qi, ki, w, sparse_count=3, layout="TND")
+        return (ms.ops.where(idx >= 0, val, 0.0) * Tensor(dv)).sum()
 
-    with pytest.raises(RuntimeError, match="lightning_indexer has no gradient: .*stop_gradient"):
-        g = ms.grad(loss, grad_position=0)(Tensor(_f32(rng, 6, 2, 4)), Tensor(_f32(rng, 6, 1, 4)),
-                                           Tensor(_f32(rng, 6, 2)))
-        g.asnumpy()
+    got = ms.grad(loss, grad_position=(0, 1, 2))(Tensor(qi), Tensor(ki), Tensor(w))
+    idx, _ = mgo.ops.lightning_indexer(Tensor(qi), Tensor(ki), Tensor(w), sparse_count=3, layout="TND")
+    want = ref.lightning_indexer_grad(qi, ki, w, idx.asnumpy(), dv, layout="TND")
+    for g, wv, what in zip(got, want, ("d_query_index", "d_key_index", "d_weights")):
+        assert_close(to_np(g), wv, "float32", "attention", what)
 
 
 def test_grad_op_has_no_gradient(exec_mode: str) -> None:

@@ -84,6 +84,18 @@ def test_float32_keys_in_place_read_only_selected_rows() -> None:
         np.testing.assert_allclose(g, np.reshape(w, np.shape(g)), rtol=1e-4, atol=1e-6)
 
 
+def test_float32_duplicate_indices_are_gathered_not_used_in_place() -> None:
+    """Sorted duplicates [0, 0, 0, 3] span four rows without being rows 0..3: a span-only check
+    multiplied rows 0..3 in place (silently wrong gradients and loss)."""
+    case = make_case(np.random.default_rng(11), "float32", "float32", "TND", 0, lens_q=[3], lens_k=[6], k=4, drop=0.0)
+    a = case.arrays
+    a["sparse_indices"][:, 0] = [[0, 0, 0, 3], [5, 1, 1, 4], [2, 3, 4, 5]]
+    stats = ref.attention_softmax_stats(a["query"], a["key"], a["sparse_indices"], a["query_rope"], a["key_rope"],
+                                        case.lens_q, case.lens_k, scale_value=case.scale, layout="TND", sparse_mode=0)
+    a["softmax_max"], a["softmax_sum"] = (x.astype(np.float32).astype(np.float64) for x in stats)
+    check(case, "float32", "float32")
+
+
 def test_relu_boundary_exact_zeros() -> None:
     """Integer-valued index tensors make many q.k exactly 0: the mask is strictly Sx > 0."""
     rng = np.random.default_rng(4)
