@@ -1,0 +1,192 @@
+"""MindSpore 2.10's built-in ``sparse_flash_attention`` and ``lightning_indexer`` on CPU.
+
+The two functions here take exactly the signatures MindSpore documents for its built-ins (the first
+line of each docstring in ``mindspore/ops/functional_overload.py``) and return what they return,
+computed by this package's kernels (``ms_grad_ops.ops``). ``install()`` binds them onto every name
+through which code reaches the built-ins (``mindspore.ops.sparse_flash_attention``,
+``mindspore.ops.function.nn_func.lightning_indexer``, ... and any module that imported them by name)
+when the device target is CPU, so unmodified MindSpore code (MindSpore Transformers' DSA layers)
+runs there, GRAPH mode included: an attribute rebound on ``mindspore.ops`` is what a graph resolves
+at compile time. ``uninstall()`` puts MindSpore's functions back. On Ascend nothing is touched.
+
+Arguments that cannot be honoured on CPU raise a ``ValueError`` naming the op and the argument:
+``block_table`` (PageAttention) and the ``PA_BSND`` layout, unequal query/key layouts,
+``pre_tokens``/``next_tokens`` other than their defaults, an ``attention_mode`` other than 0/2,
+``sparse_mode`` other than 0/3.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import mindspore as ms
+from mindspore import Tensor
+from mindspore import ops as msops
+from mindspore.ops import constexpr
+
+from . import ops as _ops
+
+__all__ = ["install", "installed", "lightning_indexer", "sparse_flash_attention", "uninstall"]
+
+# The built-ins' default for pre_tokens/next_tokens; 2**31 - 1 (CANN's aclnn default, this
+# package's SPEC) means the same "unbounded" and is accepted too.
+_UNBOUNDED = 2**63 - 1
+_UNBOUNDED_VALUES = (2**63 - 1, 2**31 - 1)
+_LAYOUTS = ("BSND", "TND")
+_MODES = (0, 3)
+# attention_mode: 0 (the default: plain attention, rope optional) and 2 (MLA-absorb, which the
+# built-in requires on Ascend and which needs the rope pair). The kernel computes both the same way.
+_ATTENTION_MODES = (0, 2)
+
+
+def _bad(op: str, arg: str, value: object, why: str) -> ValueError:
+    return ValueError(f"{op}: argument '{arg}' = {value!r} is not supported by ms_grad_ops on CPU: {why}")
+
+
+@constexpr
+def _check_common(op: str, has_block_table: bool, layout_q: str, kv_arg: str, layout_kv: str, sparse_mode: int,
+                  pre_tokens: int, next_tokens: int) -> bool:
+    """The arguments both built-ins share. constexpr: in GRAPH mode this runs at compile time."""
+    if has_block_table:
+        raise _bad(op, "block_table", "a Tensor", "PageAttention (a paged KV cache) is not implemented; pass the "
+                   "key tensor itself with layout 'BSND' or 'TND'")
+    if layout_kv == "PA_BSND":
+        raise _bad(op, kv_arg, layout_kv, "PageAttention (a paged KV cache) is not implemented")
+    if layout_q not in _LAYOUTS:
+        raise _bad(op, "layout_query", layout_q, f"expected one of {_LAYOUTS}")
+    if layout_kv != layout_q:
+        raise _bad(op, kv_arg, layout_kv, f"it must equal layout_query ({layout_q!r}); the kernels take one layout")
+    if isinstance(sparse_mode, bool) or sparse_mode not in _MODES:
+        raise _bad(op, "sparse_mode", sparse_mode, "only 0 (no mask) and 3 (rightDownCausal) exist here")
+    for arg, value in (("pre_tokens", pre_tokens), ("next_tokens", next_tokens)):
+        if isinstance(value, bool) or value not in _UNBOUNDED_VALUES:
+            raise _bad(op, arg, value, f"only the default {_UNBOUNDED} (2^63-1, or 2^31-1) is supported: modes 0/3 "
+                       "take no token band")
+    return True
+
+
+@constexpr
+def _check_attention_mode(attention_mode: int, has_rope: bool) -> bool:
+    if isinstance(attention_mode, bool) or attention_mode not in _ATTENTION_MODES:
+        raise _bad("sparse_flash_attention", "attention_mode", attention_mode,
+                   "only 0 and 2 (MLA-absorb) have a meaning here")
+    if attention_mode == 2 and not has_rope:
+        raise ValueError("sparse_flash_attention: attention_mode=2 (MLA-absorb) needs 'query_rope' and 'key_rope'")
+    return True
+
+
+def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor, sparse_indices: Tensor, scale_value: float, *,
+                           block_table: Tensor | None = None,
+                           actual_seq_lengths_query: Tensor | Sequence[int] | None = None,
+                           actual_seq_lengths_kv: Tensor | Sequence[int] | None = None,
+                           query_rope: Tensor | None = None, key_rope: Tensor | None = None,
+                           sparse_block_size: int = 1, layout_query: str = "BSND", layout_kv: str = "BSND",
+                           sparse_mode: int = 3, pre_tokens: int = _UNBOUNDED, next_tokens: int = _UNBOUNDED,
+                           attention_mode: int = 0, return_softmax_lse: bool = False
+                           ) -> tuple[Tensor, Tensor, Tensor]:
+    """``mindspore.ops.sparse_flash_attention`` on this package's kernel (``ms_grad_ops.ops``).
+
+    Same arguments as MindSpore 2.10's built-in. ``layout_query`` (= ``layout_kv``) becomes
+    ``layout``; ``value`` is passed as given (the built-in requires it; pass ``None`` to get the
+    fused shared-latent backward, which the built-in's signature does not offer). Differentiable
+    (fused ``sparse_flash_attention_grad`` bprop; the statistics carry no gradient), any float
+    dtype, any D/Dr/N1/K on CPU.
+
+    Returns:
+        ``(attention_out, softmax_max, softmax_sum)`` whatever ``return_softmax_lse`` says (the
+        built-in's tuple): attention_out like query; float32 statistics ``[B, N2, S1, N1/N2]``
+        (BSND) or ``[N2, T1, N1/N2]`` (TND), natural base, over the scaled logits. With
+        ``return_softmax_lse=False`` the built-in leaves them unspecified; here they are the real
+        statistics either way.
+    """
+    op = "sparse_flash_attention"
+    _check_common(op, block_table is not None, layout_query, "layout_kv", layout_kv, sparse_mode, pre_tokens,
+                  next_tokens)
+    _check_attention_mode(attention_mode, query_rope is not None and key_rope is not None)
+    return _ops.sparse_flash_attention(query, key, value, sparse_indices, query_rope, key_rope,
+                                       actual_seq_lengths_query, actual_seq_lengths_kv, scale_value=scale_value,
+                                       sparse_block_size=sparse_block_size, layout=layout_query,
+                                       sparse_mode=sparse_mode)
+
+
+def lightning_indexer(query: Tensor, key: Tensor, weights: Tensor, *,
+                      actual_seq_lengths_query: Tensor | Sequence[int] | None = None,
+                      actual_seq_lengths_key: Tensor | Sequence[int] | None = None,
+                      block_table: Tensor | None = None, layout_query: str = "BSND", layout_key: str = "BSND",
+                      sparse_count: int = 2048, sparse_mode: int = 3, pre_tokens: int = _UNBOUNDED,
+                      next_tokens: int = _UNBOUNDED, return_value: bool = False) -> tuple[Tensor, Tensor]:
+    """``mindspore.ops.lightning_indexer`` on this package's kernel (``ms_grad_ops.ops``).
+
+    Same arguments as MindSpore 2.10's built-in; ``layout_query`` (= ``layout_key``) becomes
+    ``layout``. Ties go to the lower key index.
+
+    Returns:
+        ``(sparse_indices, sparse_values)``, ``[B, S1, 1, sparse_count]`` (BSND) or
+        ``[T1, 1, sparse_count]`` (TND): int32 key indices local to the batch in descending score
+        order, ``-1`` in slots beyond the visible keys; their scores ``sum_g w_g relu(q_g . k)``
+        in the query's dtype (rounded from the kernel's float32; ``-inf`` in the ``-1`` slots),
+        differentiable with respect to query, key and weights through the values (the indices
+        carry none). With ``return_value=False`` the built-in leaves the values unspecified; here
+        they are the real values either way.
+    """
+    op = "lightning_indexer"
+    _check_common(op, block_table is not None, layout_query, "layout_key", layout_key, sparse_mode, pre_tokens,
+                  next_tokens)
+    indices, values = _ops.lightning_indexer(query, key, weights, actual_seq_lengths_query, actual_seq_lengths_key,
+                                             sparse_count=sparse_count, layout=layout_query, sparse_mode=sparse_mode)
+    return indices, msops.cast(values, query.dtype)
+
+
+_OURS = {"sparse_flash_attention": sparse_flash_attention, "lightning_indexer": lightning_indexer}
+# (module name, attribute) -> MindSpore's function it held before install().
+_saved: dict[tuple[str, str], object] = {}
+
+
+def _device_target() -> str:
+    return ms.get_context("device_target")
+
+
+def _mindspore_builtins() -> dict[str, object]:
+    """MindSpore's own function objects (whatever install() has rebound since)."""
+    from mindspore.ops import functional_overload
+
+    found = {name: _saved.get(("mindspore.ops.functional_overload", name), getattr(functional_overload, name))
+             for name in _OURS}
+    return found
+
+
+def installed() -> bool:
+    """Whether ``install()`` has rebound the built-ins (and ``uninstall()`` not yet restored them)."""
+    return bool(_saved)
+
+
+def install() -> bool:
+    """On a CPU device target, binds this module's two functions onto every module attribute that
+    holds MindSpore's built-in ``sparse_flash_attention``/``lightning_indexer``: ``mindspore.ops``,
+    ``mindspore.ops.functional_overload``, ``mindspore.ops.function``, ``mindspore.ops.function.nn_func``
+    and any module already imported that took them by name. Modules imported later that do
+    ``from mindspore import ops`` (MindSpore Transformers) or import the names see ours. Call it
+    before compiling graphs that use them. Idempotent; returns True when ours are bound, False on
+    another device target (nothing is touched there: Ascend keeps its own kernels)."""
+    if _device_target() != "CPU":
+        return False
+    originals = _mindspore_builtins()
+    for module_name, module in list(sys.modules.items()):
+        attrs = getattr(module, "__dict__", None)
+        if not isinstance(attrs, dict):
+            continue
+        for name, original in originals.items():
+            if attrs.get(name) is original:
+                _saved[(module_name, name)] = original
+                setattr(module, name, _OURS[name])
+    return True
+
+
+def uninstall() -> None:
+    """Restores MindSpore's functions wherever ``install()`` bound ours (attributes rebound by
+    someone else since are left alone). Idempotent."""
+    for (module_name, name), original in list(_saved.items()):
+        module = sys.modules.get(module_name)
+        if module is not None and getattr(module, name, None) is _OURS[name]:
+            setattr(module, name, original)
+        del _saved[(module_name, name)]
