@@ -102,6 +102,29 @@ def test_indexer_grad_gives_nan_for_heads_with_nan_query_index(poison: float) ->
     assert np.isfinite(to_np(got[0])[:4]).all(), "rows of the other batch stay finite"
 
 
+def test_lightning_indexer_grad_nan_reaches_what_it_feeds() -> None:
+    """NaN in one index head of a query row, in one key row, in one weight and in one read
+    d_values slot; NaN in unread slots (-1, hidden keys) reaches nothing."""
+    c = ic.make_case(np.random.default_rng(5), "float32", "float32", layout="TND", lens_q=[4, 5], lens_k=[6, 7],
+                     k=5, drop=0.2)
+    a = c.arrays
+    si = a["sparse_indices"]
+    a["query_index"][6, 1, 2] = np.nan     # row 6, index head 1
+    a["key_index"][2, 0, 3] = np.nan       # key 2 of batch 1
+    a["weights"][7, 0] = np.nan            # row 7, head 0
+    dv = np.random.default_rng(6).standard_normal(si.shape)
+    dv[si < 0] = np.nan
+    dv[8, 0, np.flatnonzero(si[8, 0] >= 0)[0]] = np.nan   # one read slot of row 8
+    args = (to_ms(a["query_index"], "float32"), to_ms(a["key_index"], "float32"), to_ms(a["weights"], "float32"),
+            Tensor(si.astype(np.int32)), Tensor(dv.astype(np.float32)), c.lens_q, c.lens_k)
+    got = ops.lightning_indexer_grad(*args, layout="TND", sparse_mode=3)
+    want = ref.lightning_indexer_grad(a["query_index"], a["key_index"], a["weights"], si, dv, c.lens_q, c.lens_k,
+                                      layout="TND", sparse_mode=3)
+    for name, g, w in zip(("d_query_index", "d_key_index", "d_weights"), got, want):
+        _assert_same_nan(to_np(g), w, f"lightning_indexer_grad {name}")
+        assert np.isnan(w).any() and not np.isnan(w).all(), f"{name}: the case must mix NaN and finite values"
+
+
 def test_lightning_indexer_forward_with_nan_scores_matches_reference() -> None:
     """NaN scores rank below every number (documented); their values are NaN, other rows unchanged."""
     c = ic.make_case(np.random.default_rng(4), "float32", "float32", layout="TND", lens_q=[3, 4], lens_k=[5, 6])

@@ -83,8 +83,10 @@ def _visible(rows: _Rows, sparse_indices: np.ndarray, t: int) -> np.ndarray:
 def _score_backward(qt: np.ndarray, kt: np.ndarray, wt: np.ndarray, sx: np.ndarray, d_i: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Backward of ``I_j = sum_g w_g relu(Sx[g, j])`` for one query row, ``Sx = qt @ kt.T``:
-    (d_weights ``[Nidx]``, d_query_index ``[Nidx, Didx]``, per-key d_key_index ``[n, Didx]``)."""
-    ds = d_i[None, :] * wt[:, None] * (sx > 0)
+    (d_weights ``[Nidx]``, d_query_index ``[Nidx, Didx]``, per-key d_key_index ``[n, Didx]``).
+    The ReLU's step ``[Sx > 0]`` is NaN where Sx is NaN (IEEE: a comparison would give 0 and drop it)."""
+    step = np.where(np.isnan(sx), np.nan, sx > 0)
+    ds = d_i[None, :] * wt[:, None] * step
     return np.maximum(sx, 0.0) @ d_i, ds @ kt, ds.T @ qt
 
 
