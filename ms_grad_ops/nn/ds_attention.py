@@ -7,7 +7,7 @@ from mindspore import ops as msops
 from mindspore.common.initializer import Normal, initializer
 
 from ..ops._checks import cumulative_lengths
-from . import _yarn
+from . import _yarn, deepseek_io
 from .indexer_kl_loss import IndexerKLLoss
 from .lightning_indexer import LightningIndexer
 from .sparse_flash_attention import SparseFlashAttention
@@ -188,6 +188,35 @@ class DSAttention(nn.Cell):
         self.indexer = LightningIndexer(index_topk, layout=layout)
         self.attention = SparseFlashAttention(scale, layout=layout, return_softmax_lse=True)
         self.indexer_loss = IndexerKLLoss(scale, layout=layout)
+
+    # -- DeepSeek checkpoints --------------------------------------------------------------------
+
+    @classmethod
+    def from_deepseek(cls, args: object, **kwargs: object) -> DSAttention:
+        """The layer for DeepSeek's ``ModelArgs`` ``args``: a dict, a path to their ``config.json`` (as
+        ``inference/generate.py`` reads it) or an object with those attributes; missing names take
+        ModelArgs' defaults (e.g. ``max_seq_len`` 16384, so YaRN is on), unknown names are an error.
+        ``kwargs``: further constructor arguments (``layout``, ``dtype``, ``eps``, ``softmax_scale``),
+        or overrides of those ModelArgs give (e.g. ``max_seq_len``)."""
+        return cls(**{**deepseek_io.layer_kwargs(args), **kwargs})
+
+    def load_deepseek_state_dict(self, state: object, prefix: str = "") -> None:
+        """Sets the parameters from one layer's tensors under the names of DeepSeek's ``MLA`` module
+        (``wq_a.weight``, ``q_norm.weight``, ``wq_b.weight``, ``wkv_a.weight``, ``kv_norm.weight``,
+        ``wkv_b.weight``, ``wo.weight``, ``indexer.wq_b.weight``, ``indexer.wk.weight``,
+        ``indexer.k_norm.weight``, ``indexer.k_norm.bias``, ``indexer.weights_proj.weight``, each
+        after ``prefix``, e.g. ``"layers.3.attn."``): a mapping of NumPy arrays or the path of a
+        safetensors file (only the names under ``prefix`` are read). ``wkv_b`` ``[H * (nope + v),
+        kv_lora_rank]`` is split per head into ``w_uk`` and ``w_uv``. float8_e4m3fn weights are
+        dequantised with their ``.scale`` (128 x 128 blocks, DeepSeek's FP8 checkpoints); bfloat16
+        and float16 are widened exactly. A missing, unexpected or wrongly shaped tensor raises a
+        ``ValueError`` listing them all."""
+        deepseek_io.load(self, state, prefix)
+
+    def deepseek_state_dict(self, prefix: str = "") -> dict:
+        """The parameters as float32 NumPy arrays under DeepSeek's names (``prefix`` prepended): the
+        inverse of ``load_deepseek_state_dict``, bitwise."""
+        return deepseek_io.state_dict(self, prefix)
 
     # -- helpers -------------------------------------------------------------------------------
 
