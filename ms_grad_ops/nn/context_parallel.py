@@ -1,6 +1,8 @@
 """``nn.ContextParallelDSAttention``: ``DSAttention`` with its tokens sharded over context-parallel ranks."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import mindspore as ms
 from mindspore import Tensor, nn
 from mindspore import ops as msops
@@ -65,7 +67,7 @@ class ContextParallelDSAttention(nn.Cell):
     """
 
     def __init__(self, attn: DSAttention, cp_size: int, group: str | None = None) -> None:
-        super().__init__()
+        super().__init__(auto_prefix=False)     # attn's parameter names stay attn's (see cells_and_names)
         if not isinstance(attn, DSAttention):
             raise TypeError(f"ContextParallelDSAttention: attn must be a DSAttention, got {type(attn).__name__}")
         if not isinstance(cp_size, int) or cp_size < 1:
@@ -84,10 +86,19 @@ class ContextParallelDSAttention(nn.Cell):
         stage = attn.sparse
         self.sparse = SparseStage(stage.attention.attrs["scale_value"], stage.indexer.sparse_count, "TND", attn.dtype)
 
-    def update_parameters_name(self, prefix: str = "", recurse: bool = True) -> None:
-        """Names ``attn``'s parameters as if ``attn`` stood where this Cell stands (``layer.wq_a.weight``,
-        not ``layer.attn.wq_a.weight``): checkpoints move between the two."""
-        self.attn.update_parameters_name(prefix, recurse)
+    def cells_and_names(self, cells: set | None = None, name_prefix: str = "") -> Iterator[tuple[str, nn.Cell]]:
+        """As ``nn.Cell.cells_and_names``, with ``attn`` standing where this Cell stands: its
+        parameters are named ``layer.wq_a.weight``, not ``layer.attn.wq_a.weight``, so parameters
+        and checkpoints carry the same names with and without context parallelism."""
+        seen = cells if cells else set()
+        if self in seen:
+            return
+        seen.add(self)
+        yield name_prefix, self
+        yield from self.attn.cells_and_names(seen, name_prefix)
+        for name, cell in self._cells.items():
+            if cell is not None and cell is not self.attn:
+                yield from cell.cells_and_names(seen, f"{name_prefix}.{name}" if name_prefix else name)
 
     def construct(self, x: Tensor, positions: Tensor, actual_seq_lengths_query: Tensor,
                   actual_seq_lengths_key: Tensor, key_map: Tensor) -> tuple[Tensor, Tensor]:

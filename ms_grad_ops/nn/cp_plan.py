@@ -121,11 +121,16 @@ class ContextParallelPlan:
 
 
 def unshard(plans: Sequence[ContextParallelPlan], arrays: Sequence[np.ndarray]) -> np.ndarray:
-    """Inverse of ``shard`` over all ranks: the packed global array from every rank's local rows."""
+    """Inverse of ``shard`` over all ranks: the packed global array ``[T, ...]`` from every rank's
+    local rows (``[T_local, ...]``, or ``[B, S // cp_size, ...]`` of a BSND plan)."""
     total = int(plans[0].seq_lengths.sum())
-    first = np.asarray(arrays[0])
-    out = np.zeros((total,) + first.shape[1:], first.dtype)
+    out = None
     for plan, array in zip(plans, arrays):
+        array = np.asarray(array)
+        lead = 1 if array.shape[0] == plan.local_tokens else 2
+        rows = array.reshape((plan.local_tokens,) + array.shape[lead:])
+        if out is None:
+            out = np.zeros((total,) + rows.shape[1:], rows.dtype)
         real = plan.tokens >= 0
-        out[plan.tokens[real]] = np.asarray(array).reshape((plan.local_tokens,) + first.shape[1:])[real]
+        out[plan.tokens[real]] = rows[real]
     return out
