@@ -138,11 +138,15 @@ def layer_norm(x: Var, gamma: Var, beta: Var, eps: float) -> Var:
     return xc * unary(var + eps, lambda a: a ** -0.5, lambda a: -0.5 * a ** -1.5) * gamma + beta
 
 
-def rope(x: Var, pos: np.ndarray, theta: float) -> Var:
-    """Interleaved pairs: ``(x0, x1) -> (x0 c - x1 s, x0 s + x1 c)``; x ``[N, H, Dr]``."""
+def rope(x: Var, pos: np.ndarray, theta: float, interleaved: bool = True) -> Var:
+    """Rotary embedding of x ``[N, H, Dr]``: pair i is channels (2i, 2i+1) (interleaved, MLA) or
+    (i, i + Dr/2) (rotate-half, the indexer); ``(x0, x1) -> (x0 c - x1 s, x0 s + x1 c)``."""
     n, h, dr = x.value.shape
     ang = pos[:, None].astype(np.float64) * theta ** (-np.arange(0, dr, 2) / dr)[None, :]
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    if not interleaved:
+        x0, x1 = x[..., :dr // 2], x[..., dr // 2:]
+        return concat([x0 * c - x1 * s, x0 * s + x1 * c], -1)
     x0, x1 = x[..., 0::2], x[..., 1::2]
     y0, y1 = x0 * c - x1 * s, x0 * s + x1 * c
     return concat([y0.reshape(n, h, dr // 2, 1), y1.reshape(n, h, dr // 2, 1)], -1).reshape(n, h, dr)
@@ -194,9 +198,9 @@ def forward(p: dict[str, Var], x: np.ndarray, seq: np.ndarray, pos: np.ndarray, 
     x_d, qr_d = Var(x), Var(qr.value)
     hi, di = cfg["index_n_heads"], cfg["index_head_dim"]
     qi = dense(qr_d, p["wq_idx.weight"]).reshape(n, hi, di)
-    qi = concat([rope(qi[..., :r], pos, th), qi[..., r:]], -1)
+    qi = concat([rope(qi[..., :r], pos, th, interleaved=False), qi[..., r:]], -1)
     ki = layer_norm(dense(x_d, p["wk_idx.weight"]), p["k_norm.gamma"], p["k_norm.beta"], cfg["eps"])
-    ki = concat([rope(ki[:, :r].reshape(n, 1, r), pos, th).reshape(n, r), ki[:, r:]], -1)
+    ki = concat([rope(ki[:, :r].reshape(n, 1, r), pos, th, interleaved=False).reshape(n, r), ki[:, r:]], -1)
     qi, ki = cast(qi, rounding), cast(ki, rounding)
     w = dense(x_d, p["weights_proj.weight"]) * (hi ** -0.5 * di ** -0.5)
     sx = einsum("ngd,md->ngm", qi, ki)

@@ -2,22 +2,15 @@
 from __future__ import annotations
 
 import mindspore as ms
-import numpy as np
 from mindspore import Parameter, Tensor, nn
 from mindspore import ops as msops
 from mindspore.common.initializer import Normal, initializer
 
 from ..ops._checks import cumulative_lengths
+from . import _yarn, deepseek_io
 from .indexer_kl_loss import IndexerKLLoss
 from .lightning_indexer import LightningIndexer
 from .sparse_flash_attention import SparseFlashAttention
-
-
-def rope_tables(max_seq_len: int, rope_dim: int, theta: float) -> tuple[Tensor, Tensor]:
-    """cos/sin ``[max_seq_len, rope_dim // 2]`` float32: angle ``pos * theta**(-2i/rope_dim)`` of pair i."""
-    inv = theta ** (-np.arange(0, rope_dim, 2, dtype=np.float64) / rope_dim)
-    ang = np.arange(max_seq_len, dtype=np.float64)[:, None] * inv[None, :]
-    return Tensor(np.cos(ang).astype(np.float32)), Tensor(np.sin(ang).astype(np.float32))
 
 
 def _rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -28,6 +21,15 @@ def _rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     x0, x1 = pairs[..., 0], pairs[..., 1]
     c, s = cos.expand_dims(1), sin.expand_dims(1)
     return msops.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).reshape(n, h, dr)
+
+
+def _rope_half(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate-half rotary embedding (pair i = channels i and i + Dr/2) on the last axis of ``x``
+    ``[N, H, Dr]`` float32, cos/sin ``[N, Dr // 2]``: DeepSeek's indexer rope (``interleaved=False``)."""
+    half = x.shape[-1] // 2
+    x0, x1 = x[..., :half], x[..., half:]
+    c, s = cos.expand_dims(1), sin.expand_dims(1)
+    return msops.concat((x0 * c - x1 * s, x0 * s + x1 * c), -1)
 
 
 def _positions(t: int, lengths: Tensor) -> Tensor:
@@ -67,7 +69,8 @@ class DSAttention(nn.Cell):
     query tokens (``IndexerKLLoss``). Train on ``task_loss(out) + indexer_loss``: each part reaches
     only its own parameters.
 
-    Structure (DeepSeek-V3.2-Exp ``inference/model.py``, classes ``MLA`` and ``Indexer``):
+    Structure (DeepSeek-V3.2-Exp ``inference/model.py`` as of its "fix indexer rope" commit of
+    2025-11-17, classes ``MLA`` and ``Indexer``):
 
     - query: ``qr = q_norm(wq_a(x))`` (RMSNorm), ``wq_b(qr)`` -> per head ``q_nope``
       (``qk_nope_head_dim``) and ``q_pe`` (``qk_rope_head_dim``, rotated);
@@ -81,7 +84,8 @@ class DSAttention(nn.Cell):
       ``wkv_b`` viewed per head;
     - indexer on the *detached* ``x`` and ``qr``: ``q_idx = wq_idx(qr)`` (``index_n_heads x
       index_head_dim``), ``k_idx = k_norm(wk_idx(x))`` (LayerNorm, one head), rope on their first
-      ``qk_rope_head_dim`` channels (DeepSeek's indexer puts the rope part first, MLA last),
+      ``qk_rope_head_dim`` channels in the rotate-half layout (DeepSeek's indexer puts the rope
+      part first, MLA last; MLA's rope is interleaved),
       ``weights = weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5``; top
       ``index_topk`` keys per query row (``nn.LightningIndexer``, causal);
     - ``indexer_loss = IndexerKLLoss(...)``: KL divergence between the head-averaged main
@@ -92,21 +96,36 @@ class DSAttention(nn.Cell):
     ``index_topk >= S`` makes the attention dense (every visible key is selected): that is the
     dense warm-up stage of DeepSeek-V3.2's training, where the indexer learns the dense attention.
 
-    Differences from DeepSeek's code, on purpose: rope is DeepSeek's interleaved (adjacent pairs)
-    layout computed with MindSpore ops in float32, because the package's ``rope`` kernel is ATB's
-    rotate-half on 128-wide heads with q and k of one shape (here the rope parts are
-    ``qk_rope_head_dim`` wide, interleaved, ``n_heads`` of them for q and one for k; this
-    element-wise work is small beside the attention); plain rope frequencies (no YaRN: give ``softmax_scale`` to
-    reproduce its mscale); no Hadamard rotation of the indexer's q/k (it exists for their FP8
-    quantisation; an orthogonal map of both leaves ``q . k`` unchanged); no FP8, no KV cache.
+    Rope: MLA's q_pe/k_pe in DeepSeek's interleaved layout (adjacent channel pairs), the indexer's
+    in the rotate-half layout (pair i = channels i and i + Dr/2), as DeepSeek's current code does.
+    Their first V3.2-Exp release rotated the indexer interleaved too and this layer followed it;
+    DeepSeek's 2025-11-17 fix (README: "the input tensor to RoPE in the indexer module requires a
+    non-interleaved layout") says the checkpoint was trained rotate-half, so with its weights the
+    interleaved indexer selects the wrong keys. Frequencies are YaRN-extended exactly as DeepSeek's
+    ``precompute_freqs_cis`` when ``max_seq_len > original_seq_len`` (``_yarn``), and the softmax
+    scale then carries DeepSeek's ``mscale**2`` factor. Tables are computed in float64, stored
+    float32 (DeepSeek computes the angles in float32).
+
+    Differences from DeepSeek's code, on purpose: rope is computed with MindSpore ops in float32,
+    because the package's ``rope`` kernel is ATB's rotate-half on 128-wide heads with q and k of one
+    shape (here the rope parts are ``qk_rope_head_dim`` wide, ``n_heads`` of them for q and one for
+    k; this element-wise work is small beside the attention); no Hadamard rotation of the indexer's
+    q/k (it exists for their FP8 quantisation; an orthogonal map of both leaves ``q . k``
+    unchanged); no FP8 (weights and activations in float; ``load_deepseek_state_dict`` dequantises
+    FP8 weights), no KV cache.
 
     Args (DeepSeek-V3.2 671B values in brackets):
         dim: model width [7168]. n_heads: attention heads [128]. q_lora_rank: [1536] (> 0).
         kv_lora_rank: latent width = the attention's D [512]. qk_nope_head_dim: [128].
         qk_rope_head_dim: the attention's Dr, even [64]. v_head_dim: [128].
         index_n_heads: [64]. index_head_dim: [128] (>= qk_rope_head_dim). index_topk: K [2048].
-        max_seq_len: positions covered by the rope tables (>= the longest sequence). rope_theta: [10000].
-        softmax_scale: attention logit scale; None = ``(qk_nope_head_dim + qk_rope_head_dim)**-0.5``.
+        max_seq_len: positions covered by the rope tables (>= the longest sequence) [DeepSeek's
+            ModelArgs default 16384]. rope_theta: [10000].
+        original_seq_len, rope_factor, beta_fast, beta_slow, mscale: YaRN, applied when
+            ``max_seq_len > original_seq_len`` [DeepSeek's defaults 4096, 40, 32, 1, 1.0].
+        softmax_scale: attention logit scale; None = ``(qk_nope_head_dim + qk_rope_head_dim)**-0.5``,
+            times ``(0.1 * mscale * ln(rope_factor) + 1)**2`` with YaRN (DeepSeek's MLA); a value
+            given is used as it is.
         layout: "BSND" or "TND". dtype: the dtype of the fused kernels' inputs (float32, float16
             or bfloat16); parameters, projections and norms stay float32 (MindSpore's CPU backend
             has no bfloat16 MatMul). eps: norm epsilon [1e-6].
@@ -114,8 +133,11 @@ class DSAttention(nn.Cell):
 
     def __init__(self, dim: int, n_heads: int, q_lora_rank: int, kv_lora_rank: int, qk_nope_head_dim: int,
                  qk_rope_head_dim: int, v_head_dim: int, index_n_heads: int, index_head_dim: int, index_topk: int,
-                 *, max_seq_len: int, rope_theta: float = 10000.0, softmax_scale: float | None = None,
-                 layout: str = "BSND", dtype: ms.dtype = ms.float32, eps: float = 1e-6) -> None:
+                 *, max_seq_len: int, rope_theta: float = _yarn.ROPE_THETA, softmax_scale: float | None = None,
+                 layout: str = "BSND", dtype: ms.dtype = ms.float32, eps: float = 1e-6,
+                 original_seq_len: int = _yarn.ORIGINAL_SEQ_LEN, rope_factor: float = _yarn.ROPE_FACTOR,
+                 beta_fast: float = _yarn.BETA_FAST, beta_slow: float = _yarn.BETA_SLOW,
+                 mscale: float = _yarn.MSCALE) -> None:
         super().__init__()
         if layout not in ("BSND", "TND"):
             raise ValueError(f"DSAttention: layout must be \"BSND\" or \"TND\", got {layout!r}")
@@ -127,11 +149,20 @@ class DSAttention(nn.Cell):
         if min(dim, n_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, v_head_dim, index_n_heads,
                index_topk, max_seq_len) <= 0:
             raise ValueError("DSAttention: every size must be positive")
+        if max_seq_len > original_seq_len and min(original_seq_len, rope_factor, beta_fast, beta_slow) <= 0:
+            raise ValueError(f"DSAttention: YaRN (max_seq_len {max_seq_len} > original_seq_len {original_seq_len}) "
+                             f"needs positive original_seq_len, rope_factor ({rope_factor}), beta_fast "
+                             f"({beta_fast}) and beta_slow ({beta_slow})")
         self.layout, self.dtype = layout, dtype
         self.n_heads, self.rope_dim = n_heads, qk_rope_head_dim
         self.nope_dim, self.kv_rank, self.v_dim = qk_nope_head_dim, kv_lora_rank, v_head_dim
         self.index_heads, self.index_dim = index_n_heads, index_head_dim
-        scale = (qk_nope_head_dim + qk_rope_head_dim) ** -0.5 if softmax_scale is None else float(softmax_scale)
+        if softmax_scale is None:
+            scale = (qk_nope_head_dim + qk_rope_head_dim) ** -0.5 * _yarn.softmax_scale_factor(
+                max_seq_len, original_seq_len, rope_factor, mscale)
+        else:
+            scale = float(softmax_scale)
+        self.softmax_scale = scale
 
         self.wq_a = _dense(dim, q_lora_rank)
         self.q_norm = _RMSNorm(q_lora_rank, eps)
@@ -150,8 +181,40 @@ class DSAttention(nn.Cell):
         self.weights_proj = _dense(dim, index_n_heads)
         self.weights_scale = index_n_heads ** -0.5 * index_head_dim ** -0.5
 
-        self.cos, self.sin = rope_tables(max_seq_len, qk_rope_head_dim, rope_theta)
+        yarn = {"original_seq_len": original_seq_len, "rope_factor": rope_factor, "beta_fast": beta_fast,
+                "beta_slow": beta_slow}
+        cos, sin = _yarn.rope_tables(max_seq_len, qk_rope_head_dim, rope_theta, **yarn)
+        self.cos, self.sin = Tensor(cos), Tensor(sin)
         self.sparse = SparseStage(scale, index_topk, layout, dtype)
+
+    # -- DeepSeek checkpoints --------------------------------------------------------------------
+
+    @classmethod
+    def from_deepseek(cls, args: object, **kwargs: object) -> DSAttention:
+        """The layer for DeepSeek's ``ModelArgs`` ``args``: a dict, a path to their ``config.json`` (as
+        ``inference/generate.py`` reads it) or an object with those attributes; missing names take
+        ModelArgs' defaults (e.g. ``max_seq_len`` 16384, so YaRN is on), unknown names are an error.
+        ``kwargs``: further constructor arguments (``layout``, ``dtype``, ``eps``, ``softmax_scale``),
+        or overrides of those ModelArgs give (e.g. ``max_seq_len``)."""
+        return cls(**{**deepseek_io.layer_kwargs(args), **kwargs})
+
+    def load_deepseek_state_dict(self, state: object, prefix: str = "") -> None:
+        """Sets the parameters from one layer's tensors under the names of DeepSeek's ``MLA`` module
+        (``wq_a.weight``, ``q_norm.weight``, ``wq_b.weight``, ``wkv_a.weight``, ``kv_norm.weight``,
+        ``wkv_b.weight``, ``wo.weight``, ``indexer.wq_b.weight``, ``indexer.wk.weight``,
+        ``indexer.k_norm.weight``, ``indexer.k_norm.bias``, ``indexer.weights_proj.weight``, each
+        after ``prefix``, e.g. ``"layers.3.attn."``): a mapping of NumPy arrays or the path of a
+        safetensors file (only the names under ``prefix`` are read). ``wkv_b`` ``[H * (nope + v),
+        kv_lora_rank]`` is split per head into ``w_uk`` and ``w_uv``. float8_e4m3fn weights are
+        dequantised with their ``.scale`` (128 x 128 blocks, DeepSeek's FP8 checkpoints); bfloat16
+        and float16 are widened exactly. A missing, unexpected or wrongly shaped tensor raises a
+        ``ValueError`` listing them all."""
+        deepseek_io.load(self, state, prefix)
+
+    def deepseek_state_dict(self, prefix: str = "") -> dict:
+        """The parameters as float32 NumPy arrays under DeepSeek's names (``prefix`` prepended): the
+        inverse of ``load_deepseek_state_dict``, bitwise."""
+        return deepseek_io.state_dict(self, prefix)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -166,6 +229,11 @@ class DSAttention(nn.Cell):
                              "(every batch holds S tokens)")
         return cumulative_lengths("DSAttention", "actual_seq_lengths", actual_seq_lengths)
 
+    def _tables_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos/sin float32 ``[N, Dr // 2]`` at the int ``positions [N]`` (each token's position in its
+        sequence); both ropes (MLA's interleaved, the indexer's rotate-half) read these tables."""
+        return msops.gather(self.cos, positions, 0), msops.gather(self.sin, positions, 0)
+
     def _tables(self, x: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor]:
         """cos/sin ``[N, Dr // 2]`` for the N = B*S (or T) tokens of ``x``."""
         if self.layout == "BSND":
@@ -174,8 +242,7 @@ class DSAttention(nn.Cell):
             return msops.tile(cos, (b, 1)), msops.tile(sin, (b, 1))
         if lengths is None:
             return self.cos[:x.shape[0]], self.sin[:x.shape[0]]
-        pos = _positions(x.shape[0], lengths)
-        return msops.gather(self.cos, pos, 0), msops.gather(self.sin, pos, 0)
+        return self._tables_at(_positions(x.shape[0], lengths))
 
     def _shape(self, t: Tensor, lead: tuple) -> Tensor:
         """``[N, H, D]`` -> ``[B, S, H, D]`` (BSND) or unchanged (TND), in the kernels' dtype."""
@@ -188,9 +255,9 @@ class DSAttention(nn.Cell):
         x, qr = msops.stop_gradient(x), msops.stop_gradient(qr)
         n, r = x.shape[0], self.rope_dim
         q = self.wq_idx(qr).reshape(n, self.index_heads, self.index_dim)
-        q = msops.concat((_rope_interleaved(q[..., :r], cos, sin), q[..., r:]), -1)
+        q = msops.concat((_rope_half(q[..., :r], cos, sin), q[..., r:]), -1)
         k = self.k_norm(self.wk_idx(x)).reshape(n, 1, self.index_dim)
-        k = msops.concat((_rope_interleaved(k[..., :r], cos, sin), k[..., r:]), -1)
+        k = msops.concat((_rope_half(k[..., :r], cos, sin), k[..., r:]), -1)
         w = self.weights_proj(x) * self.weights_scale
         return self._shape(q, lead), self._shape(k, lead), w.reshape(lead + (self.index_heads,))
 
@@ -224,10 +291,6 @@ class DSAttention(nn.Cell):
         latent = self.kv_norm(kv[:, :self.kv_rank]).reshape(n, 1, self.kv_rank)
         k_pe = _rope_interleaved(kv[:, self.kv_rank:].reshape(n, 1, self.rope_dim), cos, sin)
         return qr, q_lat, q_pe, latent, k_pe
-
-    def _tables_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """cos/sin ``[N, Dr // 2]`` at the int ``positions [N]`` (each token's position in its sequence)."""
-        return msops.gather(self.cos, positions, 0), msops.gather(self.sin, positions, 0)
 
     def _output(self, o: Tensor) -> Tensor:
         """The attention's latent output ``[N, H, D]`` (any float dtype) -> ``[N, dim]`` float32."""
