@@ -276,6 +276,11 @@ class DSAttention(nn.Cell):
         lengths = self._lengths(actual_seq_lengths)
         return self.sparse.indexer(q_idx, k_idx, weights, lengths, lengths)[0]
 
+    @property
+    def indexer(self) -> LightningIndexer:
+        """The top-``index_topk`` selection Cell (held by ``self.sparse``)."""
+        return self.sparse.indexer
+
     # -- stages (shared with nn.ContextParallelDSAttention) -------------------------------------
 
     def _project(self, flat: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
