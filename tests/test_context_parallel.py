@@ -188,6 +188,8 @@ def test_collectives_match_one_process(runs: tuple[Path, dict], case: str) -> No
     assert all(bool(r["same_bits"]) for r in ranks), "a second run gave other bits"
     attn, want_out, _, want_loss, want_grads = _reference(layout, sizes, ranks[0])
     plans = [worker.plan_of(layout, sizes, 2, r) for r in range(2)]
+    for p, r in zip(plans, ranks):
+        assert not r["out"].reshape(p.local_tokens, -1)[p.tokens < 0].any(), "padding rows must be zero"
     _check("out", unshard(plans, [r["out"] for r in ranks]), want_out)
     loss = sum(float(r["loss"][0]) for r in ranks)
     assert abs(loss - want_loss) <= 1e-6 * abs(want_loss), (loss, want_loss)
