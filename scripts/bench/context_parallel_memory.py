@@ -140,7 +140,7 @@ def measure(seq: int, cp: int, work: Path, timeout: float) -> list[dict]:
     env = child_env()
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("MS_ROLE", None)
-    me = [str(Path(__file__).resolve()), "--worker", "--seq", str(seq)]
+    me = [str(Path(__file__).resolve()), "--as-worker", "--seq", str(seq)]
     if cp == 1:
         res = subprocess.run([sys.executable, *me], capture_output=True, text=True, env=env, timeout=timeout)
         return _rows(res.stdout)
@@ -157,9 +157,9 @@ def main() -> None:
     parser.add_argument("--seq", type=int, nargs="+", default=[8192, 16384])
     parser.add_argument("--cp", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--as-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker:
+    if args.as_worker:
         worker(args.seq[0])
         return
     import tempfile
