@@ -89,13 +89,13 @@ def test_plan_bsnd_and_errors() -> None:
 
 # -- ranks simulated in one process ----------------------------------------------------------
 
-def _reference(layout: str, sizes: object, init: dict[str, np.ndarray] | None = None
+def _reference(layout: str, sizes: object, init: dict[str, np.ndarray] | None = None, dtype: ms.dtype = ms.float32
                ) -> tuple[mgo.nn.DSAttention, np.ndarray, np.ndarray, float, list[np.ndarray]]:
     """``(layer, out [T, dim], d_out, indexer_loss, gradients)`` of DSAttention on the whole batch
     for ``sum(out * d_out) + indexer_loss`` (parameters from ``init`` when given)."""
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_seed(1)
-    attn = mgo.nn.DSAttention(**worker.CFG, max_seq_len=32, layout=layout)
+    attn = mgo.nn.DSAttention(**worker.CFG, max_seq_len=32, layout=layout, dtype=dtype)
     for p in attn.trainable_params() if init is not None else ():
         p.set_data(Tensor(init[f"init:{p.name}"]))
     x, d_out = worker.case_data(layout, sizes)
@@ -116,12 +116,15 @@ def _check(name: str, got: np.ndarray, want: np.ndarray, tol: float = 1e-6) -> N
     assert err <= tol, f"{name}: relative L2 {err:.3g} > {tol}"
 
 
-# CP = 2 runs over msrun below.
-@pytest.mark.parametrize(("layout", "sizes", "cp"), [("TND", [13, 16, 17, 39], 3), ("BSND", (2, 12), 3)])
-def test_simulated_ranks_match_one_process(layout: str, sizes: object, cp: int) -> None:
+# float32 CP = 2 runs over msrun below. bfloat16: the key-side gradients are rounded to bfloat16 per
+# key segment by the kernels and then summed, against once in one process (seen: 2e-3..4e-3).
+@pytest.mark.parametrize(("layout", "sizes", "cp", "dtype", "tol"),
+                         [("TND", [13, 16, 17, 39], 3, ms.float32, 1e-6), ("BSND", (2, 12), 3, ms.float32, 1e-6),
+                          ("TND", [13, 16, 17, 39], 2, ms.bfloat16, 1e-2)])
+def test_simulated_ranks_match_one_process(layout: str, sizes: object, cp: int, dtype: ms.dtype, tol: float) -> None:
     """The wrapper's two stages per rank, the all-gather replaced by a concatenation (so autodiff
-    sums the ranks' key gradients): output, loss and every gradient within 1e-6 of one process."""
-    attn, want_out, d_out, want_loss, want_grads = _reference(layout, sizes)
+    sums the ranks' key gradients): output, loss and every gradient within ``tol`` of one process."""
+    attn, want_out, d_out, want_loss, want_grads = _reference(layout, sizes, dtype=dtype)
     layer = mgo.nn.ContextParallelDSAttention(attn, 1)
     plans = [worker.plan_of(layout, sizes, cp, r) for r in range(cp)]
     x = worker.case_data(layout, sizes)[0]
@@ -141,10 +144,10 @@ def test_simulated_ranks_match_one_process(layout: str, sizes: object, cp: int) 
     outs = [o.asnumpy() for o in outs]
     for p, o in zip(plans, outs):
         assert not o[p.tokens < 0].any(), "padding rows must be zero"
-    _check("out", unshard(plans, outs), want_out)
-    assert abs(sum(float(v.asnumpy()[0]) for v in losses) - want_loss) <= 1e-6 * abs(want_loss)
+    _check("out", unshard(plans, outs), want_out, tol)
+    assert abs(sum(float(v.asnumpy()[0]) for v in losses) - want_loss) <= tol * abs(want_loss)
     for p, g, w in zip(attn.trainable_params(), grads, want_grads):
-        _check(p.name, g.asnumpy(), w)
+        _check(p.name, g.asnumpy(), w, tol)
 
 
 def test_parameter_names_as_without_context_parallelism() -> None:
