@@ -78,10 +78,12 @@ class TrainStep(nn.Cell):
     """One Adam step on ``task + kl`` with the gradients summed over all ranks and divided by the
     data-parallel degree; returns the global ``(task, kl)`` before the update."""
 
-    def __init__(self, loss: Loss, lr: float, world: int, dp: int) -> None:
+    def __init__(self, loss: Loss, lr: float, world: int, dp: int, optimizer: str = "adam") -> None:
         super().__init__()
         self.loss, self.world, self.dp = loss, world, dp
-        self.optimizer = nn.Adam(loss.trainable_params(), learning_rate=lr)
+        params = loss.trainable_params()
+        self.optimizer = nn.Adam(params, learning_rate=lr) if optimizer == "adam" else \
+            nn.Momentum(params, learning_rate=lr, momentum=0.9)
         self.grad = ms.value_and_grad(self._total, None, self.optimizer.parameters, has_aux=True)
         self.reducer = nn.DistributedGradReducer(self.optimizer.parameters, mean=True, degree=dp) if world > 1 \
             else None
@@ -123,6 +125,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--log-every", type=int, default=1)
     parser.add_argument("--save", default=None, help="write the final parameters to DIR/rank_<rank>.npz")
+    parser.add_argument("--optimizer", choices=("adam", "momentum"), default="adam",
+                        help="adam (the demo's) or SGD with momentum 0.9")
     args = parser.parse_args()
 
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -147,7 +151,7 @@ def main() -> None:
     total = int(cum[-1]) * dp
     ms.set_seed(0)                                       # same initial parameters on every rank
     model = Model(task.vocab, task.classes, args.dim, args.seq_len, args.topk, args.layout, cp, group)
-    step = TrainStep(Loss(model, total), args.lr, world, dp)
+    step = TrainStep(Loss(model, total), args.lr, world, dp, args.optimizer)
     plan = ContextParallelPlan(cum, cp, cp_rank)
     if cp > 1:
         extra = tuple(Tensor(a) for a in plan.inputs())

@@ -34,7 +34,9 @@ from ms_grad_ops.nn import ContextParallelPlan
 from ms_grad_ops.nn.cp_plan import chunk_bounds, unshard
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "dsa_context_parallel.py"
-TRAIN = [*TINY, "--batch", "4", "--steps", "3", "--layout", "TND"]
+# SGD with momentum: Adam's sign-like first steps turn rounding-level gradient differences into
+# drift (README, Context parallel), which is not what this compares.
+TRAIN = [*TINY, "--batch", "4", "--steps", "3", "--layout", "TND", "--optimizer", "momentum", "--lr", "0.1"]
 
 
 # -- the plan (NumPy only) --------------------------------------------------------------------
@@ -221,5 +223,4 @@ def test_training_matches_one_process(runs: tuple[Path, dict]) -> None:
     assert sorted(cp[0].files) == sorted(ref.files) and len(ref.files) > 10
     for name in ref.files:
         assert np.array_equal(cp[0][name], cp[1][name]), f"{name}: ranks differ"
-        # Adam's update divides by sqrt(v): 1e-7 gradient differences can move a near-zero parameter more.
-        _check(name, cp[0][name], ref[name], tol=1e-5)
+        _check(name, cp[0][name], ref[name])
