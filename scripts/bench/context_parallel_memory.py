@@ -158,13 +158,17 @@ def main() -> None:
     parser.add_argument("--cp", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--as-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--report-only", action="store_true", help="rewrite the Markdown from results.jsonl")
     args = parser.parse_args()
+    if args.report_only:
+        write_report()
+        return
     if args.as_worker:
         worker(args.seq[0])
         return
     import tempfile
 
-    from common import append_results, run_context, write_markdown
+    from common import append_results, run_context
     ctx = run_context(BENCH)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -182,6 +186,12 @@ def main() -> None:
                              "sizes": SIZES})
                 print(json.dumps(rows[-1]), flush=True)
     append_results(ctx, rows)
+    write_report()
+
+
+def write_report() -> None:
+    """Rewrites ``benchmarks/context_parallel_memory.md`` from the latest run in results.jsonl."""
+    from common import write_markdown
     mib = 1 << 20
     columns = [("S", lambda r: str(r["seq"])), ("ranks", lambda r: str(r["cp"])),
                ("tokens per rank", lambda r: str(r["local_tokens"])),
@@ -198,7 +208,9 @@ def main() -> None:
                     "before it (after a warm-up step on a short sequence); CP runs are msrun workers on "
                     "127.0.0.1, one value per rank.",
                     "Formula: `model_bytes` in scripts/bench/context_parallel_memory.py (README, Context "
-                    "parallel)."])
+                    "parallel).",
+                    "Step times are wall times on a machine shared with other jobs (load average 11-16 during "
+                    "the 2026-12-03 run): not a speed measurement."])
 
 
 if __name__ == "__main__":
