@@ -1,5 +1,5 @@
 """Main job: train a small model built on ``ms_grad_ops.nn.DSAttention`` in GRAPH mode on a
-long-context task whose answer depends on a few distant tokens, in DeepSeek-V3.2's two stages.
+long-context task whose answer depends on a few distant tokens, following DeepSeek-V3.2's recipe.
 
 Task (``Task``): each sequence of ``--seq-len`` tokens is noise except up to ``--needles``
 marker tokens at random positions of its first half; marker i carries a value in
@@ -8,22 +8,27 @@ marker tokens at random positions of its first half; marker i carries a value in
 the markers: with top-k sparse attention, the lightning indexer has to put them inside its top
 ``--topk`` keys, or the answer is lost.
 
-Stages (DeepSeek-V3.2 paper): (1) dense warm-up: the attention sees every visible key (K = S);
-the model learns the task and the indexer learns the attention distribution through its KL loss
-(DeepSeek starts from a trained dense model and freezes it here; this model starts from scratch,
-so both train, each from its own loss: the indexer's input is detached). (2) sparse training: the
-attention sees only the indexer's top-k keys; the task loss trains the model, the KL loss over
-the selected keys trains the indexer. The same model trained dense for the same number of steps
-is the baseline. Recall = fraction of (query row, present marker) pairs whose marker is in
-the top-k.
+Stages (DeepSeek-V3.2 paper, which continues training a dense checkpoint): (0) dense training of
+the main model (attention over every visible key, K = S; the indexer untouched) - the stand-in for
+the dense checkpoint; (1) indexer warm-up: the main model frozen, attention still dense, only the
+indexer trains, on the KL divergence to the main attention summed over heads and L1-normalised;
+(2) sparse training: attention over the indexer's top-k keys, the task loss trains the model and
+the KL loss over the selected keys trains the indexer (its input is detached). Between stages the
+model is saved to a safetensors file (the attention under DeepSeek's tensor names through
+``deepseek_state_dict``) and the next stage's model is built from that file
+(``load_deepseek_state_dict``). Baseline: the stage-0 model trained on densely for as many steps as
+stage 2. Recall = fraction of (query row, present marker) pairs whose marker is in the top-k.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
 
 import mindspore as ms
 import numpy as np
+import safetensors.numpy
 from mindspore import Tensor, nn
 from mindspore import ops as msops
 
@@ -107,15 +112,25 @@ class Loss(nn.Cell):
 class TrainStep(nn.Cell):
     """One Adam step on ``task + kl`` (each reaches only its own parameters). Returns the losses,
     the predictions and the top-k keys *before* the update: every batch is new, so these measure
-    the model on unseen data."""
+    the model on unseen data. ``groups``: parameter lists with learning rates of their own
+    (:meth:`set_learning_rates`; 0 freezes a group without compiling another graph)."""
 
-    def __init__(self, loss: Loss, lr: float, data_parallel: bool = False) -> None:
+    def __init__(self, loss: Loss, lr: float, data_parallel: bool = False, groups: list | None = None) -> None:
         super().__init__()
         self.loss = loss
-        self.optimizer = nn.Adam(loss.trainable_params(), learning_rate=lr)
+        params = loss.trainable_params() if groups is None else [{"params": g, "lr": lr} for g in groups]
+        self.optimizer = nn.Adam(params, learning_rate=lr)
+        self.group_starts = np.cumsum([0] + [len(g) for g in groups or []])[:-1].tolist()
         self.grad = ms.value_and_grad(self._total, None, self.optimizer.parameters, has_aux=True)
         # Data parallel: every rank applies the mean of all ranks' gradients (AllReduce).
         self.reducer = nn.DistributedGradReducer(self.optimizer.parameters, mean=True) if data_parallel else None
+
+    def set_learning_rates(self, *lrs: float) -> None:
+        """One learning rate per group given to the constructor (the optimizer holds one learning-rate
+        Parameter per group, listed once for each of the group's parameters)."""
+        for start, lr in zip(self.group_starts, lrs):
+            param = self.optimizer.learning_rate[start]
+            param.set_data(Tensor(lr, param.dtype))
 
     def _total(self, tokens: Tensor, labels: Tensor) -> tuple[Tensor, ...]:
         task, kl, pred, top = self.loss(tokens, labels)
@@ -130,10 +145,10 @@ class TrainStep(nn.Cell):
 
 
 def train(name: str, step: TrainStep, task: Task, steps: int, batch: int, log_every: int
-          ) -> tuple[float, float]:
+          ) -> dict[str, float]:
     """Runs ``steps`` steps, printing means over each window of ``log_every``; returns the last
-    window's (accuracy, recall)."""
-    start, window = time.time(), []
+    window's means (task loss, indexer KL, recall, accuracy)."""
+    start, window, last = time.time(), [], {}
     for i in range(steps):
         tokens, labels, where = task.batch(batch)
         loss, kl, pred, top = step(Tensor(tokens), Tensor(labels))
@@ -146,13 +161,39 @@ def train(name: str, step: TrainStep, task: Task, steps: int, batch: int, log_ev
             print(f"[{name}] step {i + 1:4d}  task loss {loss_m:.4f}  indexer KL {kl_m:.4f}  "
                   f"top-{step.loss.topk.sparse_count} recall {recall:.3f}  accuracy {acc:.3f}  "
                   f"({time.time() - start:.0f} s)", flush=True)
-            window = []
-    return float(acc), float(recall)
+            last, window = {"loss": loss_m, "kl": kl_m, "recall": recall, "accuracy": acc}, []
+    return last
 
 
-def copy_parameters(src: nn.Cell, dst: nn.Cell) -> None:
-    for p, q in zip(src.get_parameters(), dst.get_parameters()):
-        q.set_data(p.data.copy())
+ATTN = "layers.0.attn."     # the attention's tensors, under DeepSeek's names
+REST = "model."             # the other parameters, under their MindSpore names
+
+
+def _rest(model: Model) -> dict:
+    """The parameters outside the attention by their names inside ``model`` (``p.name`` changes
+    once a Cell wraps the model)."""
+    return {name: p for name, p in model.parameters_and_names() if not name.startswith("attn.")}
+
+
+def save_checkpoint(model: Model, path: str) -> None:
+    """One safetensors file: the attention through ``deepseek_state_dict``, the rest as they are."""
+    rest = {REST + name: p.asnumpy() for name, p in _rest(model).items()}
+    safetensors.numpy.save_file({**model.attn.deepseek_state_dict(ATTN), **rest}, path)
+
+
+def load_checkpoint(model: Model, path: str) -> None:
+    model.attn.load_deepseek_state_dict(path, prefix=ATTN)
+    saved = {k[len(REST):]: v for k, v in safetensors.numpy.load_file(path).items() if k.startswith(REST)}
+    params = _rest(model)
+    if sorted(saved) != sorted(params):
+        raise ValueError(f"{path}: parameters {sorted(saved)} do not match the model's {sorted(params)}")
+    for name, p in params.items():
+        p.set_data(Tensor(saved[name]))
+
+
+def same_parameters(a: nn.Cell, b: nn.Cell) -> bool:
+    pa, pb = dict(a.parameters_and_names()), dict(b.parameters_and_names())
+    return sorted(pa) == sorted(pb) and all(np.array_equal(pa[k].asnumpy(), pb[k].asnumpy()) for k in pa)
 
 
 def task_arguments(parser: argparse.ArgumentParser) -> None:
@@ -175,9 +216,11 @@ def make_task(args: argparse.Namespace, seed: int = 0) -> Task:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     task_arguments(parser)
-    parser.add_argument("--warmup-steps", type=int, default=80)
-    parser.add_argument("--sparse-steps", type=int, default=60)
+    parser.add_argument("--dense-steps", type=int, default=60, help="stage 0: dense training")
+    parser.add_argument("--warmup-steps", type=int, default=40, help="stage 1: indexer warm-up, model frozen")
+    parser.add_argument("--sparse-steps", type=int, default=60, help="stage 2 (and the dense baseline)")
     parser.add_argument("--log-every", type=int, default=20)
+    parser.add_argument("--checkpoint", default=None, help="checkpoint file (default: a temporary one)")
     args = parser.parse_args()
 
     start = time.time()
@@ -185,22 +228,55 @@ def main() -> None:
     ms.set_device("CPU")
     ms.set_seed(0)
     task = make_task(args)
+    ckpt = args.checkpoint or os.path.join(tempfile.mkdtemp(), "dsa_demo.safetensors")
 
+    def run(name: str, step: TrainStep, steps: int) -> dict[str, float]:
+        return train(name, step, task, steps, args.batch, args.log_every)
+
+    # One dense model and one compiled step serve stages 0 and 1 and the baseline: the main model
+    # and the indexer are two optimizer groups, a learning rate of 0 freezes one.
     dense = Model(task.vocab, task.classes, args.dim, args.seq_len, topk=args.seq_len)
-    dense_step = TrainStep(Loss(dense, args.queries, args.topk), args.lr)
-    print(f"stage 1: dense warm-up ({args.warmup_steps} steps, attention over all keys, K = S = {args.seq_len})")
-    train("dense warm-up", dense_step, task, args.warmup_steps, args.batch, args.log_every)
+    idx_cells = (dense.attn.wq_idx, dense.attn.wk_idx, dense.attn.k_norm, dense.attn.weights_proj)
+    indexer = {id(p) for cell in idx_cells for p in cell.trainable_params()}
+    main_params = [p for p in dense.trainable_params() if id(p) not in indexer]
+    dense_step = TrainStep(Loss(dense, args.queries, args.topk), args.lr,
+                           groups=[main_params, [p for p in dense.trainable_params() if id(p) in indexer]])
+
+    print(f"stage 0: dense training ({args.dense_steps} steps, attention over all keys, K = S = {args.seq_len}; "
+          "indexer frozen)")
+    dense_step.set_learning_rates(args.lr, 0.0)
+    results = {"stage 0 dense": run("stage 0 dense", dense_step, args.dense_steps)}
+    before = {k: v.copy() for k, v in dense.attn.deepseek_state_dict().items()}
+    save_checkpoint(dense, ckpt)
+    load_checkpoint(dense, ckpt)
+    assert all(np.array_equal(before[k], v) for k, v in dense.attn.deepseek_state_dict().items())
+    print(f"checkpoint {ckpt}: saved and reloaded bitwise (attention under DeepSeek's tensor names)")
+
+    print(f"stage 1: indexer warm-up ({args.warmup_steps} steps, main model frozen, dense KL target)")
+    dense_step.set_learning_rates(0.0, args.lr)
+    results["stage 1 warm-up"] = run("stage 1 warm-up", dense_step, args.warmup_steps)
+    save_checkpoint(dense, ckpt)
 
     sparse = Model(task.vocab, task.classes, args.dim, args.seq_len, topk=args.topk)
-    copy_parameters(dense, sparse)
-    sparse_step = TrainStep(Loss(sparse, args.queries, args.topk), args.lr)
-    print(f"stage 2: sparse training ({args.sparse_steps} steps, top-{args.topk} of up to {args.seq_len} keys)")
-    acc_sparse, recall = train("sparse", sparse_step, task, args.sparse_steps, args.batch, args.log_every)
-    print(f"baseline: the same model kept dense for {args.sparse_steps} more steps")
-    acc_dense, _ = train("dense", dense_step, task, args.sparse_steps, args.batch, args.log_every)
-    print(f"final accuracy (last {args.log_every} steps, unseen batches): sparse top-{args.topk} {acc_sparse:.3f}, "
-          f"dense {acc_dense:.3f} (chance {1 / task.classes:.3f}); top-{args.topk} recall {recall:.3f}; "
-          f"{time.time() - start:.0f} s in all")
+    load_checkpoint(sparse, ckpt)
+    assert same_parameters(dense, sparse), "the checkpoint did not reload bitwise"
+    print(f"checkpoint {ckpt}: saved and loaded bitwise into the sparse model (top-{args.topk})")
+    print(f"stage 2: sparse training ({args.sparse_steps} steps, top-{args.topk} of up to {args.seq_len} keys, "
+          "KL over the selected keys)")
+    results["stage 2 sparse"] = run("stage 2 sparse", TrainStep(Loss(sparse, args.queries, args.topk), args.lr),
+                                    args.sparse_steps)
+
+    print(f"baseline: the stage-1 model trained on with dense attention for {args.sparse_steps} steps")
+    dense_step.set_learning_rates(args.lr, args.lr)
+    results["dense baseline"] = run("dense baseline", dense_step, args.sparse_steps)
+    print(f"summary (means over the last {args.log_every} steps, unseen batches; chance accuracy "
+          f"{1 / task.classes:.3f}; recall of the top-{args.topk}):")
+    for name, r in results.items():
+        print(f"  {name:16s} task loss {r['loss']:.4f}  indexer KL {r['kl']:.4f}  recall {r['recall']:.3f}  "
+              f"accuracy {r['accuracy']:.3f}")
+    print(f"final accuracy: sparse top-{args.topk} {results['stage 2 sparse']['accuracy']:.3f}, dense "
+          f"{results['dense baseline']['accuracy']:.3f} after as many steps; top-{args.topk} recall "
+          f"{results['stage 2 sparse']['recall']:.3f}; {time.time() - start:.0f} s in all")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import _deepseek_oracle as oracle
 import mindspore as ms
@@ -133,6 +134,10 @@ def test_from_deepseek_config_json(tmp_path: Path) -> None:
         mgo.nn.DSAttention.from_deepseek({**config, "n_kv_heads": 2})
     with pytest.raises(ValueError, match="q_lora_rank must be > 0"):
         mgo.nn.DSAttention.from_deepseek({k: v for k, v in config.items() if k != "q_lora_rank"})
+    from_object = mgo.nn.DSAttention.from_deepseek(SimpleNamespace(**config), max_seq_len=8192, rope_factor=4)
+    assert math.isclose(from_object.softmax_scale, 16 ** -0.5 * (0.1 * math.log(4) + 1) ** 2, rel_tol=1e-12)
+    with pytest.raises(ValueError, match="YaRN .* needs positive"):
+        mgo.nn.DSAttention.from_deepseek(config, max_seq_len=8192, rope_factor=0)
 
 
 def _small_layer(**over: int) -> mgo.nn.DSAttention:

@@ -82,8 +82,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
         pass  # result() reports the timeout
     children = {
         "msrun": msrun,
-        "demo": _Child([sys.executable, str(SCRIPTS / "dsa_demo.py"), *TINY, "--batch", "4", "--warmup-steps", "3",
-                        "--sparse-steps", "2", "--log-every", "1"], work, "demo"),
+        "demo": _Child([sys.executable, str(SCRIPTS / "dsa_demo.py"), *TINY, "--batch", "4", "--dense-steps", "2",
+                        "--warmup-steps", "3", "--sparse-steps", "2", "--log-every", "1"], work, "demo"),
         "one": _Child([sys.executable, *dp_args, "--save", str(work / "one")], work, "one"),
     }
     yield work, children
@@ -93,9 +93,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
     assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
 
 
-def test_demo_runs_both_stages(runs: tuple[Path, dict[str, _Child]]) -> None:
+def test_demo_runs_every_stage(runs: tuple[Path, dict[str, _Child]]) -> None:
     out = runs[1]["demo"].result()
-    for line in ("[dense warm-up] step    3", "[sparse] step    2", "[dense] step    2", "final accuracy"):
+    for line in ("[stage 0 dense] step    2", "saved and reloaded bitwise", "[stage 1 warm-up] step    3",
+                 "saved and loaded bitwise into the sparse model", "[stage 2 sparse] step    2",
+                 "[dense baseline] step    2", "final accuracy"):
         assert line in out, out[-3000:]
 
 
