@@ -8,8 +8,8 @@ chunks ``c`` and ``2C-1-c`` (``ContextParallelPlan``). ``ContextParallelDSAttent
 the key side over the C ranks of a replica (the world group when D = 1, else a group per
 replica). The task loss (cross-entropy at the last ``--queries`` positions of every sequence)
 and the indexer KL loss are sums over tokens divided by the global counts, so the sum over all
-ranks divided by D is the one-process loss; every rank applies that sum of gradients (AllReduce
-over the world, divided by D). Each rank prints the global loss per step (AllReduce) and with
+ranks is the one-process loss; every rank applies the sum of all ranks' gradients (AllReduce over
+the world). Each rank prints the global loss per step (AllReduce) and with
 ``--save DIR`` writes its parameters to ``DIR/rank_<w>.npz`` (names as ``trainable_params()``).
 
 ``--layout TND`` packs the sequences of a batch with uneven lengths (sequence b drops
@@ -75,18 +75,18 @@ class Loss(nn.Cell):
 
 
 class TrainStep(nn.Cell):
-    """One Adam step on ``task + kl`` with the gradients summed over all ranks and divided by the
-    data-parallel degree; returns the global ``(task, kl)`` before the update."""
+    """One optimizer step on ``task + kl`` with the gradients summed over all ranks (every rank's
+    losses are its share of the global sums, data and context parallel alike); returns the global
+    ``(task, kl)`` before the update."""
 
-    def __init__(self, loss: Loss, lr: float, world: int, dp: int, optimizer: str = "adam") -> None:
+    def __init__(self, loss: Loss, lr: float, world: int, optimizer: str = "adam") -> None:
         super().__init__()
-        self.loss, self.world, self.dp = loss, world, dp
+        self.loss = loss
         params = loss.trainable_params()
         self.optimizer = nn.Adam(params, learning_rate=lr) if optimizer == "adam" else \
             nn.Momentum(params, learning_rate=lr, momentum=0.9)
         self.grad = ms.value_and_grad(self._total, None, self.optimizer.parameters, has_aux=True)
-        self.reducer = nn.DistributedGradReducer(self.optimizer.parameters, mean=True, degree=dp) if world > 1 \
-            else None
+        self.reducer = nn.DistributedGradReducer(self.optimizer.parameters, mean=False) if world > 1 else None
         self.all_reduce = msops.AllReduce() if world > 1 else None
 
     def _total(self, tokens: Tensor, labels: Tensor, weights: Tensor, extra: tuple) -> tuple[Tensor, ...]:
@@ -97,20 +97,21 @@ class TrainStep(nn.Cell):
         (_, task, kl), grads = self.grad(tokens, labels, weights, extra)
         if self.reducer is not None:
             grads = self.reducer(grads)
-            both = self.all_reduce(msops.stack((task, kl))) / self.dp
+            both = self.all_reduce(msops.stack((task, kl)))
             task, kl = both[0], both[1]
         self.optimizer(grads)
         return task, kl
 
 
-def pack(tokens: np.ndarray, queries: int, layout: str) -> tuple[np.ndarray, list[int]]:
-    """The sequences of a batch ``[B, S]`` as packed tokens and their cumulative lengths: BSND
-    keeps every row; TND drops ``(3 b) % 5`` tokens of row b just after its first half (noise:
-    the markers sit in the first half, the answers at the end)."""
+def pack(tokens: np.ndarray, queries: int, layout: str, first: int = 0) -> tuple[np.ndarray, list[int]]:
+    """The sequences of a batch ``[B, S]`` (rows ``first, first + 1, ...`` of the global batch) as
+    packed tokens and their cumulative lengths: BSND keeps every row; TND drops ``(3 b) % 5``
+    tokens of global row b just after its first half (noise: the markers sit in the first half,
+    the answers at the end)."""
     b, s = tokens.shape
     if layout == "BSND":
         return tokens.reshape(-1), list(np.arange(1, b + 1) * s)
-    rows = [np.delete(row, np.arange(s // 2, s // 2 + (3 * i) % 5)) for i, row in enumerate(tokens)]
+    rows = [np.delete(row, np.arange(s // 2, s // 2 + (3 * i) % 5)) for i, row in enumerate(tokens, first)]
     if s // 2 + 4 > s - queries:
         raise SystemExit(f"--layout TND needs --seq-len >= 2 * (--queries + 4), got {s} and {queries}")
     return np.concatenate(rows), list(np.cumsum([len(r) for r in rows]))
@@ -147,11 +148,11 @@ def main() -> None:
         create_group(group, list(range(replica * cp, (replica + 1) * cp)))
     share = args.batch // dp
     task = make_task(args)                               # same global batches on every rank
-    _, cum = pack(np.zeros((share, args.seq_len), np.int32), args.queries, args.layout)
-    total = int(cum[-1]) * dp
+    _, cum = pack(np.zeros((share, args.seq_len), np.int32), args.queries, args.layout, replica * share)
+    total = int(pack(np.zeros((args.batch, args.seq_len), np.int32), args.queries, args.layout)[1][-1])
     ms.set_seed(0)                                       # same initial parameters on every rank
     model = Model(task.vocab, task.classes, args.dim, args.seq_len, args.topk, args.layout, cp, group)
-    step = TrainStep(Loss(model, total), args.lr, world, dp, args.optimizer)
+    step = TrainStep(Loss(model, total), args.lr, world, args.optimizer)
     plan = ContextParallelPlan(cum, cp, cp_rank)
     if cp > 1:
         extra = tuple(Tensor(a) for a in plan.inputs())
@@ -164,7 +165,8 @@ def main() -> None:
     start = time.time()
     for i in range(args.steps):
         tokens, labels, _ = task.batch(args.batch)
-        flat, cum_i = pack(tokens[replica * share:(replica + 1) * share], args.queries, args.layout)
+        flat, cum_i = pack(tokens[replica * share:(replica + 1) * share], args.queries, args.layout,
+                           replica * share)
         assert cum_i == cum, "every batch packs to the same lengths"
         seq = np.repeat(np.arange(share), np.diff([0, *cum]))
         pos = np.arange(cum[-1]) - np.array([0, *cum])[seq]
