@@ -5,12 +5,12 @@ every worker builds the same model from the same seed. World rank ``w`` is data-
 ``w // C`` and context-parallel rank ``w % C``: replica ``d`` takes rows ``[d * B/D, (d + 1) * B/D)``
 of each global batch, and inside it every sequence is cut into ``2C`` chunks, rank ``c`` holding
 chunks ``c`` and ``2C-1-c`` (``ContextParallelPlan``). ``ContextParallelDSAttention`` all-gathers
-the key side over the C ranks of a replica (the world group when D = 1, else a group per
-replica). The task loss (cross-entropy at the last ``--queries`` positions of every sequence)
-and the indexer KL loss are sums over tokens divided by the global counts, so the sum over all
-ranks is the one-process loss; every rank applies the sum of all ranks' gradients (AllReduce over
-the world). Each rank prints the global loss per step (AllReduce) and with
-``--save DIR`` writes its parameters to ``DIR/rank_<w>.npz`` (names as ``trainable_params()``).
+the key side over the C ranks of a replica (with D > 1 over the world, each replica keeping its
+block: MCCL on CPU gathers over the world group only). The task loss (cross-entropy at the last
+``--queries`` positions of every sequence) and the indexer KL loss are sums over tokens divided by
+the global counts, so the sum over all ranks is the one-process loss; every rank applies the sum of
+all ranks' gradients (AllReduce over the world). Each rank prints the global loss per step
+(AllReduce) and with ``--save DIR`` writes its parameters to ``DIR/rank_<w>.npz`` (names as ``trainable_params()``).
 
 ``--layout TND`` packs the sequences of a batch with uneven lengths (sequence b drops
 ``(3 b) % 5`` noise tokens of its second half, so most lengths are no multiple of 2C). Run
@@ -29,7 +29,7 @@ import numpy as np
 from dsa_demo import make_task, task_arguments
 from mindspore import Tensor, nn
 from mindspore import ops as msops
-from mindspore.communication import create_group, get_group_size, get_rank, init
+from mindspore.communication import get_group_size, get_rank, init
 
 import ms_grad_ops as mgo
 from ms_grad_ops.nn import ContextParallelPlan
@@ -39,15 +39,14 @@ class Model(nn.Cell):
     """Embedding -> DSAttention (residual, context parallel when ``cp > 1``) -> normed MLP -> logits
     at every token; the same parameter names either way."""
 
-    def __init__(self, vocab: int, classes: int, dim: int, seq_len: int, topk: int, layout: str, cp: int,
-                 group: str | None) -> None:
+    def __init__(self, vocab: int, classes: int, dim: int, seq_len: int, topk: int, layout: str, cp: int) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         attn = mgo.nn.DSAttention(dim, n_heads=4, q_lora_rank=dim // 2, kv_lora_rank=dim // 2,
                                   qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, index_n_heads=4,
                                   index_head_dim=16, index_topk=topk, max_seq_len=seq_len, layout=layout)
         self.cp = cp
-        self.attn = mgo.nn.ContextParallelDSAttention(attn, cp, group) if cp > 1 else attn
+        self.attn = mgo.nn.ContextParallelDSAttention(attn, cp) if cp > 1 else attn
         self.norm = nn.LayerNorm((dim,))
         self.mlp = nn.SequentialCell(nn.Dense(dim, 4 * dim), nn.GELU(), nn.Dense(4 * dim, classes))
 
@@ -142,24 +141,24 @@ def main() -> None:
     if dp * cp != world or args.batch % dp:
         raise SystemExit(f"{world} workers != --dp {dp} x --cp {cp}, or --batch {args.batch} not a multiple of dp")
     replica, cp_rank = divmod(rank, cp)
-    group = None
-    if 1 < cp < world:                                   # one group per replica (MCCL sub-group)
-        group = f"cp_{replica}"
-        create_group(group, list(range(replica * cp, (replica + 1) * cp)))
     share = args.batch // dp
     task = make_task(args)                               # same global batches on every rank
     _, cum = pack(np.zeros((share, args.seq_len), np.int32), args.queries, args.layout, replica * share)
     total = int(pack(np.zeros((args.batch, args.seq_len), np.int32), args.queries, args.layout)[1][-1])
     ms.set_seed(0)                                       # same initial parameters on every rank
-    model = Model(task.vocab, task.classes, args.dim, args.seq_len, args.topk, args.layout, cp, group)
+    model = Model(task.vocab, task.classes, args.dim, args.seq_len, args.topk, args.layout, cp)
     step = TrainStep(Loss(model, total), args.lr, world, args.optimizer)
-    plan = ContextParallelPlan(cum, cp, cp_rank)
+    # Every rank of the world sends the same token count to the gather (see GatherTokens): the
+    # largest share of any replica.
+    most = max(ContextParallelPlan(pack(np.zeros((share, args.seq_len), np.int32), args.queries, args.layout,
+                                        d * share)[1], cp, 0).local_tokens for d in range(dp))
+    plan = ContextParallelPlan(cum, cp, cp_rank, pad_to=most)
     if cp > 1:
         extra = tuple(Tensor(a) for a in plan.inputs())
     else:
         extra = (Tensor(np.array(cum, np.int32)),) if args.layout == "TND" else ()
     print(f"[rank {rank}/{world}] replica {replica}/{dp}, context-parallel rank {cp_rank}/{cp}"
-          f"{'' if group is None else ' in group ' + group}, {plan.local_tokens} of {cum[-1]} tokens "
+          f", {plan.local_tokens} of {cum[-1]} tokens "
           f"({args.layout})", flush=True)
 
     start = time.time()

@@ -75,6 +75,11 @@ def test_plan_folds_head_and_tail() -> None:
             assert gathered[p.key_map[k0:k1]].tolist() == list(starts[seq_of_segment[s]] + np.arange(k1 - k0))
     x = np.arange(39 * 2).reshape(39, 2)
     assert np.array_equal(unshard(plans, [p.shard(x, fill=-5) for p in plans]), x)
+    padded = [ContextParallelPlan(cum, 2, r, pad_to=23) for r in range(2)]   # as for data x context parallel
+    assert padded[0].local_tokens == 23 and (padded[0].tokens[20:] == -1).all()
+    gathered = np.concatenate([q.tokens for q in padded])
+    assert np.array_equal(gathered[padded[1].key_map], np.concatenate([q.tokens for q in plans])[p1.key_map])
+    assert np.array_equal(unshard(padded, [p.shard(x) for p in padded]), x)
     assert (p1.shard(x, fill=-5)[-1] == -5).all()
 
 

@@ -11,7 +11,8 @@ from .ds_attention import DSAttention, SparseStage
 
 
 class GatherTokens(nn.Cell):
-    """All-gather of token rows over a communication group, rank-major: ``[T, W] -> [size * T, W]``.
+    """All-gather of token rows over the ranks ``[first, first + size)`` of a communication group,
+    rank-major: ``[T, W] -> [size * T, W]``.
 
     Backward: every rank's gradient of the gathered rows summed over the ranks, this rank's slice.
     That is a ReduceScatter; MindSpore's CPU collectives (MCCL) have none, so on CPU it is an
@@ -19,22 +20,38 @@ class GatherTokens(nn.Cell):
     the ring of ranks (each receive names its sender) and copies the result to every rank, so the
     gradient has the same bits on every rank and every run. ``reduce_scatter=True`` (Ascend/HCCL)
     uses ReduceScatter instead: not run here.
+
+    ``first``/``size`` select a block of the group: MCCL's AllGather takes only the world group, so
+    with data parallel x context parallel on CPU every replica gathers over the world and keeps its
+    block (the backward pads the other blocks with zeros before the AllReduce): ``group_size / size``
+    times the traffic of a gather over the block alone.
     """
 
-    def __init__(self, group: str, rank: int, reduce_scatter: bool = False) -> None:
+    def __init__(self, group: str, rank: int, group_size: int, first: int = 0, size: int | None = None,
+                 reduce_scatter: bool = False) -> None:
         super().__init__()
-        self.rank, self.reduce_scatter = rank, reduce_scatter
+        self.rank, self.group_size, self.first = rank, group_size, first
+        self.size = group_size if size is None else size
+        self.reduce_scatter = reduce_scatter
         self.all_gather = msops.AllGather(group)
         self.all_reduce = msops.AllReduce(msops.ReduceOp.SUM, group)
         self.scatter = msops.ReduceScatter(msops.ReduceOp.SUM, group)
 
     def construct(self, x: Tensor) -> Tensor:
-        return self.all_gather(x)
+        everyone = self.all_gather(x)
+        if self.size == self.group_size:
+            return everyone
+        n = x.shape[0]
+        return everyone[self.first * n:(self.first + self.size) * n]
 
     def bprop(self, x: Tensor, out: Tensor, dout: Tensor) -> tuple[Tensor]:
+        n = x.shape[0]
+        if self.size != self.group_size:
+            before = msops.zeros((self.first * n, dout.shape[1]), dout.dtype)
+            after = msops.zeros(((self.group_size - self.first - self.size) * n, dout.shape[1]), dout.dtype)
+            dout = msops.concat((before, dout, after), 0)
         if self.reduce_scatter:
             return (self.scatter(dout),)
-        n = x.shape[0]
         return (self.all_reduce(dout)[self.rank * n:(self.rank + 1) * n],)
 
 
@@ -62,8 +79,10 @@ class ContextParallelDSAttention(nn.Cell):
 
     Parameters are ``attn``'s (same names: this Cell adds no prefix). Their gradients on one rank
     are that rank's share: train with the sum over the context-parallel ranks (AllReduce).
-    ``group``: the communication group of the ``cp_size`` ranks (default: the world group);
-    ``cp_size=1`` runs without collectives.
+    ``group``: the communication group of the ``cp_size`` ranks; None (default): the block of
+    ``cp_size`` consecutive world ranks that holds this rank (the whole world when it has
+    ``cp_size`` ranks), gathered over the world group (MCCL on CPU has collectives over the world
+    group only; see ``GatherTokens``). ``cp_size=1`` runs without collectives.
     """
 
     def __init__(self, attn: DSAttention, cp_size: int, group: str | None = None) -> None:
@@ -77,12 +96,21 @@ class ContextParallelDSAttention(nn.Cell):
         self.gather = None
         if cp_size > 1:
             from mindspore.communication import GlobalComm, get_group_size, get_rank
-            group = GlobalComm.WORLD_COMM_GROUP if group is None else group
-            if get_group_size(group) != cp_size:
-                raise ValueError(f"ContextParallelDSAttention: cp_size {cp_size} != the size "
-                                 f"{get_group_size(group)} of group {group!r}")
-            self.rank = get_rank(group)
-            self.gather = GatherTokens(group, self.rank, ms.get_context("device_target") == "Ascend")
+            on_ascend = ms.get_context("device_target") == "Ascend"
+            if group is None:               # the block of cp_size consecutive world ranks holding this one
+                world, rank = get_group_size(), get_rank()
+                if world % cp_size:
+                    raise ValueError(f"ContextParallelDSAttention: cp_size {cp_size} does not divide the "
+                                     f"{world} ranks of the world group")
+                first = rank // cp_size * cp_size
+                self.rank = rank - first
+                self.gather = GatherTokens(GlobalComm.WORLD_COMM_GROUP, rank, world, first, cp_size, on_ascend)
+            else:
+                if get_group_size(group) != cp_size:
+                    raise ValueError(f"ContextParallelDSAttention: cp_size {cp_size} != the size "
+                                     f"{get_group_size(group)} of group {group!r}")
+                self.rank = get_rank(group)
+                self.gather = GatherTokens(group, self.rank, cp_size, reduce_scatter=on_ascend)
         stage = attn.sparse
         self.sparse = SparseStage(stage.attention.attrs["scale_value"], stage.indexer.sparse_count, "TND", attn.dtype)
 

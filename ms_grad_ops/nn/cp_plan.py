@@ -52,9 +52,13 @@ class ContextParallelPlan:
 
     The last key length is the sum of the prefixes, not the local token count (a rewrite that
     forces it to the local count is wrong on every rank that holds more than one segment).
+
+    ``pad_to``: pad every share to at least this many tokens (data parallel x context parallel on
+    CPU gathers over the world group, whose ranks must all send the same count: the largest share
+    of any replica).
     """
 
-    def __init__(self, actual_seq_lengths: Sequence[int], cp_size: int, rank: int) -> None:
+    def __init__(self, actual_seq_lengths: Sequence[int], cp_size: int, rank: int, pad_to: int = 0) -> None:
         if not isinstance(cp_size, int) or cp_size < 1 or not isinstance(rank, int) or not 0 <= rank < cp_size:
             raise ValueError(f"ContextParallelPlan: need an int cp_size >= 1 and 0 <= rank < cp_size, got cp_size "
                              f"{cp_size!r} and rank {rank!r}")
@@ -63,7 +67,7 @@ class ContextParallelPlan:
         starts = np.concatenate(([0], np.cumsum(self.seq_lengths)))[:-1]
         bounds = [chunk_bounds(int(n), 2 * cp_size) for n in self.seq_lengths]
         shares = [self._share(bounds, starts, r) for r in range(cp_size)]
-        self.local_tokens = max(len(s) for s in shares)       # every rank's padded share
+        self.local_tokens = max(pad_to, *(len(s) for s in shares))   # every rank's padded share
         where = np.empty(int(self.seq_lengths.sum()), np.int64)  # global token -> gathered slot
         for r, share in enumerate(shares):
             where[share] = r * self.local_tokens + np.arange(len(share))
