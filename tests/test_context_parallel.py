@@ -157,7 +157,7 @@ def test_simulated_ranks_match_one_process(layout: str, sizes: object, cp: int, 
         _check(p.name, g.asnumpy(), w, tol)
 
 
-def test_parameter_names_as_without_context_parallelism() -> None:
+def test_parameter_names_and_errors() -> None:
     attn = mgo.nn.DSAttention(**worker.CFG, max_seq_len=32)
     names = [p.name for p in attn.trainable_params()]
     assert [p.name for p in mgo.nn.ContextParallelDSAttention(attn, 1).trainable_params()] == names
@@ -165,6 +165,13 @@ def test_parameter_names_as_without_context_parallelism() -> None:
     assert [p.name for p in holder.trainable_params()] == [f"0.{n}" for n in names]
     with pytest.raises(TypeError, match="must be a DSAttention"):
         mgo.nn.ContextParallelDSAttention(holder, 1)
+    with pytest.raises(ValueError, match="cp_size must be an int >= 1, got 0"):
+        mgo.nn.ContextParallelDSAttention(attn, 0)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    positions, lens_q, lens_k, key_map = (Tensor(a) for a in ContextParallelPlan([8], 1, 0).inputs())
+    x = Tensor(np.zeros((8, worker.CFG["dim"]), np.float32))
+    with pytest.raises(ValueError, match=r"positions must be \[8\] \(one per token of x"):
+        mgo.nn.ContextParallelDSAttention(attn, 1)(x, positions[:7], lens_q, lens_k, key_map)
 
 
 # -- two msrun workers ----------------------------------------------------------------------
