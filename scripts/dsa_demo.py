@@ -16,8 +16,8 @@ indexer trains, on the KL divergence to the main attention summed over heads and
 the KL loss over the selected keys trains the indexer (its input is detached). Between stages the
 model is saved to a safetensors file (the attention under DeepSeek's tensor names through
 ``deepseek_state_dict``) and the next stage's model is built from that file
-(``load_deepseek_state_dict``). Baseline: the stage-0 model trained on densely for as many steps as
-stage 2. Recall = fraction of (query row, present marker) pairs whose marker is in the top-k.
+(``load_deepseek_state_dict``). Baseline: the stage-1 model trained on with dense attention for as
+many steps as stage 2. Recall = fraction of (query row, present marker) pairs whose marker is in the top-k.
 """
 from __future__ import annotations
 
@@ -218,7 +218,7 @@ def main() -> None:
     task_arguments(parser)
     parser.add_argument("--dense-steps", type=int, default=60, help="stage 0: dense training")
     parser.add_argument("--warmup-steps", type=int, default=40, help="stage 1: indexer warm-up, model frozen")
-    parser.add_argument("--sparse-steps", type=int, default=60, help="stage 2 (and the dense baseline)")
+    parser.add_argument("--sparse-steps", type=int, default=40, help="stage 2 (and the dense baseline)")
     parser.add_argument("--log-every", type=int, default=20)
     parser.add_argument("--checkpoint", default=None, help="checkpoint file (default: a temporary one)")
     args = parser.parse_args()
