@@ -1,10 +1,12 @@
 """nn-level primitives: forward op + our fused backward kernel as bprop."""
 from .cla_gate_merge import ClaGateMerge
+from .context_parallel import ContextParallelDSAttention
+from .cp_plan import ContextParallelPlan
 from .ds_attention import DSAttention
 from .indexer_kl_loss import IndexerKLLoss
 from .lightning_indexer import LightningIndexer
 from .rotary_embedding import RotaryEmbedding
 from .sparse_flash_attention import SparseFlashAttention
 
-__all__ = ["ClaGateMerge", "DSAttention", "IndexerKLLoss", "LightningIndexer", "RotaryEmbedding",
-           "SparseFlashAttention"]
+__all__ = ["ClaGateMerge", "ContextParallelDSAttention", "ContextParallelPlan", "DSAttention", "IndexerKLLoss",
+           "LightningIndexer", "RotaryEmbedding", "SparseFlashAttention"]

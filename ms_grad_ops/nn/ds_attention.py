@@ -185,9 +185,7 @@ class DSAttention(nn.Cell):
                 "beta_slow": beta_slow}
         cos, sin = _yarn.rope_tables(max_seq_len, qk_rope_head_dim, rope_theta, **yarn)
         self.cos, self.sin = Tensor(cos), Tensor(sin)
-        self.indexer = LightningIndexer(index_topk, layout=layout)
-        self.attention = SparseFlashAttention(scale, layout=layout, return_softmax_lse=True)
-        self.indexer_loss = IndexerKLLoss(scale, layout=layout)
+        self.sparse = SparseStage(scale, index_topk, layout, dtype)
 
     # -- DeepSeek checkpoints --------------------------------------------------------------------
 
@@ -276,17 +274,20 @@ class DSAttention(nn.Cell):
         local to each sequence, -1 in unused slots."""
         q_idx, k_idx, weights = self.index_inputs(x, actual_seq_lengths)
         lengths = self._lengths(actual_seq_lengths)
-        return self.indexer(q_idx, k_idx, weights, lengths, lengths)[0]
+        return self.sparse.indexer(q_idx, k_idx, weights, lengths, lengths)[0]
 
-    # -- forward -------------------------------------------------------------------------------
+    @property
+    def indexer(self) -> LightningIndexer:
+        """The top-``index_topk`` selection Cell (held by ``self.sparse``)."""
+        return self.sparse.indexer
 
-    def construct(self, x: Tensor, actual_seq_lengths: object = None) -> tuple[Tensor, Tensor]:
-        lengths = self._lengths(actual_seq_lengths)
-        lead = x.shape[:-1]
-        flat = x.reshape(-1, x.shape[-1])
+    # -- stages (shared with nn.ContextParallelDSAttention) -------------------------------------
+
+    def _project(self, flat: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """``(qr, q_lat, q_pe, latent, k_pe)`` float32 for the tokens ``flat [N, dim]``, rope tables
+        ``[N, Dr // 2]``: the query latent ``[N, q_lora_rank]``, the absorbed query ``[N, H, D]`` and
+        its rope ``[N, H, Dr]``, the key latent ``[N, 1, D]`` and its rope ``[N, 1, Dr]``."""
         n, h = flat.shape[0], self.n_heads
-        cos, sin = self._tables(x, lengths)
-
         qr = self.q_norm(self.wq_a(flat))
         q = self.wq_b(qr).reshape(n, h, self.nope_dim + self.rope_dim)
         q_nope, q_pe = q[..., :self.nope_dim], _rope_interleaved(q[..., self.nope_dim:], cos, sin)
@@ -294,27 +295,66 @@ class DSAttention(nn.Cell):
         kv = self.wkv_a(flat)
         latent = self.kv_norm(kv[:, :self.kv_rank]).reshape(n, 1, self.kv_rank)
         k_pe = _rope_interleaved(kv[:, self.kv_rank:].reshape(n, 1, self.rope_dim), cos, sin)
+        return qr, q_lat, q_pe, latent, k_pe
 
+    def _output(self, o: Tensor) -> Tensor:
+        """The attention's latent output ``[N, H, D]`` (any float dtype) -> ``[N, dim]`` float32."""
+        n, h = o.shape[0], self.n_heads
+        o = o.astype(ms.float32).reshape(n, h, self.kv_rank)
+        v = msops.bmm(o.transpose(1, 0, 2), self.w_uv.transpose(0, 2, 1)).transpose(1, 0, 2)
+        return self.wo(v.reshape(n, h * self.v_dim))
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def construct(self, x: Tensor, actual_seq_lengths: object = None) -> tuple[Tensor, Tensor]:
+        lengths = self._lengths(actual_seq_lengths)
+        lead = x.shape[:-1]
+        flat = x.reshape(-1, x.shape[-1])
+        cos, sin = self._tables(x, lengths)
+        qr, q_lat, q_pe, latent, k_pe = self._project(flat, cos, sin)
         q_idx, k_idx, weights = self._index_inputs(flat, qr, cos, sin, lead)
-        indices, _ = self.indexer(q_idx, k_idx, weights, lengths, lengths)
+        o, loss = self.sparse(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths, lengths, lead, lead)
+        out = self._output(o.reshape((flat.shape[0],) + o.shape[-2:]))
+        return out.reshape(lead + (out.shape[-1],)), loss
 
-        query, key = self._shape(q_lat, lead), self._shape(latent, lead)
-        query_rope, key_rope = self._shape(q_pe, lead), self._shape(k_pe, lead)
+
+class SparseStage(nn.Cell):
+    """The kernels of ``DSAttention`` in one layout: the lightning indexer's top-k, the sparse MLA
+    attention and the indexer's KL loss (shared with ``ContextParallelDSAttention``, which runs them
+    over TND segments of its local queries and the gathered keys).
+
+    ``construct(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths_q, lengths_k, lead_q, lead_k)
+    -> (o, indexer_loss)``: the float32 ``[Nq, H, D]``/``[Nq, H, Dr]`` queries and ``[Nk, 1, D]``/
+    ``[Nk, 1, Dr]`` keys are reshaped to ``lead_q``/``lead_k`` (``(B, S)`` or ``(T,)``) and cast to
+    ``dtype``; the indexer inputs come in that layout already. ``o`` is the attention output in
+    ``dtype``, ``indexer_loss`` float32 ``[1]``.
+    """
+
+    def __init__(self, scale: float, index_topk: int, layout: str, dtype: ms.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self.indexer = LightningIndexer(index_topk, layout=layout)
+        self.attention = SparseFlashAttention(scale, layout=layout, return_softmax_lse=True)
+        self.indexer_loss = IndexerKLLoss(scale, layout=layout)
+
+    def _shape(self, t: Tensor, lead: tuple) -> Tensor:
+        return t.reshape(lead + t.shape[1:]).astype(self.dtype)
+
+    def construct(self, q_lat: Tensor, q_pe: Tensor, latent: Tensor, k_pe: Tensor, q_idx: Tensor, k_idx: Tensor,
+                  weights: Tensor, lengths_q: Tensor | None, lengths_k: Tensor | None, lead_q: tuple, lead_k: tuple
+                  ) -> tuple[Tensor, Tensor]:
+        indices, _ = self.indexer(q_idx, k_idx, weights, lengths_q, lengths_k)
+        query, key = self._shape(q_lat, lead_q), self._shape(latent, lead_k)
+        query_rope, key_rope = self._shape(q_pe, lead_q), self._shape(k_pe, lead_k)
         # value=None: the latent is key and value; the kernel sums their gradients in float32.
-        o, softmax_max, softmax_sum = self.attention(query, key, None, indices, query_rope, key_rope, lengths,
-                                                     lengths)
-
+        o, softmax_max, softmax_sum = self.attention(query, key, None, indices, query_rope, key_rope, lengths_q,
+                                                     lengths_k)
         # The KL loss sees the main attention as constants, recast from detached float32 tensors so
         # no low-precision tensor feeds two consumers (autodiff would add their gradients with a
         # bfloat16 AddN, which MindSpore's CPU backend lacks).
         stop = msops.stop_gradient
         loss = self.indexer_loss(
-            self._shape(stop(q_lat), lead), self._shape(stop(latent), lead), q_idx, k_idx, weights, indices,
-            softmax_max, softmax_sum, self._shape(stop(q_pe), lead), self._shape(stop(k_pe), lead),
-            lengths, lengths)
-
-        o = o.astype(ms.float32).reshape(n, h, self.kv_rank)
-        v = msops.bmm(o.transpose(1, 0, 2), self.w_uv.transpose(0, 2, 1)).transpose(1, 0, 2)
-        out = self.wo(v.reshape(n, h * self.v_dim))
-        return out.reshape(lead + (out.shape[-1],)), loss
-
+            self._shape(stop(q_lat), lead_q), self._shape(stop(latent), lead_k), q_idx, k_idx, weights, indices,
+            softmax_max, softmax_sum, self._shape(stop(q_pe), lead_q), self._shape(stop(k_pe), lead_k),
+            lengths_q, lengths_k)
+        return o, loss
