@@ -1,5 +1,5 @@
 // Batch boundaries of one attention/indexer launch, from the layout and the optional
-// actual_seq_lengths_* inputs, by the one rule of infer_shape/seq_lengths.h: BSND = B equal
+// actual_seq_lengths_* inputs, by the one rule of infer_shape/seq_lengths_rules.h: BSND = B equal
 // batches; TND without lengths = one sequence of all T1 queries and T2 keys; TND with lengths =
 // the cumulative values (checked here, since inside a graph they are only known at run time).
 #pragma once

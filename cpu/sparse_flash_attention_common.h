@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../infer_shape/sparse_flash_attention_common.h"
+#include "../infer_shape/sparse_flash_attention_rules.h"
 #include "aot.h"
 #include "convert.h"
 #include "gemm.h"

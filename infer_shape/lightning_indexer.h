@@ -1,6 +1,6 @@
 // Shape rules of `lightning_indexer` (SPEC section 4, forward top-k selection).
 //
-// Inputs: query_index, key_index, weights (see lightning_indexer_common.h), actual_seq_lengths_query,
+// Inputs: query_index, key_index, weights (see lightning_indexer_rules.h), actual_seq_lengths_query,
 // actual_seq_lengths_key (placeholders when None). Attributes: sparse_count (the size rule below), layout,
 // sparse_mode. Outputs: sparse_indices int32 and sparse_values float32, both [T1, 1, K] / [B, S1, 1, K].
 //
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "lightning_indexer_common.h"
+#include "lightning_indexer_rules.h"
 
 namespace mgo::infer {
 

@@ -1,7 +1,7 @@
 // Shape rules of `lightning_indexer_grad`, the gradient of lightning_indexer's sparse_values.
 //
 // Inputs (TND; BSND adds B, S): query_index [T1, Nidx, Didx], key_index [T2, 1, Didx], weights
-// [T1, Nidx] (see lightning_indexer_common.h), sparse_indices int32 [T1, 1, K], d_values float32 of
+// [T1, Nidx] (see lightning_indexer_rules.h), sparse_indices int32 [T1, 1, K], d_values float32 of
 // the shape of sparse_indices, actual_seq_lengths_query/key (placeholders when None).
 // Attributes: layout, sparse_mode.
 // Outputs: d_query_index, d_key_index, d_weights with the shapes and dtypes of their inputs.
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "lightning_indexer_common.h"
+#include "lightning_indexer_rules.h"
 
 namespace mgo::infer {
 

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "sparse_flash_attention_common.h"
+#include "sparse_flash_attention_rules.h"
 
 namespace mgo::infer {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "lightning_indexer_common.h"
+#include "lightning_indexer_rules.h"
 #include "rope_pair.h"
 
 namespace mgo::infer {

@@ -1,4 +1,4 @@
-"""The one lengths rule of the attention and indexer ops (infer_shape/seq_lengths.h): TND without
+"""The one lengths rule of the attention and indexer ops (infer_shape/seq_lengths_rules.h): TND without
 lengths = one sequence of T1 queries and T2 keys; lengths both or neither; BSND takes none."""
 from __future__ import annotations
 

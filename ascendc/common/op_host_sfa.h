@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "../../infer_shape/sparse_flash_attention_common.h"
+#include "../../infer_shape/sparse_flash_attention_rules.h"
 #include "op_host_adapter.h"
 #include "sfa_tiling_common.h"
 

@@ -6,7 +6,7 @@
 // or [B, N2, S1, G] (BSND), G = N1 / N2.
 //
 // Optional inputs are the absent placeholder of common.h: value (absent = key is value, DeepSeek's
-// shared latent KV), the rope pair (rope_pair.h) and the lengths (the rule of seq_lengths.h).
+// shared latent KV), the rope pair (rope_pair.h) and the lengths (the rule of seq_lengths_rules.h).
 #pragma once
 
 #include <string>
@@ -14,7 +14,7 @@
 
 #include "common.h"
 #include "rope_pair.h"
-#include "seq_lengths.h"
+#include "seq_lengths_rules.h"
 
 namespace mgo::infer {
 

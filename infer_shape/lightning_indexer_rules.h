@@ -2,14 +2,14 @@
 // section 4): layout/sparse_mode attributes, the indexer tensors and the optional inputs.
 //
 // Optional inputs (query_rope/key_rope, actual_seq_lengths_*) reach the kernels as the absent
-// placeholder of common.h; the lengths follow the one rule of seq_lengths.h.
+// placeholder of common.h; the lengths follow the one rule of seq_lengths_rules.h.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "common.h"
-#include "seq_lengths.h"
+#include "seq_lengths_rules.h"
 
 namespace mgo::infer {
 
