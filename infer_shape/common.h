@@ -21,7 +21,7 @@ using Shape = std::vector<int64_t>;
 
 constexpr int64_t kUnknownDim = -1;
 constexpr int64_t kUnknownRank = -2;
-// The largest value of an int attribute (they are int32; ms_grad_ops/ops/_checks.py rejects larger
+// The largest value of an int attribute (they are int32; ms_grad_ops/_checks.py rejects larger
 // Python ints before they reach these rules).
 constexpr int64_t kMaxIntAttr = 2147483647;
 

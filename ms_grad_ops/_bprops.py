@@ -1,15 +1,20 @@
 """The backward of each differentiable forward primitive: our fused grad kernel.
 
-``_custom`` attaches ``bprop_of(name, attrs)`` to the ``ops.Custom`` it builds, so ``ms.grad``
-works through the functional ops and the Cells alike, in PyNative and GRAPH mode. Every input is
-a tensor (absent optional inputs are placeholders, ``ops/_optional.py``), so each bprop returns one
+``_custom`` attaches ``bprop_of(name, grad)`` to the ``ops.Custom`` it builds, handing in the
+primitive of the grad op that ``grad_op`` names (this module builds no primitive and imports no
+other module of the package but the op table), so ``ms.grad`` works through the functional ops and
+the Cells alike, in PyNative and GRAPH mode. Every input is
+a tensor (absent optional inputs are placeholders, ``ms_grad_ops/_optional.py``), so each bprop returns one
 fixed structure: one gradient per input, zeros for indices, lengths and tables. The other ops get
 a bprop that raises a RuntimeError saying why they have no gradient (instead of MindSpore's
 "Illegal primitive Custom's bprop not defined").
 """
 from __future__ import annotations
 
+import functools
+import linecache
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from mindspore import Tensor
 from mindspore import ops as msops
@@ -17,11 +22,7 @@ from mindspore import ops as msops
 from ._specs import OP_SPECS
 
 
-def _rope(attrs: dict[str, object]) -> Callable[..., tuple]:
-    from ._custom import primitive
-
-    rope_grad = primitive("rope_grad", mode="vjp")
-
+def _rope(rope_grad: Callable[..., tuple]) -> Callable[..., tuple]:
     def rope_bprop(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, q_seq_len: Tensor, out: tuple, dout: tuple
                    ) -> tuple[Tensor, ...]:
         dq, dk = rope_grad(dout[0], dout[1], cos, sin, q_seq_len)
@@ -30,11 +31,7 @@ def _rope(attrs: dict[str, object]) -> Callable[..., tuple]:
     return rope_bprop
 
 
-def _cla_gate_merge(attrs: dict[str, object]) -> Callable[..., tuple]:
-    from ._custom import primitive
-
-    backward = primitive("cla_gate_backward", input_attn_layout="TND")
-
+def _cla_gate_merge(backward: Callable[..., tuple]) -> Callable[..., tuple]:
     def cla_gate_merge_bprop(global_attn: Tensor, local_attn: Tensor, global_gate_logits: Tensor,
                              local_gate_logits: Tensor, out: Tensor, dout: Tensor) -> tuple[Tensor, ...]:
         return backward(dout, global_attn, local_attn, global_gate_logits, local_gate_logits)
@@ -42,11 +39,7 @@ def _cla_gate_merge(attrs: dict[str, object]) -> Callable[..., tuple]:
     return cla_gate_merge_bprop
 
 
-def _sparse_flash_attention(attrs: dict[str, object]) -> Callable[..., tuple]:
-    from ._custom import primitive
-
-    grad = primitive("sparse_flash_attention_grad", **attrs)
-
+def _sparse_flash_attention(grad: Callable[..., tuple]) -> Callable[..., tuple]:
     def sparse_flash_attention_bprop(query: Tensor, key: Tensor, value: Tensor, sparse_indices: Tensor,
                                      query_rope: Tensor, key_rope: Tensor, lens_q: Tensor, lens_kv: Tensor,
                                      out: tuple, dout: tuple) -> tuple[Tensor, ...]:
@@ -61,11 +54,7 @@ def _sparse_flash_attention(attrs: dict[str, object]) -> Callable[..., tuple]:
     return sparse_flash_attention_bprop
 
 
-def _lightning_indexer(attrs: dict[str, object]) -> Callable[..., tuple]:
-    from ._custom import primitive
-
-    grad = primitive("lightning_indexer_grad", layout=attrs["layout"], sparse_mode=attrs["sparse_mode"])
-
+def _lightning_indexer(grad: Callable[..., tuple]) -> Callable[..., tuple]:
     def lightning_indexer_bprop(query_index: Tensor, key_index: Tensor, weights: Tensor, lens_q: Tensor,
                                 lens_k: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
         # Only the values carry a gradient (dout[1]); the selected indices (out[0]) say which keys
@@ -76,26 +65,28 @@ def _lightning_indexer(attrs: dict[str, object]) -> Callable[..., tuple]:
     return lightning_indexer_bprop
 
 
-def _no_gradient(name: str, reason: str, n_inputs: int) -> Callable[..., tuple]:
-    """A bprop that says why op ``name`` (``n_inputs`` inputs) has no gradient, instead of
-    MindSpore's "Illegal primitive Custom's bprop not defined". GRAPH mode needs the exact
-    parameter list (no ``*args``), hence one function per input count the ops have."""
-    message = f"{name} has no gradient: {reason}"
+def _no_gradient(name: str, reason: str) -> Callable[..., tuple]:
+    """A bprop that says why op ``name`` has no gradient, instead of MindSpore's "Illegal primitive
+    Custom's bprop not defined". GRAPH mode parses a bprop's source and needs its exact parameter
+    list (no ``*args``): one input parameter per input of the op in ``OP_SPECS``, then out, dout."""
+    n_inputs = len(OP_SPECS[name].inputs)
+    return _no_gradient_factory(n_inputs)(f"{name} has no gradient: {reason}")
 
-    def no_gradient_bprop_5(i0: Tensor, i1: Tensor, i2: Tensor, i3: Tensor, i4: Tensor, out: object,
-                            dout: object) -> tuple[Tensor, ...]:
-        raise RuntimeError(message)
 
-    def no_gradient_bprop_7(i0: Tensor, i1: Tensor, i2: Tensor, i3: Tensor, i4: Tensor, i5: Tensor, i6: Tensor,
-                            out: object, dout: object) -> tuple[Tensor, ...]:
-        raise RuntimeError(message)
-
-    def no_gradient_bprop_12(i0: Tensor, i1: Tensor, i2: Tensor, i3: Tensor, i4: Tensor, i5: Tensor, i6: Tensor,
-                             i7: Tensor, i8: Tensor, i9: Tensor, i10: Tensor, i11: Tensor, out: object,
-                             dout: object) -> tuple[Tensor, ...]:
-        raise RuntimeError(message)
-
-    return {5: no_gradient_bprop_5, 7: no_gradient_bprop_7, 12: no_gradient_bprop_12}[n_inputs]
+@functools.cache
+def _no_gradient_factory(n_inputs: int) -> Callable[[str], Callable[..., tuple]]:
+    # The source is registered in linecache under a file name of its own, so inspect.getsource
+    # (which MindSpore's GRAPH-mode parser uses) finds it as it finds a function of a file.
+    params = "".join(f"i{i}, " for i in range(n_inputs))
+    source = (f"def make(message):\n"
+              f"    def no_gradient_bprop_{n_inputs}({params}out, dout):\n"
+              f"        raise RuntimeError(message)\n"
+              f"    return no_gradient_bprop_{n_inputs}\n")
+    filename = f"<ms_grad_ops._bprops.no_gradient_bprop_{n_inputs}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace: dict[str, object] = {"__name__": __name__}  # the module MindSpore resolves names in
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - a fixed template, n_inputs is an int
+    return namespace["make"]  # type: ignore[return-value]
 
 
 # Why the other ops have no gradient of their own.
@@ -105,20 +96,41 @@ _NO_GRADIENT = {
 }
 
 
-_BPROPS: dict[str, Callable[[dict[str, object]], Callable[..., tuple]]] = {
-    "rope": _rope,
-    "cla_gate_merge": _cla_gate_merge,
-    "sparse_flash_attention": _sparse_flash_attention,
-    "lightning_indexer": _lightning_indexer,
+@dataclass(frozen=True)
+class _GradPairing:
+    """The fused grad kernel of a forward op: its op name, its attributes from the forward's, and
+    the bprop factory that receives its primitive."""
+
+    grad: str
+    grad_attrs: Callable[[dict[str, object]], dict[str, object]]
+    bprop: Callable[[Callable[..., tuple]], Callable[..., tuple]]
+
+
+_PAIRINGS: dict[str, _GradPairing] = {
+    "rope": _GradPairing("rope_grad", lambda attrs: {"mode": "vjp"}, _rope),
+    "cla_gate_merge": _GradPairing("cla_gate_backward", lambda attrs: {"input_attn_layout": "TND"}, _cla_gate_merge),
+    "sparse_flash_attention": _GradPairing("sparse_flash_attention_grad", dict, _sparse_flash_attention),
+    "lightning_indexer": _GradPairing(
+        "lightning_indexer_grad", lambda attrs: {"layout": attrs["layout"], "sparse_mode": attrs["sparse_mode"]},
+        _lightning_indexer),
 }
 
 
-def bprop_of(name: str, attrs: dict[str, object]) -> Callable[..., tuple]:
-    """The bprop of the primitive of op ``name`` with attribute values ``attrs``: our fused grad
-    kernel, or for an op without a gradient (a backward op itself, the indexer's KL loss) one that
-    raises a RuntimeError saying why."""
-    factory = _BPROPS.get(name)
-    if factory is not None:
-        return factory(attrs)
+def grad_op(name: str, attrs: dict[str, object]) -> tuple[str, dict[str, object]] | None:
+    """The grad op of forward op ``name`` and its attribute values for the forward's ``attrs``,
+    or None for an op without a gradient. The caller builds that primitive for :func:`bprop_of`."""
+    pairing = _PAIRINGS.get(name)
+    return None if pairing is None else (pairing.grad, pairing.grad_attrs(attrs))
+
+
+def bprop_of(name: str, grad: Callable[..., tuple] | None) -> Callable[..., tuple]:
+    """The bprop of the primitive of op ``name``: our fused grad kernel ``grad`` (the primitive of
+    :func:`grad_op`), or for an op without a gradient (a backward op itself, the indexer's KL
+    loss; ``grad`` None) one that raises a RuntimeError saying why."""
+    pairing = _PAIRINGS.get(name)
+    if pairing is not None:
+        if grad is None:
+            raise ValueError(f"{name}: its bprop needs the primitive of {pairing.grad}")
+        return pairing.bprop(grad)
     reason = _NO_GRADIENT.get(name, "it is a backward op itself; differentiate the forward op or its nn Cell instead")
-    return _no_gradient(name, reason, len(OP_SPECS[name].inputs))
+    return _no_gradient(name, reason)

@@ -15,7 +15,8 @@ Primitives are built lazily (first use) and cached per (op, device target, attri
   with the dtypes the OpDef declares. Every op has a kernel in the package.
 
 Either way the primitive of a differentiable forward op carries our fused grad kernel as its
-``bprop`` (``_bprops.py``), so ``ms.grad`` works through the functional ops as through the Cells.
+``bprop`` (``_bprops.py``, which gets the grad primitive from here), so ``ms.grad`` works through
+the functional ops as through the Cells.
 """
 from __future__ import annotations
 
@@ -25,22 +26,14 @@ from pathlib import Path
 
 import mindspore as ms
 from mindspore import ops
-from mindspore.ops import CustomRegOp, DataType
+from mindspore.ops import CustomRegOp
 
 from . import _validate
+from ._bprops import bprop_of, grad_op
+from ._dtypes import dtype_name, ms_dtype, reg_data_type
 from ._specs import OP_SPECS, OpSpec
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-
-_DATA_TYPES = {
-    "float16": DataType.F16_Default,
-    "bfloat16": DataType.BF16_Default,
-    "float32": DataType.F32_Default,
-    "int32": DataType.I32_Default,
-    "int64": DataType.I64_Default,
-    "bool": DataType.BOOL_Default,
-}
-
 
 @functools.cache
 def cpu_library() -> Path:
@@ -68,7 +61,7 @@ def reg_info(spec: OpSpec, target: str, attrs: dict[str, object]) -> dict:
     for attr in spec.attrs:
         reg = reg.attr(attr.name, "required", attr.type, value=attrs[attr.name])
     for combo in spec.ascend_dtypes if target == "Ascend" else spec.dtypes:
-        reg = reg.dtype_format(*(_DATA_TYPES[t] for t in combo))
+        reg = reg.dtype_format(*(reg_data_type(t) for t in combo))
     return reg.target(target).get_op_info()
 
 
@@ -79,16 +72,9 @@ def _attr_values(spec: OpSpec, attrs: dict[str, object]) -> dict[str, object]:
     return {a.name: attrs.get(a.name, a.default) for a in spec.attrs}
 
 
-def _ms_dtype(name: str) -> ms.dtype:
-    return {"float16": ms.float16, "bfloat16": ms.bfloat16, "float32": ms.float32, "float64": ms.float64,
-            "int32": ms.int32, "int64": ms.int64, "bool": ms.bool_}[name]
-
-
 def ascend_infer(spec: OpSpec, attrs: dict[str, object]) -> tuple:
     """(out_shape, out_dtype) callables for an Ascend Custom op, running the ``infer_shape/``
     rules of ``spec`` (shapes with unknown dtypes, then dtypes with unknown shapes)."""
-    from .ops._checks import dtype_name
-
     rules = getattr(_validate, spec.name)
     # Every binding takes all the spec's attributes under their names (infer_shape/python_module.cc).
     attr_values = {a.name: attrs[a.name] for a in spec.attrs}
@@ -100,7 +86,7 @@ def ascend_infer(spec: OpSpec, attrs: dict[str, object]) -> tuple:
 
     def out_dtype(*dtypes: ms.dtype) -> object:
         names = rules([[-2]] * len(dtypes), [dtype_name(t) for t in dtypes], **attr_values)[1]
-        out = tuple(_ms_dtype(n) for n in names)
+        out = tuple(ms_dtype(n) for n in names)
         return out[0] if single else out
 
     return out_shape, out_dtype
@@ -108,18 +94,18 @@ def ascend_infer(spec: OpSpec, attrs: dict[str, object]) -> tuple:
 
 @functools.cache
 def _build(name: str, target: str, attr_items: tuple[tuple[str, object], ...]) -> ops.Custom:
-    from ._bprops import bprop_of
-
+    if target not in ("CPU", "Ascend"):
+        raise RuntimeError(f"{name}: device target {target!r} is not supported (CPU and Ascend are)")
     spec = OP_SPECS[name]
     attrs = dict(attr_items)
+    pairing = grad_op(name, attrs)
+    bprop = bprop_of(name, None if pairing is None else primitive(pairing[0], **pairing[1]))
     if target == "Ascend":
         out_shape, out_dtype = ascend_infer(spec, attrs)
         return ops.Custom(spec.op_type, out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
-                          reg_info=reg_info(spec, target, attrs), bprop=bprop_of(name, attrs))
-    if target == "CPU":
-        return ops.Custom(f"{cpu_library()}:{spec.op_type}", out_shape=None, out_dtype=None, func_type="aot",
-                          reg_info=reg_info(spec, target, attrs), bprop=bprop_of(name, attrs))
-    raise RuntimeError(f"{name}: device target {target!r} is not supported (CPU and Ascend are)")
+                          reg_info=reg_info(spec, target, attrs), bprop=bprop)
+    return ops.Custom(f"{cpu_library()}:{spec.op_type}", out_shape=None, out_dtype=None, func_type="aot",
+                      reg_info=reg_info(spec, target, attrs), bprop=bprop)
 
 
 def _primitive(name: str, attr_items: tuple[tuple[str, object], ...]) -> ops.Custom:

@@ -32,7 +32,7 @@ class OpSpec:
     """The combinations the Ascend OpDef declares (16-bit floats, float32 statistics/weights, int32
     indices; lengths int32, or int32/int64 where the kernel reads both)."""
     optional: frozenset[str] = frozenset()
-    """Inputs that may be absent: Python passes the zero-size placeholder of ``ops/_optional.py``,
+    """Inputs that may be absent: Python passes the zero-size placeholder of ``ms_grad_ops/_optional.py``,
     the Ascend OpDef declares them OPTIONAL (CANN may omit them)."""
 
 
@@ -96,7 +96,7 @@ _SPECS = (
 
 # sparse_flash_attention(_grad): one float dtype for all float tensors, int32 indices, float32
 # statistics, int32/int64 lengths. value, the rope pair and the lengths are optional: an absent one
-# is the zero-size placeholder of ops/_optional.py (in the slot's dtype), and so is its gradient.
+# is the zero-size placeholder of ms_grad_ops/_optional.py (in the slot's dtype), and so is its gradient.
 _SFA_ATTRS = (AttrSpec("scale_value", "float", 1.0), AttrSpec("sparse_block_size", "int", 1),
               AttrSpec("layout", "str", "BSND"), AttrSpec("sparse_mode", "int", 3))
 _SFA_GRAD_ATTRS = (*_SFA_ATTRS, AttrSpec("pre_tokens", "int", 2147483647),

@@ -2,6 +2,7 @@
 (no NPU here: the Ascend primitive is only constructed, never run)."""
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import ms_grad_ops
-from ms_grad_ops import _custom
+from ms_grad_ops import _bprops, _custom
 from ms_grad_ops._specs import OP_SPECS
 
 
@@ -138,7 +139,7 @@ def test_ascend_infer_callables_take_every_spec_attribute(name: str, x: str) -> 
 
 def test_validate_bindings_take_exactly_the_spec_attributes() -> None:
     # The one mapping: each binding's parameters after (shapes, dtypes) are the spec's attribute
-    # names in spec order (ops/_checks.validate passes them positionally, ascend_infer by name).
+    # names in spec order (_checks.validate passes them positionally, ascend_infer by name).
     from ms_grad_ops import _validate
 
     for name in INFER_CASES:
@@ -160,6 +161,34 @@ def test_ascend_infer_callables_raise_the_rules_errors() -> None:
 def test_unsupported_device_target_is_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match="rope_grad: device target 'GPU' is not supported"):
         _custom._build("rope_grad", "GPU", (("mode", "atb"),))
+    # A forward op names itself, not the grad op whose primitive its bprop would need.
+    with pytest.raises(RuntimeError, match="^rope: device target 'GPU' is not supported"):
+        _custom._build("rope", "GPU", ())
+
+
+@pytest.mark.parametrize("name", sorted(OP_SPECS))
+def test_bprop_takes_every_input_of_the_table(name: str) -> None:
+    spec = OP_SPECS[name]
+    pairing = _bprops.grad_op(name, {a.name: a.default for a in spec.attrs})
+    if pairing is not None:
+        assert pairing[0] in OP_SPECS
+        with pytest.raises(ValueError, match=f"{name}: its bprop needs the primitive of {pairing[0]}"):
+            _bprops.bprop_of(name, None)
+        bprop = _bprops.bprop_of(name, lambda *args: args)
+    else:
+        bprop = _bprops.bprop_of(name, None)
+        # GRAPH mode parses the bprop's source: it must be found, with one parameter per input.
+        assert "raise RuntimeError(message)" in inspect.getsource(bprop)
+        with pytest.raises(RuntimeError, match=f"^{name} has no gradient: "):
+            bprop(*range(len(spec.inputs)), None, None)
+    assert len(inspect.signature(bprop).parameters) == len(spec.inputs) + 2
+
+
+def test_no_gradient_bprop_for_any_input_count() -> None:
+    bprop = _bprops._no_gradient_factory(9)("op9 has no gradient: why")
+    assert list(inspect.signature(bprop).parameters) == [f"i{i}" for i in range(9)] + ["out", "dout"]
+    with pytest.raises(RuntimeError, match="^op9 has no gradient: why$"):
+        bprop(*range(11))
 
 
 def test_vendor_folder_is_prepended_to_the_custom_opp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,7 @@ from mindspore import Parameter, Tensor, nn
 from mindspore import ops as msops
 from mindspore.common.initializer import Normal, initializer
 
-from ..ops._checks import cumulative_lengths
+from .._checks import cumulative_lengths
 from . import _yarn, deepseek_io
 from .indexer_kl_loss import IndexerKLLoss
 from .lightning_indexer import LightningIndexer

@@ -7,8 +7,8 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
-from ..ops._checks import attributes
-from ..ops._optional import Lengths, check_lengths_pair, lengths_pair, rope_pair
+from .._checks import attributes
+from .._optional import Lengths, check_lengths_pair, lengths_pair, rope_pair
 
 
 def _scaled(grad: Tensor, dout: Tensor) -> Tensor:
@@ -21,7 +21,7 @@ class _IndexerKLLossCore(nn.Cell):
     (for d(loss) = 1); the bprop only scales the saved gradients by the incoming ``dout``.
 
     All twelve inputs are tensors (absent optional inputs are the placeholders of
-    ``ops/_optional.py``, lengths given as Python sequences are converted before), so the bprop
+    ``ms_grad_ops/_optional.py``, lengths given as Python sequences are converted before), so the bprop
     always returns the same structure.
     """
 

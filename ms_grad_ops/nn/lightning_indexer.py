@@ -5,7 +5,7 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
-from ..ops._checks import attributes, check_attribute_rules
+from .._checks import attributes, check_attribute_rules
 
 
 class LightningIndexer(nn.Cell):

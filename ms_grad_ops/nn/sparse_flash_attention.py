@@ -5,9 +5,9 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .. import ops
+from .._checks import attributes
+from .._optional import Lengths
 from .._specs import OP_SPECS
-from ..ops._checks import attributes
-from ..ops._optional import Lengths
 
 
 class SparseFlashAttention(nn.Cell):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from mindspore import Tensor
 
+from .._checks import attributes, validate
 from .._custom import primitive
-from ._checks import attributes, validate
 
 
 def cla_gate_backward(grad_merged: Tensor, global_attn: Tensor, local_attn: Tensor, global_gate_logits: Tensor,

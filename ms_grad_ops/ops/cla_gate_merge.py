@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from mindspore import Tensor
 
+from .._checks import validate
 from .._custom import primitive
-from ._checks import validate
 
 
 def cla_gate_merge(global_attn: Tensor, local_attn: Tensor, global_gate_logits: Tensor,

@@ -5,9 +5,9 @@ from collections.abc import Sequence
 
 from mindspore import Tensor
 
+from .._checks import attributes, check_tensor, validate
 from .._custom import primitive
-from ._checks import attributes, check_tensor, validate
-from ._optional import check_lengths_pair, lengths_pair
+from .._optional import check_lengths_pair, lengths_pair
 
 _OP = "lightning_indexer"
 

@@ -5,8 +5,8 @@ from collections.abc import Sequence
 
 from mindspore import Tensor
 
+from .._checks import check_seq_length_values, seq_lengths, validate
 from .._custom import primitive
-from ._checks import check_seq_length_values, seq_lengths, validate
 
 
 def rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, q_seq_len: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:

@@ -7,9 +7,9 @@ import mindspore as ms
 from mindspore import Tensor
 from mindspore import ops as msops
 
+from .._checks import attributes, check_tensor, validate
 from .._custom import primitive
-from ._checks import attributes, check_tensor, validate
-from ._optional import Lengths, check_lengths_pair, lengths_pair, optional, rope_pair
+from .._optional import Lengths, check_lengths_pair, lengths_pair, optional, rope_pair
 
 _OP = "sparse_flash_attention"
 _NAMES = ("query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query",

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from mindspore import Tensor
 
+from .._checks import attributes, validate
 from .._custom import primitive
-from ._checks import attributes, validate
-from ._optional import Lengths, check_lengths_pair
+from .._optional import Lengths, check_lengths_pair
 from .sparse_flash_attention import sfa_inputs
 
 _OP = "sparse_flash_attention_grad"

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from mindspore import Tensor
 
+from .._checks import attributes, check_tensor, validate
 from .._custom import primitive
-from ._checks import attributes, check_tensor, validate
-from ._optional import check_lengths_pair, lengths_pair, rope_pair
+from .._optional import check_lengths_pair, lengths_pair, rope_pair
 
 _OP = "sparse_lightning_indexer_grad_kl_loss"
 

@@ -41,7 +41,7 @@ def rope_pair(op: str, query_rope: Tensor | None, key_rope: Tensor | None, dtype
 def lengths_pair(op: str, kv_arg: str, lens_q: Lengths, lens_kv: Lengths) -> tuple[Tensor, Tensor]:
     """``actual_seq_lengths_query`` and ``kv_arg`` as kernel inputs: None is the placeholder, a
     Python sequence becomes an int32 tensor, a tensor is passed as is. The rule itself (TND
-    without lengths = one sequence; BSND takes none) is checked once, in ``infer_shape/seq_lengths.h``;
+    without lengths = one sequence; BSND takes none) is checked once, in ``infer_shape/seq_lengths_rules.h``;
     the values of Python lengths by :func:`check_lengths_pair` after it."""
     q = absent() if lens_q is None else cumulative_lengths(op, "actual_seq_lengths_query", lens_q)
     kv = absent() if lens_kv is None else cumulative_lengths(op, kv_arg, lens_kv)

@@ -1,4 +1,4 @@
-"""Eager argument checks shared by the functional ops.
+"""Eager argument checks shared by the functional ops (``ops/``) and the Cells (``nn/``).
 
 Shape/dtype/attribute rules are not written here: they live in ``infer_shape/`` and are called
 through the ``_validate`` pybind11 module, so Python, GRAPH-mode infer and the kernels agree.
@@ -15,26 +15,13 @@ from mindspore import Tensor
 from mindspore import ops as msops
 from mindspore.ops import constexpr
 
-from .. import _validate
-from .._custom import reads_int64
-from .._specs import OP_SPECS, AttrSpec
+from . import _validate
+from ._custom import reads_int64
+from ._dtypes import dtype_name
+from ._specs import OP_SPECS, AttrSpec
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-# MindSpore dtype -> the name infer_shape/common.h gives it (every number dtype, so a wrong one is
-# reported by name; anything else becomes "an unsupported dtype" there).
-_DTYPE_NAMES = {getattr(ms, attr): name for attr, name in (
-    ("bool_", "bool"), ("int8", "int8"), ("int16", "int16"), ("int32", "int32"), ("int64", "int64"),
-    ("uint8", "uint8"), ("uint16", "uint16"), ("uint32", "uint32"), ("uint64", "uint64"),
-    ("float16", "float16"), ("bfloat16", "bfloat16"), ("float32", "float32"), ("float64", "float64"),
-    ("complex64", "complex64"), ("complex128", "complex128"), ("float8_e4m3fn", "float8_e4m3fn"),
-    ("float8_e5m2", "float8_e5m2"), ("hifloat8", "hifloat8"), ("qint4x2", "int4")) if hasattr(ms, attr)}
-
-
-def dtype_name(dtype: object) -> str:
-    """The name ``infer_shape`` uses for a MindSpore dtype ("float16", "bfloat16", ...)."""
-    return _DTYPE_NAMES.get(dtype, str(dtype).lower())
 
 
 def check_tensor(op: str, arg: str, value: object) -> Tensor:
