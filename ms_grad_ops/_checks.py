@@ -5,6 +5,7 @@ through the ``_validate`` pybind11 module, so Python, GRAPH-mode infer and the k
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Sequence
@@ -31,11 +32,12 @@ def check_tensor(op: str, arg: str, value: object) -> Tensor:
 
 
 @constexpr
-def _run_rules(op: str, shapes: tuple, dtypes: tuple, attrs: tuple) -> bool:
+def _run_rules(op: str, shapes: tuple, dtypes: tuple, attr_items: tuple) -> bool:
     # constexpr: in GRAPH mode this runs in Python at compile time on the (possibly dynamic,
-    # None/-1) shapes, so errors are ValueError/TypeError before the graph runs.
+    # None/-1) shapes, so errors are ValueError/TypeError before the graph runs. Attributes reach
+    # the rules by name (every binding of infer_shape/python_module.cc takes them so).
     dims = [[-1 if d is None else int(d) for d in s] for s in shapes]
-    getattr(_validate, op)(dims, [dtype_name(t) for t in dtypes], *attrs)
+    getattr(_validate, op)(dims, [dtype_name(t) for t in dtypes], **dict(attr_items))
     return True
 
 
@@ -73,34 +75,44 @@ def _attribute(op: str, spec: AttrSpec, value: object) -> object:
     return value
 
 
-@constexpr
-def attributes(op: str, values: tuple) -> tuple:
-    """The attribute ``values`` of ``op`` (every spec attribute, in spec order) checked for their
-    exact types (``TypeError``/``ValueError`` naming the op, the attribute and the value) and
-    returned as plain Python values. constexpr: in GRAPH mode the check runs at compile time."""
+def _attributes(op: str, **values: object) -> dict[str, object]:
     specs = OP_SPECS[op].attrs
-    if len(values) != len(specs):
-        raise TypeError(f"{op}: expected {len(specs)} attributes {[a.name for a in specs]}, got {len(values)}")
-    return tuple(_attribute(op, a, v) for a, v in zip(specs, values))
+    names = [a.name for a in specs]
+    unknown = sorted(set(values) - set(names))
+    missing = [n for n in names if n not in values]
+    if unknown or missing:
+        raise TypeError(f"{op}: expected the attributes {names} by keyword, got unknown {unknown}, missing {missing}")
+    return {a.name: _attribute(op, a, values[a.name]) for a in specs}
 
 
-def check_attribute_rules(op: str, attrs: tuple) -> None:
+# A functools.partial object, not a function: GRAPH mode does not parse it but calls it as plain
+# Python while compiling (attribute values are constants), so the check runs at compile time, and
+# unlike a cached callable it needs no hashable arguments (a list value is a TypeError naming the
+# attribute).
+attributes = functools.partial(_attributes)
+attributes.__doc__ = """``attributes(op, **values)``: every spec attribute of ``op``, by keyword, checked for its
+exact type (``TypeError``/``ValueError`` naming the op, the attribute and the value) and returned
+as ``{name: plain Python value}`` in spec order, ready for ``validate`` and ``primitive(op, **attrs)``."""
+
+
+def check_attribute_rules(op: str, attrs: dict[str, object]) -> None:
     """Runs the C++ rules of ``op`` with every input unknown, so the rules its attribute values
-    (all of the op's spec attributes, in spec order) break on their own raise now: a Cell's
-    constructor reports a bad attribute before any tensor is seen (``ValueError`` naming the op
-    and the attribute); the rules that also need shapes run again on each call."""
+    (``attributes``' dict) break on their own raise now: a Cell's constructor reports a bad
+    attribute before any tensor is seen (``ValueError`` naming the op and the attribute); the rules
+    that also need shapes run again on each call."""
     n = len(OP_SPECS[op].inputs)
-    getattr(_validate, op)([[-2]] * n, ["unknown"] * n, *attrs)
+    getattr(_validate, op)([[-2]] * n, ["unknown"] * n, **attrs)
 
 
-def validate(op: str, names: tuple[str, ...], tensors: tuple[Tensor, ...], attrs: tuple = ()) -> bool:
+def validate(op: str, names: tuple[str, ...], tensors: tuple[Tensor, ...], attrs: dict | None = None) -> bool:
     """Runs the C++ rules of ``op`` on ``tensors`` (input order, argument ``names``) with the
-    attribute values ``attrs`` (all of the op's spec attributes, in spec order); raises
+    attribute values ``attrs`` (``attributes``' dict; None for an op without attributes); raises
     ``ValueError``/``TypeError`` naming the op, the argument and the shapes. Works eagerly and
     inside a GRAPH-mode construct or bprop."""
     for name, value in zip(names, tensors):
         check_tensor(op, name, value)
-    return _run_rules(op, tuple(t.shape for t in tensors), tuple(t.dtype for t in tensors), attrs)
+    attr_items = () if attrs is None else tuple(attrs.items())
+    return _run_rules(op, tuple(t.shape for t in tensors), tuple(t.dtype for t in tensors), attr_items)
 
 
 def _check_length_values(op: str, arg: str, lens: np.ndarray, n_tokens: int, max_seq_len: int) -> None:

@@ -100,6 +100,17 @@ def test_int64_lengths_saturate_where_the_kernel_reads_int32(monkeypatch: pytest
     assert got.dtype == ms.int32 and got.asnumpy().tolist() == [2**31 - 1, -2**31, 4]
 
 
+def test_attributes_are_taken_by_keyword_and_returned_in_spec_order() -> None:
+    from ms_grad_ops._checks import attributes
+    got = attributes("lightning_indexer", sparse_mode=0, layout="TND", sparse_count=4)
+    assert list(got.items()) == [("sparse_count", 4), ("layout", "TND"), ("sparse_mode", 0)]
+    with pytest.raises(TypeError, match=r"^lightning_indexer: expected the attributes \['sparse_count', 'layout', "
+                                        r"'sparse_mode'\] by keyword, got unknown \[\], missing \['sparse_mode'\]$"):
+        attributes("lightning_indexer", sparse_count=4, layout="TND")
+    with pytest.raises(TypeError, match=r"^rope_grad: expected .* got unknown \['scale'\], missing \[\]$"):
+        attributes("rope_grad", mode="vjp", scale=1.0)
+
+
 def _cla(**over: object) -> list:
     args = dict(g=t((5, 3, 8)), og=t((5, 3, 8)), ol=t((5, 3, 8)), zg=t((5, 3)), zl=t((5, 3)))
     args.update(over)
@@ -263,10 +274,13 @@ ATTRIBUTE_CASES = [
      r"lightning_indexer: attribute 'sparse_count' must be in \[1, 1048576\].*got 2147483647"),
     ("lightning_indexer_grad", dict(sparse_mode=2), ValueError,
      r"lightning_indexer_grad: attribute 'sparse_mode' must be 0 \(no mask\) or 3 \(rightDownCausal\), got 2"),
+    # an unhashable value is checked like any other (attributes are not a cache key)
+    ("sparse_flash_attention", dict(layout=["TND"]), TypeError,
+     r"sparse_flash_attention: attribute 'layout' must be a str, got list \['TND'\]"),
 ]
 
 
-@pytest.mark.parametrize("exec_mode,op,over,exc,match", _modes(ATTRIBUTE_CASES, {0, 2, 4, 11, 13, 15, 17}))
+@pytest.mark.parametrize("exec_mode,op,over,exc,match", _modes(ATTRIBUTE_CASES, {0, 2, 4, 11, 13, 15, 17, 19}))
 def test_attributes_have_exact_types_and_stated_ranges(exec_mode: str, op: str, over: dict, exc: type,
                                                        match: str) -> None:
     if exec_mode == "graph" and any(isinstance(v, int) and abs(v) >= 2**63 for v in over.values()):

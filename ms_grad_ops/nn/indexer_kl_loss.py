@@ -27,8 +27,9 @@ class _IndexerKLLossCore(nn.Cell):
 
     def __init__(self, scale_value: float, layout: str, sparse_mode: int) -> None:
         super().__init__()
-        self.scale_value, self.layout, self.sparse_mode, _ = attributes(
-            "sparse_lightning_indexer_grad_kl_loss", (scale_value, layout, sparse_mode, False))
+        attrs = attributes("sparse_lightning_indexer_grad_kl_loss", scale_value=scale_value, layout=layout,
+                           sparse_mode=sparse_mode, deterministic=False)
+        self.scale_value, self.layout, self.sparse_mode = attrs["scale_value"], attrs["layout"], attrs["sparse_mode"]
 
     def construct(self, query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor,
                   sparse_indices: Tensor, softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor,

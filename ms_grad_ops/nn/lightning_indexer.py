@@ -26,9 +26,9 @@ class LightningIndexer(nn.Cell):
 
     def __init__(self, sparse_count: int, layout: str = "BSND", sparse_mode: int = 3) -> None:
         super().__init__()
-        self.sparse_count, self.layout, self.sparse_mode = attributes("lightning_indexer",
-                                                                      (sparse_count, layout, sparse_mode))
-        check_attribute_rules("lightning_indexer", (self.sparse_count, self.layout, self.sparse_mode))
+        attrs = attributes("lightning_indexer", sparse_count=sparse_count, layout=layout, sparse_mode=sparse_mode)
+        check_attribute_rules("lightning_indexer", attrs)
+        self.sparse_count, self.layout, self.sparse_mode = attrs["sparse_count"], attrs["layout"], attrs["sparse_mode"]
 
     def construct(self, query_index: Tensor, key_index: Tensor, weights: Tensor,
                   actual_seq_lengths_query: Tensor | None = None,

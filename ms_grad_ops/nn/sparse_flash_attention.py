@@ -7,7 +7,6 @@ from mindspore import ops as msops
 from .. import ops
 from .._checks import attributes
 from .._optional import Lengths
-from .._specs import OP_SPECS
 
 
 class SparseFlashAttention(nn.Cell):
@@ -39,8 +38,8 @@ class SparseFlashAttention(nn.Cell):
     def __init__(self, scale_value: float, sparse_block_size: int = 1, layout: str = "BSND",
                  sparse_mode: int = 3, return_softmax_lse: bool = False) -> None:
         super().__init__()
-        values = attributes("sparse_flash_attention", (scale_value, sparse_block_size, layout, sparse_mode))
-        self.attrs = {a.name: v for a, v in zip(OP_SPECS["sparse_flash_attention"].attrs, values)}
+        self.attrs = attributes("sparse_flash_attention", scale_value=scale_value, sparse_block_size=sparse_block_size,
+                                layout=layout, sparse_mode=sparse_mode)
         if not isinstance(return_softmax_lse, bool):
             raise TypeError("SparseFlashAttention: argument 'return_softmax_lse' must be a bool, got "
                             f"{type(return_softmax_lse).__name__} {return_softmax_lse!r}")

@@ -25,9 +25,9 @@ def cla_gate_backward(grad_merged: Tensor, global_attn: Tensor, local_attn: Tens
         ``(grad_global_attn, grad_local_attn, grad_global_gate_logits, grad_local_gate_logits)``:
         two ``[T, N, D]`` and two ``[T, N]`` tensors in the input dtype.
     """
-    (input_attn_layout,) = attributes("cla_gate_backward", (input_attn_layout,))
+    attrs = attributes("cla_gate_backward", input_attn_layout=input_attn_layout)
     validate("cla_gate_backward",
              ("grad_merged", "global_attn", "local_attn", "global_gate_logits", "local_gate_logits"),
-             (grad_merged, global_attn, local_attn, global_gate_logits, local_gate_logits), (input_attn_layout,))
-    return primitive("cla_gate_backward", input_attn_layout=input_attn_layout)(
+             (grad_merged, global_attn, local_attn, global_gate_logits, local_gate_logits), attrs)
+    return primitive("cla_gate_backward", **attrs)(
         grad_merged, global_attn, local_attn, global_gate_logits, local_gate_logits)

@@ -49,9 +49,8 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
             ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))
     names = tuple(n for n, _ in args)
     tensors = tuple(t for _, t in args)
-    sparse_count, layout, sparse_mode = attributes(_OP, (sparse_count, layout, sparse_mode))
-    validate(_OP, names, tensors, (sparse_count, layout, sparse_mode))
+    attrs = attributes(_OP, sparse_count=sparse_count, layout=layout, sparse_mode=sparse_mode)
+    validate(_OP, names, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query_index,
                        key_index)
-    prim = primitive(_OP, sparse_count=sparse_count, layout=layout, sparse_mode=sparse_mode)
-    return prim(*tensors)
+    return primitive(_OP, **attrs)(*tensors)

@@ -55,8 +55,8 @@ def lightning_indexer_grad(query_index: Tensor, key_index: Tensor, weights: Tens
             ("actual_seq_lengths_key", lens_k))
     names = tuple(n for n, _ in args)
     tensors = tuple(t for _, t in args)
-    layout, sparse_mode = attributes(_OP, (layout, sparse_mode))
-    validate(_OP, names, tensors, (layout, sparse_mode))
+    attrs = attributes(_OP, layout=layout, sparse_mode=sparse_mode)
+    validate(_OP, names, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query_index,
                        key_index)
-    return primitive(_OP, layout=layout, sparse_mode=sparse_mode)(*tensors)
+    return primitive(_OP, **attrs)(*tensors)

@@ -28,8 +28,8 @@ def rope_grad(q_grad: Tensor, k_grad: Tensor, cos: Tensor, sin: Tensor, q_seq_le
     Returns:
         ``(q_grad_out, k_grad_out)``, shaped and typed like q_grad.
     """
-    (mode,) = attributes("rope_grad", (mode,))
+    attrs = attributes("rope_grad", mode=mode)
     lens = seq_lengths("rope_grad", "q_seq_len", q_seq_len)
-    validate("rope_grad", ("q_grad", "k_grad", "cos", "sin", "q_seq_len"), (q_grad, k_grad, cos, sin, lens), (mode,))
+    validate("rope_grad", ("q_grad", "k_grad", "cos", "sin", "q_seq_len"), (q_grad, k_grad, cos, sin, lens), attrs)
     check_seq_length_values("rope_grad", "q_seq_len", q_seq_len, q_grad.shape[0], cos.shape[0])
-    return primitive("rope_grad", mode=mode)(q_grad, k_grad, cos, sin, lens)
+    return primitive("rope_grad", **attrs)(q_grad, k_grad, cos, sin, lens)

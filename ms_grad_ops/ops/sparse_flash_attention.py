@@ -81,7 +81,8 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor | None, spa
                         actual_seq_lengths_kv)
     if value is not None and inputs[0].dtype == ms.bfloat16:
         inputs = (inputs[0], _float32_grad()(inputs[1]), _float32_grad()(inputs[2]), *inputs[3:])
-    scale, bs, layout, mode = attributes(_OP, (scale_value, sparse_block_size, layout, sparse_mode))
-    validate(_OP, _NAMES, inputs, (scale, bs, layout, mode))
+    attrs = attributes(_OP, scale_value=scale_value, sparse_block_size=sparse_block_size, layout=layout,
+                       sparse_mode=sparse_mode)
+    validate(_OP, _NAMES, inputs, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_kv", actual_seq_lengths_query, actual_seq_lengths_kv, query, key)
-    return primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode)(*inputs)
+    return primitive(_OP, **attrs)(*inputs)

@@ -41,14 +41,12 @@ def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor | None
     q, k, v, idx, qr, kr, lq, lkv = sfa_inputs(_OP, query, key, value, sparse_indices, query_rope, key_rope,
                                                actual_seq_lengths_query, actual_seq_lengths_kv)
     inputs = (q, k, v, idx, d_out, out, softmax_max, softmax_sum, lq, lkv, qr, kr)
-    attrs = attributes(_OP, (scale_value, sparse_block_size, layout, sparse_mode, pre_tokens, next_tokens,
-                             deterministic))
+    attrs = attributes(_OP, scale_value=scale_value, sparse_block_size=sparse_block_size, layout=layout,
+                       sparse_mode=sparse_mode, pre_tokens=pre_tokens, next_tokens=next_tokens,
+                       deterministic=deterministic)
     validate(_OP, _NAMES, inputs, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_kv", actual_seq_lengths_query, actual_seq_lengths_kv, q, k)
-    scale, bs, layout, mode, pre, nxt, det = attrs
-    prim = primitive(_OP, scale_value=scale, sparse_block_size=bs, layout=layout, sparse_mode=mode,
-                     pre_tokens=pre, next_tokens=nxt, deterministic=det)
-    d_query, d_key, d_value, d_query_rope, d_key_rope = prim(*inputs)
+    d_query, d_key, d_value, d_query_rope, d_key_rope = primitive(_OP, **attrs)(*inputs)
     rope = query_rope is not None
     return (d_query, d_key, d_value if value is not None else None, d_query_rope if rope else None,
             d_key_rope if rope else None)

@@ -55,10 +55,8 @@ def sparse_lightning_indexer_grad_kl_loss(
             ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))
     names = tuple(n for n, _ in args)
     tensors = tuple(t for _, t in args)
-    attrs = attributes(_OP, (scale_value, layout, sparse_mode, deterministic))
+    attrs = attributes(_OP, scale_value=scale_value, layout=layout, sparse_mode=sparse_mode,
+                       deterministic=deterministic)
     validate(_OP, names, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query, key)
-    scale_value, layout, sparse_mode, deterministic = attrs
-    prim = primitive(_OP, scale_value=scale_value, layout=layout, sparse_mode=sparse_mode,
-                     deterministic=deterministic)
-    return prim(*tensors)
+    return primitive(_OP, **attrs)(*tensors)
