@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "aot.h"
+#include "aot_adapter.h"
 #include "cla_gate_common.h"
 #include "convert.h"
 #include "parallel.h"
@@ -16,16 +17,6 @@
 
 using mgo::aot::AotExtra;
 using mgo::aot::TypeId;
-
-extern "C" std::vector<std::vector<int64_t>> ClaGateBackwardInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
-  return mgo::infer::cla_gate_backward(mgo::aot::shape_descs(5, ndims, shapes), extra->GetAttrStr("input_attn_layout"))
-      .shapes;
-}
-
-extern "C" std::vector<TypeId> ClaGateBackwardInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::type_ids(
-      mgo::infer::cla_gate_backward(mgo::aot::type_descs(types), extra->GetAttrStr("input_attn_layout")));
-}
 
 namespace mgo::cpu {
 namespace {
@@ -186,15 +177,31 @@ void backward(const aot::KernelArgs& args) {
   }
 }
 
+struct ClaGateBackwardOp {
+  static constexpr int kInputs = 5;
+  static infer::InferResult Infer(const std::vector<infer::TensorDesc>& in, AotExtra* extra) {
+    return infer::cla_gate_backward(in, extra->GetAttrStr("input_attn_layout"));
+  }
+  static void Run(const aot::KernelArgs& args, AotExtra*) {
+    dispatch_float(args.dtype(0), [&](auto tag) {
+      backward<decltype(tag)>(args);
+      return 0;
+    });
+  }
+};
+
 }  // namespace
 }  // namespace mgo::cpu
 
+using mgo::cpu::ClaGateBackwardOp;
+
+extern "C" std::vector<std::vector<int64_t>> ClaGateBackwardInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+  return mgo::aot::InferShape<ClaGateBackwardOp>(ndims, shapes, extra);
+}
+extern "C" std::vector<TypeId> ClaGateBackwardInferType(std::vector<TypeId> types, AotExtra* extra) {
+  return mgo::aot::InferType<ClaGateBackwardOp>(types, extra);
+}
 extern "C" int ClaGateBackward(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
-                               void*) {
-  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  mgo::cpu::dispatch_float(args.dtype(0), [&](auto tag) {
-    mgo::cpu::backward<decltype(tag)>(args);
-    return 0;
-  });
-  return 0;
+                               void* extra) {
+  return mgo::aot::Launch<ClaGateBackwardOp>(nparam, params, ndims, shapes, dtypes, extra);
 }

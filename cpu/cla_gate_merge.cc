@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "aot.h"
+#include "aot_adapter.h"
 #include "cla_gate_common.h"
 #include "convert.h"
 #include "parallel.h"
@@ -14,14 +15,6 @@
 
 using mgo::aot::AotExtra;
 using mgo::aot::TypeId;
-
-extern "C" std::vector<int64_t> ClaGateMergeInferShape(int* ndims, int64_t** shapes, AotExtra*) {
-  return mgo::infer::cla_gate_merge(mgo::aot::shape_descs(4, ndims, shapes)).shapes.at(0);
-}
-
-extern "C" TypeId ClaGateMergeInferType(std::vector<TypeId> types, AotExtra*) {
-  return mgo::aot::type_ids(mgo::infer::cla_gate_merge(mgo::aot::type_descs(types))).at(0);
-}
 
 namespace mgo::cpu {
 namespace {
@@ -119,15 +112,31 @@ void merge(const aot::KernelArgs& args) {
   }
 }
 
+struct ClaGateMergeOp {
+  static constexpr int kInputs = 4;
+  static infer::InferResult Infer(const std::vector<infer::TensorDesc>& in, AotExtra*) {
+    return infer::cla_gate_merge(in);
+  }
+  static void Run(const aot::KernelArgs& args, AotExtra*) {
+    dispatch_float(args.dtype(0), [&](auto tag) {
+      merge<decltype(tag)>(args);
+      return 0;
+    });
+  }
+};
+
 }  // namespace
 }  // namespace mgo::cpu
 
+using mgo::cpu::ClaGateMergeOp;
+
+extern "C" std::vector<int64_t> ClaGateMergeInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+  return mgo::aot::InferShapeOne<ClaGateMergeOp>(ndims, shapes, extra);
+}
+extern "C" TypeId ClaGateMergeInferType(std::vector<TypeId> types, AotExtra* extra) {
+  return mgo::aot::InferTypeOne<ClaGateMergeOp>(types, extra);
+}
 extern "C" int ClaGateMerge(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
-                            void*) {
-  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  mgo::cpu::dispatch_float(args.dtype(0), [&](auto tag) {
-    mgo::cpu::merge<decltype(tag)>(args);
-    return 0;
-  });
-  return 0;
+                            void* extra) {
+  return mgo::aot::Launch<ClaGateMergeOp>(nparam, params, ndims, shapes, dtypes, extra);
 }

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "aot_adapter.h"
 #include "lightning_indexer_common.h"
 
 using mgo::aot::AotExtra;
@@ -128,24 +129,9 @@ void run(const mgo::aot::KernelArgs& args, const mgo::cpu::RowPlan& plan, bool b
   error.rethrow(kOp);
 }
 
-}  // namespace
-
-extern "C" std::vector<std::vector<int64_t>> LightningIndexerInferShape(int* ndims, int64_t** shapes,
-                                                                         AotExtra* extra) {
-  return rules(mgo::aot::shape_descs(5, ndims, shapes), extra).shapes;
-}
-
-extern "C" std::vector<TypeId> LightningIndexerInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::type_ids(rules(mgo::aot::type_descs(types), extra));
-}
-
-extern "C" int LightningIndexer(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
-                                void* extra_ptr) {
-  auto* extra = static_cast<AotExtra*>(extra_ptr);
-  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  std::vector<mgo::infer::TensorDesc> in;
-  for (int i = 0; i < 5; ++i) in.push_back(args.desc(i));
-  rules(in, extra);
+// One launch: the rules again on the real tensors, then the kernel.
+void launch(const mgo::aot::KernelArgs& args, AotExtra* extra) {
+  rules(mgo::aot::input_descs(args, 5), extra);
   const bool bsnd = extra->GetAttrStr("layout") == "BSND";
   const int64_t k = extra->GetAttrInt("sparse_count");
   const mgo::cpu::RowPlan plan =
@@ -160,5 +146,25 @@ extern "C" int LightningIndexer(int nparam, void** params, int* ndims, int64_t**
     });
     return 0;
   });
-  return 0;
+}
+
+struct LightningIndexerOp {
+  static constexpr int kInputs = 5;
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
+    return rules(in, extra);
+  }
+  static void Run(const mgo::aot::KernelArgs& args, AotExtra* extra) { launch(args, extra); }
+};
+
+}  // namespace
+
+extern "C" std::vector<std::vector<int64_t>> LightningIndexerInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+  return mgo::aot::InferShape<LightningIndexerOp>(ndims, shapes, extra);
+}
+extern "C" std::vector<TypeId> LightningIndexerInferType(std::vector<TypeId> types, AotExtra* extra) {
+  return mgo::aot::InferType<LightningIndexerOp>(types, extra);
+}
+extern "C" int LightningIndexer(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
+                                void* extra) {
+  return mgo::aot::Launch<LightningIndexerOp>(nparam, params, ndims, shapes, dtypes, extra);
 }

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "aot_adapter.h"
 #include "indexer_score_backward.h"
 
 using mgo::aot::AotExtra;
@@ -25,7 +26,7 @@ using mgo::aot::TypeId;
 namespace {
 
 constexpr const char* kOp = "lightning_indexer_grad";
-constexpr int kInputs = 7;
+constexpr int kInputCount = 7;
 
 enum Arg { kQueryIndex, kKeyIndex, kWeights, kSparse, kDValues, kLensQ, kLensK, kDQueryIndex, kDKeyIndex, kDWeights };
 
@@ -93,24 +94,9 @@ void run(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPl
       [](RowKernel<X, Op, W>& kernel, int64_t t, float* acc) { kernel.row(t, acc); });
 }
 
-}  // namespace
-
-extern "C" std::vector<std::vector<int64_t>> LightningIndexerGradInferShape(int* ndims, int64_t** shapes,
-                                                                          AotExtra* extra) {
-  return rules(mgo::aot::shape_descs(kInputs, ndims, shapes), extra).shapes;
-}
-
-extern "C" std::vector<TypeId> LightningIndexerGradInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::type_ids(rules(mgo::aot::type_descs(types), extra));
-}
-
-extern "C" int LightningIndexerGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-                                    void*, void* extra_ptr) {
-  auto* extra = static_cast<AotExtra*>(extra_ptr);
-  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  std::vector<mgo::infer::TensorDesc> in;
-  for (int i = 0; i < kInputs; ++i) in.push_back(args.desc(i));
-  rules(in, extra);
+// One launch: the rules again on the real tensors, then the kernel.
+void launch(const mgo::aot::KernelArgs& args, AotExtra* extra) {
+  rules(mgo::aot::input_descs(args, kInputCount), extra);
   const bool bsnd = extra->GetAttrStr("layout") == "BSND";
   const int r = bsnd ? 4 : 3;
   Sizes z{};
@@ -132,5 +118,25 @@ extern "C" int LightningIndexerGrad(int nparam, void** params, int* ndims, int64
     });
     return 0;
   });
-  return 0;
+}
+
+struct LightningIndexerGradOp {
+  static constexpr int kInputs = kInputCount;
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
+    return rules(in, extra);
+  }
+  static void Run(const mgo::aot::KernelArgs& args, AotExtra* extra) { launch(args, extra); }
+};
+
+}  // namespace
+
+extern "C" std::vector<std::vector<int64_t>> LightningIndexerGradInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+  return mgo::aot::InferShape<LightningIndexerGradOp>(ndims, shapes, extra);
+}
+extern "C" std::vector<TypeId> LightningIndexerGradInferType(std::vector<TypeId> types, AotExtra* extra) {
+  return mgo::aot::InferType<LightningIndexerGradOp>(types, extra);
+}
+extern "C" int LightningIndexerGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
+                                    void* extra) {
+  return mgo::aot::Launch<LightningIndexerGradOp>(nparam, params, ndims, shapes, dtypes, extra);
 }

@@ -2,20 +2,13 @@
 // `rope` (`mode="vjp"`).
 #include "../infer_shape/rope_grad.h"
 
+#include "aot_adapter.h"
 #include "rope_common.h"
 
 using mgo::aot::AotExtra;
 using mgo::aot::TypeId;
 using mgo::cpu::HalfMix;
 using mgo::cpu::kRopeHalf;
-
-extern "C" std::vector<std::vector<int64_t>> RopeGradInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
-  return mgo::infer::rope_grad(mgo::aot::shape_descs(5, ndims, shapes), extra->GetAttrStr("mode")).shapes;
-}
-
-extern "C" std::vector<TypeId> RopeGradInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::type_ids(mgo::infer::rope_grad(mgo::aot::type_descs(types), extra->GetAttrStr("mode")));
-}
 
 namespace {
 
@@ -41,12 +34,26 @@ void vjp_mix(const float* c, const float* s, HalfMix& m) {
   }
 }
 
+struct RopeGradOp {
+  static constexpr int kInputs = 5;
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
+    return mgo::infer::rope_grad(in, extra->GetAttrStr("mode"));
+  }
+  static void Run(const mgo::aot::KernelArgs& args, AotExtra* extra) {
+    const auto mode = mgo::infer::parse_rope_grad_mode(extra->GetAttrStr("mode"));
+    mgo::cpu::run_rope_family("rope_grad", args, mode == mgo::infer::RopeGradMode::kAtb ? atb_mix : vjp_mix);
+  }
+};
+
 }  // namespace
 
+extern "C" std::vector<std::vector<int64_t>> RopeGradInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+  return mgo::aot::InferShape<RopeGradOp>(ndims, shapes, extra);
+}
+extern "C" std::vector<TypeId> RopeGradInferType(std::vector<TypeId> types, AotExtra* extra) {
+  return mgo::aot::InferType<RopeGradOp>(types, extra);
+}
 extern "C" int RopeGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
                         void* extra) {
-  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  const auto mode = mgo::infer::parse_rope_grad_mode(static_cast<AotExtra*>(extra)->GetAttrStr("mode"));
-  mgo::cpu::run_rope_family("rope_grad", args, mode == mgo::infer::RopeGradMode::kAtb ? atb_mix : vjp_mix);
-  return 0;
+  return mgo::aot::Launch<RopeGradOp>(nparam, params, ndims, shapes, dtypes, extra);
 }

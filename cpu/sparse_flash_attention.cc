@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "aot_adapter.h"
 #include "sparse_flash_attention_common.h"
 #include "sparse_flash_attention_groups.h"
 
@@ -165,9 +166,7 @@ void forward(const aot::KernelArgs& args, const Problem& p, const std::vector<in
 
 void run(const aot::KernelArgs& args, AotExtra* extra) {
   const infer::SfaAttrs attrs = read_attrs(extra, false);
-  std::vector<infer::TensorDesc> in;
-  for (int i = 0; i < kInputs; ++i) in.push_back(args.desc(i));
-  infer::sparse_flash_attention(in, attrs);
+  infer::sparse_flash_attention(aot::input_descs(args, kInputs), attrs);
   const Problem p = make_problem(kOp, args, attrs, kSlots);
   const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(kSlots.idx));
   dispatch_float(args.dtype(kSlots.q), [&](auto tag) {
@@ -178,24 +177,26 @@ void run(const aot::KernelArgs& args, AotExtra* extra) {
   });
 }
 
+struct SparseFlashAttentionOp {
+  static constexpr int kInputs = sfa::kInputs;
+  static infer::InferResult Infer(const std::vector<infer::TensorDesc>& in, AotExtra* extra) {
+    return infer::sparse_flash_attention(in, read_attrs(extra, false));
+  }
+  static void Run(const aot::KernelArgs& args, AotExtra* extra) { run(args, extra); }
+};
+
 }  // namespace
 }  // namespace mgo::cpu::sfa
 
-extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionInferShape(int* ndims, int64_t** shapes,
-                                                                            AotExtra* extra) {
-  return mgo::infer::sparse_flash_attention(mgo::aot::shape_descs(mgo::cpu::sfa::kInputs, ndims, shapes),
-                                            mgo::cpu::sfa::read_attrs(extra, false))
-      .shapes;
-}
+using mgo::cpu::sfa::SparseFlashAttentionOp;
 
+extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+  return mgo::aot::InferShape<SparseFlashAttentionOp>(ndims, shapes, extra);
+}
 extern "C" std::vector<TypeId> SparseFlashAttentionInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::type_ids(
-      mgo::infer::sparse_flash_attention(mgo::aot::type_descs(types), mgo::cpu::sfa::read_attrs(extra, false)));
+  return mgo::aot::InferType<SparseFlashAttentionOp>(types, extra);
 }
-
-extern "C" int SparseFlashAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-                                    void*, void* extra) {
-  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  mgo::cpu::sfa::run(args, static_cast<AotExtra*>(extra));
-  return 0;
+extern "C" int SparseFlashAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
+                                    void* extra) {
+  return mgo::aot::Launch<SparseFlashAttentionOp>(nparam, params, ndims, shapes, dtypes, extra);
 }

@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "aot_adapter.h"
 #include "sparse_flash_attention_common.h"
 #include "sparse_flash_attention_groups.h"
 
@@ -293,9 +294,7 @@ void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<i
 
 void run(const aot::KernelArgs& args, AotExtra* extra) {
   const infer::SfaAttrs attrs = read_attrs(extra, true);
-  std::vector<infer::TensorDesc> in;
-  for (int i = 0; i < kInputs; ++i) in.push_back(args.desc(i));
-  infer::sparse_flash_attention_grad(in, attrs);
+  infer::sparse_flash_attention_grad(aot::input_descs(args, kInputs), attrs);
   const Problem p = make_problem(kOp, args, attrs, kSlots);
   const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(kSlots.idx));
   dispatch_float(args.dtype(kSlots.q), [&](auto tag) {
@@ -306,24 +305,26 @@ void run(const aot::KernelArgs& args, AotExtra* extra) {
   });
 }
 
+struct SparseFlashAttentionGradOp {
+  static constexpr int kInputs = sfa::kInputs;
+  static infer::InferResult Infer(const std::vector<infer::TensorDesc>& in, AotExtra* extra) {
+    return infer::sparse_flash_attention_grad(in, read_attrs(extra, true));
+  }
+  static void Run(const aot::KernelArgs& args, AotExtra* extra) { run(args, extra); }
+};
+
 }  // namespace
 }  // namespace mgo::cpu::sfa
 
-extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionGradInferShape(int* ndims, int64_t** shapes,
-                                                                                AotExtra* extra) {
-  return mgo::infer::sparse_flash_attention_grad(mgo::aot::shape_descs(mgo::cpu::sfa::kInputs, ndims, shapes),
-                                                 mgo::cpu::sfa::read_attrs(extra, true))
-      .shapes;
-}
+using mgo::cpu::sfa::SparseFlashAttentionGradOp;
 
+extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionGradInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+  return mgo::aot::InferShape<SparseFlashAttentionGradOp>(ndims, shapes, extra);
+}
 extern "C" std::vector<TypeId> SparseFlashAttentionGradInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::type_ids(mgo::infer::sparse_flash_attention_grad(mgo::aot::type_descs(types),
-                                                                    mgo::cpu::sfa::read_attrs(extra, true)));
+  return mgo::aot::InferType<SparseFlashAttentionGradOp>(types, extra);
 }
-
-extern "C" int SparseFlashAttentionGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-                                        void*, void* extra) {
-  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  mgo::cpu::sfa::run(args, static_cast<AotExtra*>(extra));
-  return 0;
+extern "C" int SparseFlashAttentionGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
+                                        void* extra) {
+  return mgo::aot::Launch<SparseFlashAttentionGradOp>(nparam, params, ndims, shapes, dtypes, extra);
 }

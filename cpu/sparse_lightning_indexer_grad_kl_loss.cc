@@ -15,6 +15,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "aot_adapter.h"
 #include "indexer_score_backward.h"
 
 using mgo::aot::AotExtra;
@@ -159,24 +160,9 @@ void run(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPl
   *args.as<float>(kLoss) = static_cast<float>(loss);
 }
 
-}  // namespace
-
-extern "C" std::vector<std::vector<int64_t>> SparseLightningIndexerGradKLLossInferShape(int* ndims, int64_t** shapes,
-                                                                                      AotExtra* extra) {
-  return rules(mgo::aot::shape_descs(12, ndims, shapes), extra).shapes;
-}
-
-extern "C" std::vector<TypeId> SparseLightningIndexerGradKLLossInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::type_ids(rules(mgo::aot::type_descs(types), extra));
-}
-
-extern "C" int SparseLightningIndexerGradKLLoss(int nparam, void** params, int* ndims, int64_t** shapes,
-                                                const char** dtypes, void*, void* extra_ptr) {
-  auto* extra = static_cast<AotExtra*>(extra_ptr);
-  const mgo::aot::KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  std::vector<mgo::infer::TensorDesc> in;
-  for (int i = 0; i < 12; ++i) in.push_back(args.desc(i));
-  rules(in, extra);
+// One launch: the rules again on the real tensors, then the kernel.
+void launch(const mgo::aot::KernelArgs& args, AotExtra* extra) {
+  rules(mgo::aot::input_descs(args, 12), extra);
   const bool bsnd = extra->GetAttrStr("layout") == "BSND";
   const int r = bsnd ? 4 : 3;
   Sizes z{};
@@ -203,5 +189,25 @@ extern "C" int SparseLightningIndexerGradKLLoss(int nparam, void** params, int* 
     });
     return 0;
   });
-  return 0;
+}
+
+struct SparseLightningIndexerGradKLLossOp {
+  static constexpr int kInputs = 12;
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
+    return rules(in, extra);
+  }
+  static void Run(const mgo::aot::KernelArgs& args, AotExtra* extra) { launch(args, extra); }
+};
+
+}  // namespace
+
+extern "C" std::vector<std::vector<int64_t>> SparseLightningIndexerGradKLLossInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+  return mgo::aot::InferShape<SparseLightningIndexerGradKLLossOp>(ndims, shapes, extra);
+}
+extern "C" std::vector<TypeId> SparseLightningIndexerGradKLLossInferType(std::vector<TypeId> types, AotExtra* extra) {
+  return mgo::aot::InferType<SparseLightningIndexerGradKLLossOp>(types, extra);
+}
+extern "C" int SparseLightningIndexerGradKLLoss(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
+                                                void* extra) {
+  return mgo::aot::Launch<SparseLightningIndexerGradKLLossOp>(nparam, params, ndims, shapes, dtypes, extra);
 }
