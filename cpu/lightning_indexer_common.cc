@@ -13,36 +13,11 @@
 #pragma GCC push_options
 #pragma GCC optimize("no-trapping-math")
 
+// Included under the pragma, so vmath::exp compiles with this file's options and inlines here.
+#include "vector_math.h"
+
 namespace mgo::cpu {
 namespace {
-
-// exp for the vectorised loops: Cody-Waite reduction and a degree-6 polynomial, ~1 ulp. Every
-// special case is a select: x < -87.3 and -inf give 0, x > 88.7 gives inf, NaN stays NaN.
-inline float fast_exp(float x) {
-  float xc = x < -87.5f ? -87.5f : x;  // NaN compares false: stays NaN
-  xc = xc > 88.5f ? 88.5f : xc;
-  const float kn = xc * 1.44269504088896341f + 12582912.0f;
-  const float n = kn - 12582912.0f;
-  const float r = (xc - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  // The exponent from the rounding constant's low bits (an integer add, no float->int
-  // conversion, which would be undefined for NaN).
-  int32_t kbits;
-  std::memcpy(&kbits, &kn, sizeof kbits);
-  const int32_t bits = (kbits - 0x4b400000 + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  float y = p * scale;
-  y = x < -87.3f ? 0.0f : y;
-  y = x > 88.7f ? INFINITY : y;
-  return x != x ? x : y;
-}
 
 // max(x, 0) keeping NaN (std::max would not be inlined under this file's optimize pragma).
 inline float relu(float x) { return x < 0.0f ? 0.0f : x; }
@@ -123,12 +98,12 @@ void relu_weighted_sum(const float* __restrict sx, int64_t ld, int64_t nidx, int
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 void exp_accumulate(const float* __restrict s, int64_t n, float shift, float mul, float* __restrict acc) {
-  for (int64_t j = 0; j < n; ++j) acc[j] += fast_exp(s[j] - shift) * mul;
+  for (int64_t j = 0; j < n; ++j) acc[j] += vmath::exp(s[j] - shift) * mul;
 }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 float exp_shifted(const float* __restrict s, int64_t n, float shift, float* __restrict out) {
-  for (int64_t j = 0; j < n; ++j) out[j] = fast_exp(s[j] - shift);
+  for (int64_t j = 0; j < n; ++j) out[j] = vmath::exp(s[j] - shift);
   float lanes[kLanes] = {};
   const int64_t n_main = n / kLanes * kLanes;
   for (int64_t j0 = 0; j0 < n_main; j0 += kLanes) {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "seq_lengths.h"
+#include "vector_math.h"
 
 namespace mgo::cpu::sfa {
 
@@ -103,14 +104,13 @@ namespace {
 constexpr int64_t kLanes = 16;
 
 // 8 float32 lanes as a GCC vector (one ymm in the AVX2 and AVX-512 clones, two xmm in the default
-// one). A scalar exp does not vectorise (std::floor is a libm call and GCC keeps the NaN-preserving
-// clamps as branches), so every exp here runs on these. Not 16 lanes: GCC lowers the compares and
+// one). Every exp here runs on these (vmath::exp of vector_math.h): GCC keeps the NaN-preserving
+// clamps of a scalar exp as branches in this file. Not 16 lanes: GCC lowers the compares and
 // selects of a 64-byte vector to scalar code on AVX2 (~30 ns per exp, measured).
 // (Every use is inlined into a clone, so the psabi note on passing such vectors is moot.)
 #pragma GCC diagnostic ignored "-Wpsabi"
 constexpr int64_t kVec = 8;
-using V8 = float __attribute__((vector_size(32)));
-using V8i = int32_t __attribute__((vector_size(32)));
+using vmath::V8;
 
 [[gnu::always_inline]] inline V8 load8(const float* p) {
   V8 v;
@@ -119,33 +119,6 @@ using V8i = int32_t __attribute__((vector_size(32)));
 }
 [[gnu::always_inline]] inline void store8(float* p, const V8& v) { std::memcpy(p, &v, sizeof v); }
 [[gnu::always_inline]] inline V8 splat(float x) { return V8{} + x; }
-
-// exp(x) (Cephes expf polynomial, ~1 ulp); used on shifted logits, which are <= 0 up to rounding.
-// -inf and x < -87.3 give 0, x > 88 gives inf, NaN stays NaN.
-[[gnu::always_inline]] inline V8 exp_nonpos(const V8& x) {
-  const V8 lo = splat(-87.3f), hi = splat(88.0f);
-  V8 xc = x > lo ? x : lo;  // NaN -> lo here; restored below
-  xc = xc < hi ? xc : hi;    // only reached through rounding; keeps 2^n finite
-  const V8 t = xc * 1.44269504088896341f + 0.5f;
-  const V8 ti = __builtin_convertvector(__builtin_convertvector(t, V8i), V8);  // truncation
-  const V8 n = ti > t ? ti - 1.0f : ti;                                             // floor
-  V8 r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  V8 y = splat(1.9875691500e-4f);
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * r * r + r + 1.0f;
-  const V8i e = (__builtin_convertvector(n, V8i) + 127) << 23;
-  V8 scale;
-  std::memcpy(&scale, &e, sizeof scale);
-  const V8 out = y * scale;
-  const V8 big = x > hi ? splat(std::numeric_limits<float>::infinity()) : out;
-  const V8 res = x < lo ? splat(0.0f) : big;
-  return x == x ? res : x;
-}
 
 }  // namespace
 
@@ -193,7 +166,7 @@ template <bool kWeighted>
   V8 acc = splat(0.0f);
   int64_t i = 0;
   for (; i + kVec <= n; i += kVec) {
-    V8 e = exp_nonpos(load8(x + i) - m);
+    V8 e = vmath::exp(load8(x + i) - m);
     if constexpr (kWeighted) e = weigh(e, load8(w + i));
     store8(x + i, e);
     acc += e;
@@ -201,7 +174,7 @@ template <bool kWeighted>
   if (i < n) {
     float xb[kVec] = {}, wb[kVec] = {};
     load_tail(x + i, kWeighted ? w + i : nullptr, n - i, xb, wb);
-    const V8 e = weigh(exp_nonpos(load8(xb) - m), load8(wb));
+    const V8 e = weigh(vmath::exp(load8(xb) - m), load8(wb));
     store8(xb, e);
     std::memcpy(x + i, xb, sizeof(float) * (n - i));
     acc += e;
@@ -232,7 +205,7 @@ namespace {
 template <bool kWeighted>
 [[gnu::always_inline]] inline void probs_and_grad8(V8& s, V8& dp, const V8& w, float m, float inv_l,
                                                     float delta) {
-  const V8 p = exp_nonpos(s - m) * inv_l;
+  const V8 p = vmath::exp(s - m) * inv_l;
   if constexpr (kWeighted) {
     s = weigh(p, w);
     dp = w != 0.0f ? s * (dp - delta) : splat(0.0f);

@@ -1,6 +1,7 @@
-"""Every CPU kernel's AOT entry points go through the one adapter, cpu/aot_adapter.h: each op's
-cpu/<op>.cc holds three one-line ``extern "C"`` forwards, its ``kInputs`` matches the op table, and
-no op source builds the AOT call plumbing (KernelArgs, shape/type descriptors) itself."""
+"""The CPU sources share their plumbing: every kernel's AOT entry points go through the one adapter,
+cpu/aot_adapter.h (each op's cpu/<op>.cc holds three one-line ``extern "C"`` forwards, its
+``kInputs`` matches the op table, no op source builds the AOT call plumbing itself), and the
+vectorised exp is written once, in cpu/vector_math.h."""
 from __future__ import annotations
 
 import re
@@ -51,3 +52,9 @@ def test_entry_point_parser_sees_a_hand_written_entry() -> None:
     src = ('extern "C" int Foo(int nparam, void** params) {\n  const KernelArgs args(nparam, params);\n'
            '  return 0;\n}\n')
     assert entry_points(src) == {"Foo": "const KernelArgs args(nparam, params);\n  return 0;"}
+
+
+def test_one_exp_polynomial() -> None:
+    # The Cephes expf coefficient that every copy of the polynomial carries.
+    holders = sorted(p.name for p in CPU.iterdir() if p.suffix in (".h", ".cc") and "1.9875691500e-4f" in p.read_text())
+    assert holders == ["vector_math.h"]
