@@ -1,4 +1,4 @@
-// CPU AOT kernel of `cla_gate_backward` (SPEC section 2):
+// CPU AOT kernel of `cla_gate_backward` (docs/contract.md section 2):
 // dO_g = G*s_g, dO_l = G*s_l, dz_g = (sum_d G*O_g) * s_g * (1 - s_g), likewise dz_l, with s
 // recomputed in float32 and the D-sum in float32 per (token, head) row; s * (1 - s) is evaluated
 // as s * sigmoid(-z) (no cancellation for large z).

@@ -1,4 +1,4 @@
-// CPU AOT kernel of `cla_gate_merge` (SPEC section 2):
+// CPU AOT kernel of `cla_gate_merge` (docs/contract.md section 2):
 // merged = sigmoid(z_g)[..., None] * O_g + sigmoid(z_l)[..., None] * O_l, float32 arithmetic.
 #include "../infer_shape/cla_gate_merge.h"
 

@@ -1,4 +1,4 @@
-// CPU AOT kernel of `lightning_indexer` (SPEC section 4): index scores over the visible keys of
+// CPU AOT kernel of `lightning_indexer` (docs/contract.md section 4.1): index scores over the visible keys of
 // every query row and the top-`sparse_count` selection.
 //
 // Inputs: query_index, key_index, weights, actual_seq_lengths_query, actual_seq_lengths_key

@@ -1,4 +1,4 @@
-// CPU AOT kernel of `rope`: y = x*cos + rotate_half(x)*sin on both q and k (SPEC section 1).
+// CPU AOT kernel of `rope`: y = x*cos + rotate_half(x)*sin on both q and k (docs/contract.md section 1).
 #include "../infer_shape/rope.h"
 
 #include "aot_adapter.h"

@@ -1,4 +1,4 @@
-// CPU AOT kernel of `rope_grad` (SPEC section 1): ATB parity (`mode="atb"`) or the exact VJP of
+// CPU AOT kernel of `rope_grad` (docs/contract.md section 1): ATB parity (`mode="atb"`) or the exact VJP of
 // `rope` (`mode="vjp"`).
 #include "../infer_shape/rope_grad.h"
 

@@ -1,4 +1,4 @@
-// CPU AOT kernel of `sparse_flash_attention` (SPEC section 3, forward): out, softmax_max, softmax_sum.
+// CPU AOT kernel of `sparse_flash_attention` (docs/contract.md section 3, forward): out, softmax_max, softmax_sum.
 //
 // Per group of query rows of one key group (sparse_flash_attention_groups.h): gather the union of
 // their visible selected keys into a tile (blocks of kBlock), S = scale * Q Kf^T and O += P V on the

@@ -1,4 +1,4 @@
-// Shared pieces of the sparse flash attention CPU kernels (SPEC section 3): the problem geometry
+// Shared pieces of the sparse flash attention CPU kernels (docs/contract.md section 3): the problem geometry
 // (layouts, batches, statistics layout), index validation, the visible-key list of a query row,
 // tile gathers, and the vectorised softmax helpers.
 //

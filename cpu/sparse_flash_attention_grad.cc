@@ -1,4 +1,4 @@
-// CPU AOT kernel of `sparse_flash_attention_grad` (SPEC section 3, backward).
+// CPU AOT kernel of `sparse_flash_attention_grad` (docs/contract.md section 3, backward).
 //
 // Per group of query rows of one key group (sparse_flash_attention_groups.h), per block of kBlock keys
 // of the union of their visible selected keys: recompute S = scale*Q Kf^T and P = exp(S - max)/sum

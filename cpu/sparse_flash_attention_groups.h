@@ -5,7 +5,7 @@
 // backward's dK/dV products get a K-dim of R * G), one gathered key tile serves R rows, and the
 // backward's dK/dV scatter-add runs once per union key instead of once per row and key. A pair
 // (row, union key) the row did not select weighs 0 (P = dS = 0 there); a key the row selected
-// twice weighs 2, as it counts twice (SPEC 3).
+// twice weighs 2, as it counts twice (docs/contract.md section 3).
 //
 // R is chosen from the indices only (never from the thread count), so results stay bitwise
 // reproducible: R grows while R * |union| <= 1.25 * the rows' own visible pairs (dense causal

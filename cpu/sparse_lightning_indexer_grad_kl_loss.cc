@@ -1,4 +1,4 @@
-// CPU AOT kernel of `sparse_lightning_indexer_grad_kl_loss` (SPEC section 4): the indexer's KL loss
+// CPU AOT kernel of `sparse_lightning_indexer_grad_kl_loss` (docs/contract.md section 4.2): the indexer's KL loss
 // against the main attention's teacher distribution and its three gradients, one pass per query row.
 //
 // Per row t with n visible selected keys (padded to npad, a multiple of 64):

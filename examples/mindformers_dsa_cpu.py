@@ -10,7 +10,7 @@ own dense indexer and KL loss in plain ops) and the sparse stage (the lightning 
 the indexer learns only through the gradient of its ``sparse_values``).
 
 What else is worked around below is MindSpore's CPU backend and mindformers' packaging, not this
-package (each workaround says why; README "Migrating from MindSpore's built-ins" lists them):
+package (each workaround says why; docs/migrating.md lists them):
 
 1. Imports: ``mindformers/__init__`` imports its whole tree, which needs packages the DSA layer
    never uses (tokenizers, datasets, pyarrow, pandas builds that need numpy 2, jieba, nltk,

@@ -1,4 +1,4 @@
-// Shape rules of `cla_gate_backward` (SPEC section 2).
+// Shape rules of `cla_gate_backward` (docs/contract.md section 2).
 //
 // grad_merged [T, N, D] plus the four inputs of `cla_gate_merge`, one float dtype.
 // Outputs: grad_global_attn, grad_local_attn [T, N, D]; grad_global/local_gate_logits [T, N].

@@ -1,4 +1,4 @@
-// Shape rules of `cla_gate_merge` (SPEC section 2), shared with `cla_gate_backward`.
+// Shape rules of `cla_gate_merge` (docs/contract.md section 2), shared with `cla_gate_backward`.
 //
 // global_attn, local_attn [T, N, D]; global_gate_logits, local_gate_logits [T, N]; one float dtype.
 #pragma once

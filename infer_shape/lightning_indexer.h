@@ -1,4 +1,4 @@
-// Shape rules of `lightning_indexer` (SPEC section 4, forward top-k selection).
+// Shape rules of `lightning_indexer` (docs/contract.md section 4.1, forward top-k selection).
 //
 // Inputs: query_index, key_index, weights (see lightning_indexer_rules.h), actual_seq_lengths_query,
 // actual_seq_lengths_key (placeholders when None). Attributes: sparse_count (the size rule below), layout,

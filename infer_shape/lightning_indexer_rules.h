@@ -1,4 +1,4 @@
-// Shape rules shared by `lightning_indexer` and `sparse_lightning_indexer_grad_kl_loss` (SPEC
+// Shape rules shared by `lightning_indexer` and `sparse_lightning_indexer_grad_kl_loss` (docs/contract.md
 // section 4): layout/sparse_mode attributes, the indexer tensors and the optional inputs.
 //
 // Optional inputs (query_rope/key_rope, actual_seq_lengths_*) reach the kernels as the absent

@@ -1,4 +1,4 @@
-// Shape rules of `rope` (SPEC section 1), shared with `rope_grad`.
+// Shape rules of `rope` (docs/contract.md section 1), shared with `rope_grad`.
 //
 // Inputs: x0, x1 [n_tokens, hidden] (hidden = 128 * heads, one dtype), cos, sin
 // [max_seq_len, 128] (one float dtype, may differ from x), q_seq_len [batch] int32/int64.

@@ -1,4 +1,4 @@
-// Shape rules of `rope_grad` (SPEC section 1): the rules of `rope`, plus the `mode` attribute.
+// Shape rules of `rope_grad` (docs/contract.md section 1): the rules of `rope`, plus the `mode` attribute.
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// Shape rules of `sparse_flash_attention` (SPEC section 3, forward).
+// Shape rules of `sparse_flash_attention` (docs/contract.md section 3, forward).
 //
 // Inputs: query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query,
 // actual_seq_lengths_kv (value, ropes and lengths may be the absent placeholder).

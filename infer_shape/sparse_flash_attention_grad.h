@@ -1,4 +1,4 @@
-// Shape rules of `sparse_flash_attention_grad` (SPEC section 3, backward).
+// Shape rules of `sparse_flash_attention_grad` (docs/contract.md section 3, backward).
 //
 // Inputs: query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum,
 // actual_seq_lengths_query, actual_seq_lengths_kv, query_rope, key_rope (value, lengths and ropes

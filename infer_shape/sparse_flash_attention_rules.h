@@ -1,4 +1,4 @@
-// Shape rules shared by `sparse_flash_attention` and `sparse_flash_attention_grad` (SPEC section 3).
+// Shape rules shared by `sparse_flash_attention` and `sparse_flash_attention_grad` (docs/contract.md section 3).
 //
 // TND: query [T1, N1, D], key/value [T2, N2, D], sparse_indices [T1, N2, K] int32, query_rope
 // [T1, N1, Dr], key_rope [T2, N2, Dr], actual_seq_lengths_* [B] int32/int64 (cumulative).

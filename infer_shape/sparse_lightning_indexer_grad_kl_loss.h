@@ -1,4 +1,4 @@
-// Shape rules of `sparse_lightning_indexer_grad_kl_loss` (SPEC section 4).
+// Shape rules of `sparse_lightning_indexer_grad_kl_loss` (docs/contract.md section 4.2).
 //
 // Inputs (TND; BSND adds B, S): query [T1, N1, D], key [T2, 1, D], query_index [T1, Nidx, Didx],
 // key_index [T2, 1, Didx], weights [T1, Nidx], sparse_indices int32 [T1, 1, K], softmax_max and

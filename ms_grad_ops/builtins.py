@@ -29,7 +29,7 @@ from . import ops as _ops
 __all__ = ["install", "installed", "lightning_indexer", "sparse_flash_attention", "uninstall"]
 
 # The built-ins' default for pre_tokens/next_tokens; 2**31 - 1 (CANN's aclnn default, this
-# package's SPEC) means the same "unbounded" and is accepted too.
+# package's docs/contract.md section 0.4) means the same "unbounded" and is accepted too.
 _UNBOUNDED = 2**63 - 1
 _UNBOUNDED_VALUES = (2**63 - 1, 2**31 - 1)
 _LAYOUTS = ("BSND", "TND")

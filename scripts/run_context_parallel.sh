@@ -7,7 +7,7 @@
 # momentum: Adam's first updates are about lr * sign(gradient), so a gradient component that is
 # zero up to rounding gets a full step whose sign depends on the summation order, and any two
 # float32 runs that sum in different orders (this one's ranks, or data parallel) drift apart
-# (README, Context parallel).
+# (docs/distributed.md, context parallel).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh"
 WORK="$(mktemp -d)"

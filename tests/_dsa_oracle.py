@@ -1,6 +1,6 @@
 """Float64 NumPy oracle of ``nn.DSAttention``: forward, and gradients of every parameter by a small
 reverse-mode tape. Independent of the package: dense attention with the mask ``selected & causal``
-(the selection taken from the layer's forward), the indexer's KL loss written from SPEC section 4.
+(the selection taken from the layer's forward), the indexer's KL loss written from docs/contract.md section 4.2.
 
 The layer casts the fused kernels' inputs (and the attention output) to its ``dtype``; the oracle
 rounds the same values with ``cast`` (round to nearest even, gradient passed through unchanged, as

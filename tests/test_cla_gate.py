@@ -65,7 +65,7 @@ def test_float32_gate_gradient_is_accurate_for_large_logits(z: float) -> None:
     """s * (1 - s) cancels for large |z| (3.2e-5 relative error at z = 7.2 before the fix): every
     output must stay within the float32 bound, both signs of z, T = N = 1 (the issue's case) and
     many rows. In the single row G and O are positive: a float32 D-sum that cancels has a relative
-    error of its own (the SPEC's float32 reduction), which is not what this test measures."""
+    error of its own (docs/contract.md section 2's float32 reduction), which is not what this test measures."""
     for t, n in ((1, 1), (16, 4)):
         rng = np.random.default_rng(int(z * 10) + t)
         xs = _inputs(rng, t, n, 128, "float32")

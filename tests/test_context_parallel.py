@@ -35,7 +35,7 @@ from ms_grad_ops.nn.cp_plan import chunk_bounds, unshard
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "dsa_context_parallel.py"
 # SGD with momentum: Adam's sign-like first steps turn rounding-level gradient differences into
-# drift (README, Context parallel), which is not what this compares.
+# drift (docs/distributed.md, context parallel), which is not what this compares.
 TRAIN = [*TINY, "--batch", "4", "--steps", "3", "--layout", "TND", "--optimizer", "momentum", "--lr", "0.1"]
 
 

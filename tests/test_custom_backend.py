@@ -79,7 +79,7 @@ def _sfa(layout: str) -> tuple[list, list]:
 
 
 # (attributes, input shapes, expected output shapes, input dtypes with X = the float dtype,
-# expected output dtypes) per op, from SPEC's shape semantics.
+# expected output dtypes) per op, from the shape rules of docs/contract.md.
 X = "X"
 INFER_CASES = {
     "rope": ({}, [[6, 256], [6, 256], [16, 128], [16, 128], [2]], [[6, 256], [6, 256]], [X] * 4 + ["int32"], [X] * 2),

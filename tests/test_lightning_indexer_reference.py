@@ -1,4 +1,4 @@
-"""The float64 references of SPEC section 4 checked against themselves: finite differences of the
+"""The float64 references of docs/contract.md section 4 checked against themselves: finite differences of the
 loss, the teacher's normalisation, and hand-computable cases."""
 from __future__ import annotations
 

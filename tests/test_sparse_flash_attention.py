@@ -13,7 +13,7 @@ from ms_grad_ops import ops
 from ms_grad_ops import reference as ref
 from ms_grad_ops.reference.sparse_flash_attention import LOWEST_F32
 
-# name -> make_case kwargs. Each exercises a SPEC 3 rule (see the comments).
+# name -> make_case kwargs. Each exercises a docs/contract.md section 3 rule (see the comments).
 CASES = {
     # uneven TND batches, an empty batch, S1 > S2 (first rows see nothing), -1 slots everywhere
     "tnd_uneven": dict(layout="TND", lens_q=[5, 0, 7, 3], lens_kv=[9, 4, 4, 12], n1=4, d=16, dr=8, k=6,

@@ -1,4 +1,4 @@
-"""CPU kernel of ``sparse_lightning_indexer_grad_kl_loss`` vs the float64 reference (SPEC section 4)."""
+"""CPU kernel of ``sparse_lightning_indexer_grad_kl_loss`` vs the float64 reference (docs/contract.md section 4.2)."""
 from __future__ import annotations
 
 import hashlib

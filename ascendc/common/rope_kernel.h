@@ -9,7 +9,7 @@
 // With c = cos row, s = sin row of the token's position, lo/hi = first/second 64 of a head:
 //   forward  y = x*c + swap(x)*P,  P = cat(-s_lo, s_hi)        (x*c + rotate_half(x)*s)
 //   vjp     dx = g*c + swap(g)*P,  P = cat( s_hi, -s_lo)       (exact gradient of forward)
-//   atb    out = g*W,              W = c + cat(s_hi, -s_lo)    (ATB RopeGrad, see SPEC 1)
+//   atb    out = g*W,              W = c + cat(s_hi, -s_lo)    (ATB RopeGrad, see docs/contract.md section 1)
 // where swap(x) = cat(x_hi, x_lo).
 //
 // Token positions come from q_seq_len, an int32 GM tensor read by the scalar unit, so new

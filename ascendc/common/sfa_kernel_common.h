@@ -2,7 +2,7 @@
 // AIV code calls the high-level Matmul, the AIC of its core serves it). Include after
 // "kernel_operator.h" and "lib/matmul_intf.h".
 //
-// Geometry (SPEC 3): query row = (token t, key group g), G = N1 / N2 heads; sparse_indices
+// Geometry (docs/contract.md section 3): query row = (token t, key group g), G = N1 / N2 heads; sparse_indices
 // [T1, N2, K] (TND) or [B, S1, N2, K] (BSND) hold batch-local block indices; block i covers
 // keys [i*bs, min((i+1)*bs, S2_b)); sparse_mode 3 hides key s2 from local query s1 unless
 // s2 <= s1 + S2_b - S1_b, so the visible keys of a selected block are a prefix of it.

@@ -10,7 +10,7 @@ from .._optional import Lengths
 
 
 class SparseFlashAttention(nn.Cell):
-    """Top-k sparse MLA attention (DeepSeek-V3.2), SPEC section 3.
+    """Top-k sparse MLA attention (DeepSeek-V3.2), docs/contract.md section 3.
 
     ``construct(query, key, value, sparse_indices, query_rope=None, key_rope=None,
     actual_seq_lengths_query=None, actual_seq_lengths_kv=None)`` returns ``out``, or

@@ -1,4 +1,4 @@
-"""Functional ``cla_gate_backward``: the fused gradient of the CLA gate merge (SPEC section 2)."""
+"""Functional ``cla_gate_backward``: the fused gradient of the CLA gate merge (docs/contract.md section 2)."""
 from __future__ import annotations
 
 from mindspore import Tensor

@@ -1,4 +1,4 @@
-"""Functional ``cla_gate_merge``: the CLA gate merge forward (SPEC section 2)."""
+"""Functional ``cla_gate_merge``: the CLA gate merge forward (docs/contract.md section 2)."""
 from __future__ import annotations
 
 from mindspore import Tensor

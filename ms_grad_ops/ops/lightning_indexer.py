@@ -1,4 +1,5 @@
-"""Functional ``lightning_indexer``: top-k key selection by the lightning indexer score (SPEC section 4)."""
+"""Functional ``lightning_indexer``: top-k key selection by the lightning indexer score
+(docs/contract.md section 4.1)."""
 from __future__ import annotations
 
 from collections.abc import Sequence

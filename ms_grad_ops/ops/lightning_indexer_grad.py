@@ -1,5 +1,5 @@
 """Functional ``lightning_indexer_grad``: the gradient of ``lightning_indexer``'s ``sparse_values``
-with respect to the indexer tensors (SPEC section 4)."""
+with respect to the indexer tensors (docs/contract.md section 5)."""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,4 +1,4 @@
-"""Functional ``rope``: rotary position embedding of unpadded q and k (SPEC section 1)."""
+"""Functional ``rope``: rotary position embedding of unpadded q and k (docs/contract.md section 1)."""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,4 +1,4 @@
-"""Functional ``rope_grad``: ATB RopeGradOperation, plus the exact VJP of ``rope`` (SPEC section 1)."""
+"""Functional ``rope_grad``: ATB RopeGradOperation, plus the exact VJP of ``rope`` (docs/contract.md section 1)."""
 from __future__ import annotations
 
 from collections.abc import Sequence

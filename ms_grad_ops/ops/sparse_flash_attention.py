@@ -1,4 +1,4 @@
-"""Functional ``sparse_flash_attention``: top-k sparse MLA attention forward (SPEC section 3)."""
+"""Functional ``sparse_flash_attention``: top-k sparse MLA attention forward (docs/contract.md section 3)."""
 from __future__ import annotations
 
 import functools

@@ -1,4 +1,4 @@
-"""Functional ``sparse_flash_attention_grad``: fused backward of sparse MLA attention (SPEC section 3)."""
+"""Functional ``sparse_flash_attention_grad``: fused backward of sparse MLA attention (docs/contract.md section 3)."""
 from __future__ import annotations
 
 from mindspore import Tensor

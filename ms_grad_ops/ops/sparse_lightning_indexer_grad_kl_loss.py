@@ -1,5 +1,5 @@
 """Functional ``sparse_lightning_indexer_grad_kl_loss``: the lightning indexer's KL loss against the
-main attention and its gradients, in one fused pass (SPEC section 4)."""
+main attention and its gradients, in one fused pass (docs/contract.md section 4.2)."""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,4 +1,4 @@
-"""Float64 references of ``cla_gate_merge`` and ``cla_gate_backward`` (SPEC section 2).
+"""Float64 references of ``cla_gate_merge`` and ``cla_gate_backward`` (docs/contract.md section 2).
 
 Shapes: attention tensors ``[T, N, D]``, gate logits ``[T, N]``.
 """

@@ -1,6 +1,6 @@
 """Float64 references of ``lightning_indexer``, its value gradient ``lightning_indexer_grad`` and
-``sparse_lightning_indexer_grad_kl_loss`` (SPEC section 4), plus the main-attention softmax
-statistics (SPEC section 3) that feed the indexer's teacher distribution.
+``sparse_lightning_indexer_grad_kl_loss`` (docs/contract.md section 4), plus the main-attention softmax
+statistics (docs/contract.md section 3) that feed the indexer's teacher distribution.
 
 Shapes (TND; BSND adds B, S and drops the cumulative lengths):
     query ``[T1, N1, D]``, key ``[T2, 1, D]``, query_rope ``[T1, N1, Dr]``, key_rope ``[T2, 1, Dr]``,
@@ -136,7 +136,7 @@ def attention_softmax_stats(query: np.ndarray, key: np.ndarray, sparse_indices: 
                             actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
                             scale_value: float, layout: str = "BSND", sparse_mode: int = 3
                             ) -> tuple[np.ndarray, np.ndarray]:
-    """``softmax_max``/``softmax_sum`` of the main sparse attention (SPEC section 3, block size 1)
+    """``softmax_max``/``softmax_sum`` of the main sparse attention (docs/contract.md section 3, block size 1)
     over the same selected keys: ``[1, T1, N1]`` (BSND ``[B, 1, S1, N1]``). Rows without a visible
     key get (lowest float32, 0)."""
     t1, t2, cq, ck = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key)
@@ -180,7 +180,7 @@ def sparse_lightning_indexer_grad_kl_loss(
         actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
         scale_value: float, layout: str = "BSND", sparse_mode: int = 3, return_kl_grad: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """SPEC section 4: returns (d_query_index, d_key_index, d_weights, loss) for d(loss) = 1 with
+    """docs/contract.md section 4.2: returns (d_query_index, d_key_index, d_weights, loss) for d(loss) = 1 with
     CANN's ``dI = y - p``. ``return_kl_grad=True`` uses the exact gradient of the loss instead
     (``dI = y * sum(p) - p``; identical when ``sum(p) = 1``), for finite-difference checks."""
     t1, t2, cq, ck = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key)

@@ -1,4 +1,4 @@
-"""Float64 references of ``rope`` and ``rope_grad`` (SPEC section 1).
+"""Float64 references of ``rope`` and ``rope_grad`` (docs/contract.md section 1).
 
 Shapes: q, k, q_grad, k_grad ``[n_tokens, hidden]`` with hidden = 128 * heads;
 cos, sin ``[max_seq_len, 128]``; q_seq_len: per-sequence lengths (not cumulative).

@@ -1,4 +1,4 @@
-"""Float64 reference of ``sparse_flash_attention`` and ``sparse_flash_attention_grad`` (SPEC section 3).
+"""Float64 reference of ``sparse_flash_attention`` and ``sparse_flash_attention_grad`` (docs/contract.md section 3).
 
 Plain loops over query rows and key groups with NumPy per row; meant for small test shapes.
 Layouts: TND (``actual_seq_lengths_*`` cumulative, no leading 0) and BSND. Arrays may be any
@@ -77,7 +77,7 @@ def sparse_flash_attention(query: np.ndarray, key: np.ndarray, value: np.ndarray
                            actual_seq_lengths_kv: Sequence[int] | None = None, *, scale_value: float,
                            sparse_block_size: int = 1, layout: str = "BSND", sparse_mode: int = 3
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Forward: ``(out, softmax_max, softmax_sum)`` in float64 (statistics shaped as SPEC 3)."""
+    """Forward: ``(out, softmax_max, softmax_sum)`` in float64 (statistics shaped as docs/contract.md section 3)."""
     q, k, v, qr, kr = _flat(layout, query, key, value, query_rope, key_rope)
     n1, n2 = q.shape[1], k.shape[1]
     grp = n1 // n2
@@ -111,7 +111,7 @@ def sparse_flash_attention_grad(query: np.ndarray, key: np.ndarray, value: np.nd
                                 scale_value: float, sparse_block_size: int = 1, layout: str = "BSND",
                                 sparse_mode: int = 3) -> tuple[np.ndarray | None, ...]:
     """Backward: ``(d_query, d_key, d_value, d_query_rope, d_key_rope)`` in float64, exactly the
-    SPEC 3 formulas with P recomputed from the given statistics; rope grads None without rope."""
+    docs/contract.md section 3 formulas with P recomputed from the given statistics; rope grads None without rope."""
     q, k, v, qr, kr, do, o = _flat(layout, query, key, value, query_rope, key_rope, d_out, out)
     smax, ssum = f64(softmax_max), f64(softmax_sum)
     n1, n2 = q.shape[1], k.shape[1]

@@ -1,6 +1,6 @@
 """Peak memory per rank of one ``DSAttention`` layer's forward + backward: context parallel over
 msrun (``ContextParallelDSAttention``, ``--cp`` workers on 127.0.0.1) against one process on the
-whole sequence, at every ``--seq``, and the sizing formula of the README checked against both.
+whole sequence, at every ``--seq``, and the sizing formula of docs/distributed.md checked against both.
 
 Usage (inside the venv, from any directory; a few minutes):
     python scripts/bench/context_parallel_memory.py [--seq 8192 16384] [--cp 2]
@@ -31,7 +31,7 @@ from common import child_env, fmt  # noqa: E402
 BENCH = "context_parallel_memory"
 SIZES = {"dim": 1024, "n_heads": 8, "q_lora_rank": 384, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
          "qk_rope_head_dim": 64, "v_head_dim": 128, "index_n_heads": 16, "index_head_dim": 128, "index_topk": 512}
-# DeepSeek-V3.2 (671B) layer sizes, for the README's sizing.
+# DeepSeek-V3.2 (671B) layer sizes, for the sizing in docs/distributed.md.
 DEEPSEEK = {"dim": 7168, "n_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
             "qk_rope_head_dim": 64, "v_head_dim": 128, "index_n_heads": 64, "index_head_dim": 128,
             "index_topk": 2048}
@@ -207,8 +207,8 @@ def write_report() -> None:
                     "Peak = the process's resident high-water mark during the step minus its resident size "
                     "before it (after a warm-up step on a short sequence); CP runs are msrun workers on "
                     "127.0.0.1, one value per rank.",
-                    "Formula: `model_bytes` in scripts/bench/context_parallel_memory.py (README, Context "
-                    "parallel).",
+                    "Formula: `model_bytes` in scripts/bench/context_parallel_memory.py (docs/distributed.md, "
+                    "Context parallel).",
                     "Step times are wall times on a machine shared with other jobs (load average 11-16 during "
                     "the 2026-12-03 run): not a speed measurement."])
 

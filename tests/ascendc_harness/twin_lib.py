@@ -230,7 +230,7 @@ class SfaArgs(ctypes.Structure):
 
 @dataclass
 class SfaProblem:
-    """Inputs of one sparse_flash_attention(_grad) call in their SPEC layouts (float arrays
+    """Inputs of one sparse_flash_attention(_grad) call in the layouts of docs/contract.md section 0.2 (float arrays
     already rounded to ``dtype``); lengths cumulative (TND; None = one sequence) or None (BSND);
     value None = key is value."""
 
@@ -392,7 +392,7 @@ class SliArgs(ctypes.Structure):
 
 @dataclass
 class SliProblem:
-    """Inputs of one sparse_lightning_indexer_grad_kl_loss call in their SPEC layouts (float
+    """Inputs of one sparse_lightning_indexer_grad_kl_loss call in the layouts of docs/contract.md section 0.2 (float
     arrays already rounded to ``dtype`` / ``wdtype``), cumulative TND lengths or None."""
 
     dtype: str
@@ -586,7 +586,7 @@ def li_schedule(p: LiProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> LiSc
 # ---------------------------------------------------------------- lightning indexer value grad
 @dataclass
 class LigProblem:
-    """Inputs of one lightning_indexer_grad call in their SPEC layouts (float arrays already
+    """Inputs of one lightning_indexer_grad call in the layouts of docs/contract.md section 0.2 (float arrays already
     rounded to ``dtype`` / ``wdtype``; sparse_indices int, d_values float32-representable),
     cumulative TND lengths or None."""
 

@@ -1,4 +1,4 @@
-// LightningIndexer as a mixed kernel (SPEC 4): per query token, the scores of its visible keys
+// LightningIndexer as a mixed kernel (docs/contract.md section 4.1): per query token, the scores of its visible keys
 // I_j = sum_g w_g relu(q_index[g] . k_index[j]) and the top-`sparse_count` keys by descending
 // score, ties to the lower index, -1 / -inf in unused slots (as the CPU kernel).
 //

@@ -8,7 +8,7 @@
 //   S = qf kfᵀ (AIC) -> scale, running max m, P = exp(S - m), running sum l (AIV)
 //   acc = acc * exp(m_old - m) (AIV), acc += P v (AIC, atomic add into the same core's acc)
 // and finally out = acc / l, softmax_max = m, softmax_sum = l. A row with no visible key gives
-// out = 0, softmax_max = lowest float32, softmax_sum = 0 (SPEC 3).
+// out = 0, softmax_max = lowest float32, softmax_sum = 0 (docs/contract.md section 3).
 #include "kernel_operator.h"
 #include "lib/matmul_intf.h"
 

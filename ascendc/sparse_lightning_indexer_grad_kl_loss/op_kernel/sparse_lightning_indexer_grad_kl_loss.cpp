@@ -1,5 +1,5 @@
 // SparseLightningIndexerGradKLLoss as a mixed kernel: the AIVs gather and do the element-wise
-// work, the AIC of each core multiplies (high-level Matmul, float32 accumulation). SPEC 4.
+// work, the AIC of each core multiplies (high-level Matmul, float32 accumulation). docs/contract.md section 4.2.
 //
 // Row pass (query tokens t, tiling.rowStart): the visible selected keys j of t (slot order) are
 // gathered: cat(key, key_rope) rows in chunks of keyChunk for S = cat(q, q_rope) Kfᵀ (AIC) and
