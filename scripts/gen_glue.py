@@ -3,7 +3,7 @@
     python scripts/gen_glue.py           # rewrite the generated files
     python scripts/gen_glue.py --check   # exit 1 listing the files that are out of date
 
-Each module named in ``GENERATORS`` (``scripts/glue/<name>.py``) has ``generate(specs)`` returning
+Each generator module ``scripts/glue/<name>.py`` (every module there but ``common``) has ``generate(specs)`` returning
 {repository-relative path: text}. The generated files are committed, so building the package needs
 neither this script nor its imports; ``tests/test_generated_glue.py`` fails when one is stale.
 """
@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from glue.common import load_specs  # noqa: E402 - after the path insert
 
-GENERATORS = ("op_table",)
+GENERATORS = tuple(sorted(p.stem for p in (Path(__file__).resolve().parent / "glue").glob("*.py")
+                          if p.stem not in ("__init__", "common")))
 
 
 def generated_files() -> dict[str, str]:
