@@ -34,6 +34,8 @@ class OpSpec:
     optional: frozenset[str] = frozenset()
     """Inputs that may be absent: Python passes the zero-size placeholder of ``ms_grad_ops/_optional.py``,
     the Ascend OpDef declares them OPTIONAL (CANN may omit them)."""
+    ascend_socs: tuple[str, ...] = ("ascend910b", "ascend910_93")
+    """The SoCs the Ascend OpDef registers (AddConfig): Atlas A2 and A3, the seed ops' products."""
 
 
 FLOATS = ("float16", "bfloat16", "float32")
@@ -54,6 +56,9 @@ _INDEXER_GRAD_DTYPES = tuple((x, x, x, x, w, "int32", "float32", "float32", x, x
 # What their Ascend OpDefs are to declare (issue 11): 16-bit X, weights X or float32, int32 lengths.
 _INDEXER_XW_ASCEND = tuple((x, w) for x in ASCEND_FLOATS for w in (x, "float32"))
 
+# The cla_gate kernels use only the vector API common to A2/A3/950 and size tiles from the UB: the
+# seed op's own target, Ascend 950, too.
+_CLA_SOCS = ("ascend910b", "ascend910_93", "ascend950")
 _SPECS = (
     OpSpec("rope", "Rope", ("q", "k", "cos", "sin", "q_seq_len"), ("q_embed", "k_embed"),
            dtypes=_ROPE_DTYPES, ascend_dtypes=_ROPE_ASCEND),
@@ -61,12 +66,13 @@ _SPECS = (
            ("q_grad_out", "k_grad_out"), (AttrSpec("mode", "str", "atb"),), _ROPE_DTYPES, _ROPE_ASCEND),
     OpSpec("cla_gate_merge", "ClaGateMerge",
            ("global_attn", "local_attn", "global_gate_logits", "local_gate_logits"), ("merged",),
-           dtypes=tuple((x,) * 5 for x in FLOATS), ascend_dtypes=tuple((x,) * 5 for x in ASCEND_FLOATS)),
+           dtypes=tuple((x,) * 5 for x in FLOATS), ascend_dtypes=tuple((x,) * 5 for x in ASCEND_FLOATS),
+           ascend_socs=_CLA_SOCS),
     OpSpec("cla_gate_backward", "ClaGateBackward",
            ("grad_merged", "global_attn", "local_attn", "global_gate_logits", "local_gate_logits"),
            ("grad_global_attn", "grad_local_attn", "grad_global_gate_logits", "grad_local_gate_logits"),
            (AttrSpec("input_attn_layout", "str", "TND"),), tuple((x,) * 9 for x in FLOATS),
-           tuple((x,) * 9 for x in ASCEND_FLOATS)),
+           tuple((x,) * 9 for x in ASCEND_FLOATS), ascend_socs=_CLA_SOCS),
     OpSpec("lightning_indexer", "LightningIndexer",
            ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"),
            ("sparse_indices", "sparse_values"),

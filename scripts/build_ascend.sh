@@ -8,8 +8,9 @@
 # ). Without CANN the script prints one line on stderr and exits with code 2; nothing is faked.
 #
 # Flow (the CANN custom-op project flow, as msopgen and MindSpore's custom_compiler use it):
-#   1. stage   ascendc/<op>/op_host/*.cpp, ascendc/<op>/op_kernel/*.cpp and every header they
-#              include (ascendc/common, ascendc/<op>/<op>_tiling.h, infer_shape/*.h) into two
+#   1. stage   ascendc/<op>/op_host/<op>.cpp and its generated OpDef <op>_def.h,
+#              ascendc/<op>/op_kernel/*.cpp and every header they include (ascendc/common,
+#              ascendc/<op>/<op>_tiling.h, infer_shape/*.h) into two
 #              flat directories, rewriting the repository-relative #includes to flat names
 #              (CANN compiles op_host/ and op_kernel/ as flat directories);
 #   2. project copy the CANN Ascend C op project template
@@ -65,7 +66,7 @@ stage() {
     [[ "$(basename "$f")" == op_host_* ]] || kernel+=("$f")
   done
   for op in "${OPS[@]}"; do
-    host+=("$REPO/ascendc/$op/op_host/$op.cpp" "$REPO/ascendc/$op/${op}_tiling.h")
+    host+=("$REPO/ascendc/$op/op_host/$op.cpp" "$REPO/ascendc/$op/op_host/${op}_def.h" "$REPO/ascendc/$op/${op}_tiling.h")
     kernel+=("$REPO/ascendc/$op/op_kernel/$op.cpp" "$REPO/ascendc/$op/${op}_tiling.h")
   done
   rm -rf "$dest/op_host" "$dest/op_kernel"

@@ -30,7 +30,7 @@ KERNEL = re.compile(r'extern "C" __global__ __aicore__ void (\w+)\(([^)]*)\)')
 
 
 def opdef(op: str) -> dict[str, object]:
-    src = (ASCENDC / op / "op_host" / f"{op}.cpp").read_text()
+    src = (ASCENDC / op / "op_host" / f"{op}_def.h").read_text()  # generated from the table
     params = PARAM.findall(src)
     cls = re.search(r"class (\w+) : public OpDef", src)
     added = re.search(r"OP_ADD\((\w+)\);", src)
@@ -113,15 +113,17 @@ def test_op_host_calls_the_shared_rules(op: str) -> None:
     assert f"mgo::infer::{op}(" in src
 
 
-HOST_NAME = re.compile(r'static constexpr const char\* kName = "(\w+)";')
+HOST_NAME = re.compile(r'static constexpr const char\* kOpType = "(\w+)";')
 HOST_OPTIONAL = re.compile(r"static constexpr std::array<bool, (\d+)> kOptional\{([^}]*)\};")
 ATTR_READ = re.compile(r'\b(Str|Int|Float|Bool)Attr\(\w+, (\d+), "(\w+)"\)')
 READER_TYPES = {"Str": "str", "Int": "int", "Float": "float", "Bool": "bool"}
 
 
 def host_struct(op: str) -> tuple[str, tuple[bool, ...]]:
-    """(kName, kOptional) of the op's adapter description; kOptional{} is all false."""
-    src = (ASCENDC / op / "op_host" / f"{op}.cpp").read_text()
+    """(kOpType, kOptional) of the table struct the op's adapter reads (infer_shape/op_table.h)."""
+    table = (ASCENDC.parent / "infer_shape" / "op_table.h").read_text()
+    src = table[table.index(f"\nstruct {OP_SPECS[op].op_type} {{"):]
+    src = src[:src.index("\n};")]
     name = HOST_NAME.findall(src)
     (size, flags), = HOST_OPTIONAL.findall(src)
     optional = tuple(f.strip() == "true" for f in flags.split(",")) if flags.strip() else (False,) * int(size)
@@ -134,6 +136,8 @@ def test_op_host_instantiates_the_shared_adapter(op: str) -> None:
     # One adapter for every op: the op source registers the template's instances and holds no
     # graph-engine context code of its own (that would be a copy of the adapter).
     src = (ASCENDC / op / "op_host" / f"{op}.cpp").read_text()
+    assert f'#include "{op}_def.h"' in src
+    src += (ASCENDC / op / "op_host" / f"{op}_def.h").read_text()
     spec, d = OP_SPECS[op], opdef(op)
     name, optional = host_struct(op)
     assert '#include "../../common/op_host_adapter.h"' in src
@@ -149,8 +153,8 @@ def test_op_host_instantiates_the_shared_adapter(op: str) -> None:
 
 @pytest.mark.parametrize("op", OPS)
 def test_op_host_reads_attributes_in_opdef_order(op: str) -> None:
-    src = (ASCENDC / op / "op_host" / f"{op}.cpp").read_text()
-    for shared in re.findall(r'#include "\.\./\.\./common/(op_host_\w+\.h)"', src):  # e.g. ReadSfaAttrs
+    src = (ASCENDC / op / "op_host" / f"{op}_def.h").read_text()
+    for shared in re.findall(r'#include "\.\./\.\./common/(op_host_\w+\.h)"', src):  # a shared reader counts too
         src += (ASCENDC / "common" / shared).read_text()
     reads = sorted((int(i), name, READER_TYPES[kind]) for kind, i, name in ATTR_READ.findall(src))
     assert reads == [(i, a.name, a.type) for i, a in enumerate(OP_SPECS[op].attrs)]

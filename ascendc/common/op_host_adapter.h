@@ -7,16 +7,17 @@
 // source to ms_grad_ops/_specs.py by parsing, and compiles and runs the adapters against
 // tests/cann_stub (the documented API subset used here, not CANN).
 //
-// An op describes itself with a struct `Op`:
-//   kName       static constexpr const char*: the OpDef type, prefixes every logged error;
-//   kOptional   static constexpr std::array<bool, N>: per IR input (OpDef order), OPTIONAL or
-//               not; an omitted optional input reaches the rules as AbsentInput();
-//   Attrs       a struct, and static Attrs ReadAttrs(const gert::RuntimeAttrs*) using the readers
-//               below (OpDef attribute order);
-//   Infer       static InferResult Infer(const std::vector<TensorDesc>&, const Attrs&): the rule;
+// An op is a struct `Op` (the generated `<OpType>Op` of ascendc/<op>/op_host/<op>_def.h, which
+// derives from the op's hand-written `<OpType>Host`):
+//   Table       mgo::table::<OpType> (infer_shape/op_table.h): kOpType prefixes every logged error,
+//               kOptional says per IR input (OpDef order) whether it is OPTIONAL; an omitted
+//               optional input reaches the rules as AbsentInput();
+//   ReadAttrs   static Table::Attrs ReadAttrs(const gert::RuntimeAttrs*) (generated: the readers
+//               below in OpDef attribute order);
+//   Infer       static InferResult Infer(const std::vector<TensorDesc>&, const Table::Attrs&): the rule;
 //   Tile        static TilingPlan<Data> Tile(const std::vector<TensorDesc>&, tiling::DType,
-//               const Attrs&, const Platform&): the pure tiling, through Plan();
-// and registers `InferShape<Op>`, `InferDataType<Op>`, `Tiling<Op>` in its OpDef.
+//               const Table::Attrs&, const Platform&): the pure tiling, through Plan();
+// and its OpDef registers `InferShape<Op>`, `InferDataType<Op>`, `Tiling<Op>`.
 #pragma once
 
 #include <array>
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "../../infer_shape/op_table.h"
 #include "op_host_common.h"
 
 namespace mgo::op_host {
@@ -67,10 +69,10 @@ inline mgo::infer::TensorDesc AbsentInput() { return {mgo::infer::Shape{0}, mgo:
 // By IR index (an omitted optional input shifts the instance indices of those after it).
 template <typename Op, typename Ctx>
 std::vector<mgo::infer::Shape> ReadShapes(Ctx* ctx) {
-  std::vector<mgo::infer::Shape> shapes(Op::kOptional.size());
+  std::vector<mgo::infer::Shape> shapes(Op::Table::kOptional.size());
   for (size_t i = 0; i < shapes.size(); ++i) {
-    const auto* s = Op::kOptional[i] ? ctx->GetOptionalInputShape(i) : ctx->GetRequiredInputShape(i);
-    if (s == nullptr && !Op::kOptional[i]) throw std::invalid_argument("a required input is missing");
+    const auto* s = Op::Table::kOptional[i] ? ctx->GetOptionalInputShape(i) : ctx->GetRequiredInputShape(i);
+    if (s == nullptr && !Op::Table::kOptional[i]) throw std::invalid_argument("a required input is missing");
     shapes[i] = s == nullptr ? AbsentInput().shape : FromGe(*s);
   }
   return shapes;
@@ -82,7 +84,7 @@ std::vector<mgo::infer::TensorDesc> InputDescs(gert::TilingContext* ctx) {
   const std::vector<mgo::infer::Shape> shapes = ReadShapes<Op>(ctx);
   std::vector<mgo::infer::TensorDesc> in(shapes.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    const auto* desc = Op::kOptional[i] ? ctx->GetOptionalInputDesc(i) : ctx->GetRequiredInputDesc(i);
+    const auto* desc = Op::Table::kOptional[i] ? ctx->GetOptionalInputDesc(i) : ctx->GetRequiredInputDesc(i);
     in[i] = desc == nullptr ? AbsentInput() : mgo::infer::TensorDesc{shapes[i], FromGe(desc->GetDataType())};
   }
   return in;
@@ -100,9 +102,9 @@ std::vector<mgo::infer::TensorDesc> InputShapes(gert::InferShapeContext* ctx) {
 // Dtypes with unknown shapes: InferDataType gets no shapes.
 template <typename Op>
 std::vector<mgo::infer::TensorDesc> InputDtypes(gert::InferDataTypeContext* ctx) {
-  std::vector<mgo::infer::TensorDesc> in(Op::kOptional.size());
+  std::vector<mgo::infer::TensorDesc> in(Op::Table::kOptional.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    if (!Op::kOptional[i]) {
+    if (!Op::Table::kOptional[i]) {
       in[i].dtype = FromGe(ctx->GetRequiredInputDataType(i));
     } else if (const ge::DataType t = ctx->GetOptionalInputDataType(i); t == ge::DT_UNDEFINED) {
       in[i] = AbsentInput();
@@ -128,7 +130,7 @@ ge::graphStatus Guarded(const char* op, Step&& step) {
 // ---------------------------------------------------------------- the adapters
 template <typename Op>
 ge::graphStatus InferShape(gert::InferShapeContext* ctx) {
-  return Guarded(Op::kName, [ctx] {
+  return Guarded(Op::Table::kOpType, [ctx] {
     const mgo::infer::InferResult r = Op::Infer(InputShapes<Op>(ctx), Op::ReadAttrs(ctx->GetAttrs()));
     for (size_t i = 0; i < r.shapes.size(); ++i) {
       gert::Shape* out = ctx->GetOutputShape(i);
@@ -141,7 +143,7 @@ ge::graphStatus InferShape(gert::InferShapeContext* ctx) {
 
 template <typename Op>
 ge::graphStatus InferDataType(gert::InferDataTypeContext* ctx) {
-  return Guarded(Op::kName, [ctx] {
+  return Guarded(Op::Table::kOpType, [ctx] {
     const mgo::infer::InferResult r = Op::Infer(InputDtypes<Op>(ctx), Op::ReadAttrs(ctx->GetAttrs()));
     for (size_t i = 0; i < r.dtypes.size(); ++i) ctx->SetOutputDataType(i, ToGe(r.dtypes[i]));
     return ge::GRAPH_SUCCESS;
@@ -169,7 +171,7 @@ auto Plan(const Pure& t, uint32_t block_dim, uint64_t user_workspace = 0, bool a
 
 template <typename Op>
 ge::graphStatus Tiling(gert::TilingContext* ctx) {
-  return Guarded(Op::kName, [ctx] {
+  return Guarded(Op::Table::kOpType, [ctx] {
     const std::vector<mgo::infer::TensorDesc> in = InputDescs<Op>(ctx);
     mgo::tiling::DType dtype;
     if (!KernelDtype(in.at(0).dtype, &dtype)) {

@@ -29,6 +29,11 @@ inline IndexerTokens ReadIndexerTokens(const std::string& layout, const mgo::inf
   return {mgo::tiling::SfaLayout::kTND, batch, 0, 0, Dim(q, 0), Dim(k, 0)};
 }
 
+// The platform as the indexers' pure tilings take it.
+inline mgo::tiling::CubePlatform IndexerCube(const Platform& p) {
+  return {p.aicNum, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
+}
+
 // Throws unless every tensor has the layout's rank (4 for BSND, 3 for TND).
 inline size_t IndexerRank(const std::string& layout, std::initializer_list<const mgo::infer::TensorDesc*> tensors,
                           const char* names) {

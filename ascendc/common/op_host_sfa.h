@@ -1,33 +1,17 @@
-// What the op_host descriptions of SparseFlashAttention and SparseFlashAttentionGrad share: their
-// common attributes, and the pure SFA tiling (sfa_tiling_common.h) called from their input shapes.
+// What the op_host descriptions of SparseFlashAttention and SparseFlashAttentionGrad share: the
+// pure SFA tiling (sfa_tiling_common.h) called from their inputs (by the table's slots) and attributes.
 // CANN-only like op_host_adapter.h; tests/test_ascendc_op_host.py runs it against tests/cann_stub.
 #pragma once
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
-#include "../../infer_shape/sparse_flash_attention_rules.h"
 #include "op_host_adapter.h"
 #include "sfa_tiling_common.h"
 
 namespace mgo::op_host {
-
-// The attributes both ops share, as the shape rules take them, plus the grad's `deterministic`.
-struct SfaHostAttrs {
-  mgo::infer::SfaAttrs rules;
-  bool deterministic = false;
-};
-
-// Attributes 0-3 of both OpDefs: scale_value, sparse_block_size, layout, sparse_mode.
-inline SfaHostAttrs ReadSfaAttrs(const gert::RuntimeAttrs* a) {
-  SfaHostAttrs r;
-  r.rules.scale_value = FloatAttr(a, 0, "scale_value");
-  r.rules.sparse_block_size = IntAttr(a, 1, "sparse_block_size");
-  r.rules.layout = StrAttr(a, 2, "layout");
-  r.rules.sparse_mode = IntAttr(a, 3, "sparse_mode");
-  return r;
-}
 
 // The inputs the tiling reads. Absent optional inputs are the zero-size placeholder.
 struct SfaTilingInputs {
@@ -71,19 +55,24 @@ inline mgo::tiling::SfaShape SfaTilingShape(const SfaTilingInputs& in, const std
   return s;
 }
 
-inline mgo::tiling::SfaAttrs SfaTilingAttrs(const SfaHostAttrs& a) {
-  return {static_cast<float>(a.rules.scale_value), static_cast<uint32_t>(a.rules.sparse_block_size),
-          static_cast<uint32_t>(a.rules.sparse_mode), a.deterministic};
+// The inputs of op `T` (mgo::table::SparseFlashAttention or ...Grad) the tiling reads.
+template <typename T>
+SfaTilingInputs SfaTilingInputsOf(const std::vector<mgo::infer::TensorDesc>& in) {
+  return {in[T::In::kQuery],          in[T::In::kKey],       in[T::In::kValue],
+          in[T::In::kSparseIndices], in[T::In::kQueryRope], in[T::In::kActualSeqLengthsQuery]};
 }
 
-// Runs `compute` (ComputeSparseFlashAttention(Grad)Tiling) on the inputs. The lengths' values live
-// on the device (ValueDepend inputs would become host int arrays in the aclnn signature), so the
-// tiling balances rows by count. A mixed launch's block dim counts AI cores (1 AIC + 2 AIV each).
-template <typename Compute>
-auto TileSfa(Compute compute, const SfaTilingInputs& in, mgo::tiling::DType dtype, const SfaHostAttrs& a,
-             const Platform& p, bool all_cores_at_once) {
+// Runs `compute` (ComputeSparseFlashAttention(Grad)Tiling) on the inputs of op `T` with its table
+// attributes `a`; only the grad has `deterministic`. The lengths' values live on the device
+// (ValueDepend inputs would become host int arrays in the aclnn signature), so the tiling balances
+// rows by count. A mixed launch's block dim counts AI cores (1 AIC + 2 AIV each).
+template <typename T, typename Compute>
+auto TileSfa(Compute compute, const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype,
+             const typename T::Attrs& a, bool deterministic, const Platform& p, bool all_cores_at_once) {
   const mgo::tiling::CubePlatform cube{p.aicNum, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
-  const auto t = compute(SfaTilingShape(in, a.rules.layout), SfaTilingAttrs(a), dtype,
+  const mgo::tiling::SfaAttrs attrs{static_cast<float>(a.scale_value), static_cast<uint32_t>(a.sparse_block_size),
+                                    static_cast<uint32_t>(a.sparse_mode), deterministic};
+  const auto t = compute(SfaTilingShape(SfaTilingInputsOf<T>(in), a.layout), attrs, dtype,
                          mgo::tiling::SfaSeqLengths{nullptr, nullptr, 0}, cube);
   return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes, all_cores_at_once);
 }

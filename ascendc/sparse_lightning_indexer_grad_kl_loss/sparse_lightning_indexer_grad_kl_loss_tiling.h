@@ -21,7 +21,7 @@ namespace mgo::tiling {
 inline constexpr uint32_t kSliMaxKeyChunk = 512;    // keys per S chunk
 
 // weights_f32: weights (and d_weights) are float32.
-inline constexpr uint64_t SparseLightningIndexerGradKlLossTilingKey(DType dtype, bool weights_f32) {
+inline constexpr uint64_t SparseLightningIndexerGradKLLossTilingKey(DType dtype, bool weights_f32) {
   return IndexerTilingKey(dtype, weights_f32);
 }
 
@@ -217,16 +217,16 @@ inline SliTilingResult ComputeSliTiling(const SliShape& shape, const SliAttrs& a
   return r;
 }
 
-struct SparseLightningIndexerGradKlLossTiling {
+struct SparseLightningIndexerGradKLLossTiling {
   SliTilingResult result;  // result.data.usedAicNum is the blockDim of the mixed launch
   uint64_t tilingKey;
 };
 
-inline SparseLightningIndexerGradKlLossTiling ComputeSparseLightningIndexerGradKlLossTiling(
+inline SparseLightningIndexerGradKLLossTiling ComputeSparseLightningIndexerGradKLLossTiling(
     const SliShape& shape, const SliAttrs& attrs, DType dtype, bool weights_f32, const SfaSeqLengths& lens,
     const CubePlatform& platform) {
-  return SparseLightningIndexerGradKlLossTiling{ComputeSliTiling(shape, attrs, weights_f32, lens, platform),
-                                                SparseLightningIndexerGradKlLossTilingKey(dtype, weights_f32)};
+  return SparseLightningIndexerGradKLLossTiling{ComputeSliTiling(shape, attrs, weights_f32, lens, platform),
+                                                SparseLightningIndexerGradKLLossTilingKey(dtype, weights_f32)};
 }
 
 }  // namespace mgo::tiling

@@ -66,7 +66,7 @@ extern "C" {
 int twin_sli_schedule(int dtype, const SliArgs* a, const int32_t* lens_q, const int32_t* lens_kv, int64_t* out,
                       int64_t* row_start, int64_t* key_block_start, char* err, int64_t err_len) {
   const HostLens lens(*a, lens_q, lens_kv);
-  const auto tiling = mgo::tiling::ComputeSparseLightningIndexerGradKlLossTiling(
+  const auto tiling = mgo::tiling::ComputeSparseLightningIndexerGradKLLossTiling(
       Shape(*a), Attrs(*a), static_cast<DType>(dtype), a->weights_f32 != 0, lens.view, Platform(*a));
   const auto& r = tiling.result;
   if (!r.ok) {
@@ -95,7 +95,7 @@ int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a, cons
                                                int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const HostLens lens(*a, lens_q, lens_kv);
-    const auto tiling = mgo::tiling::ComputeSparseLightningIndexerGradKlLossTiling(
+    const auto tiling = mgo::tiling::ComputeSparseLightningIndexerGradKLLossTiling(
         Shape(*a), Attrs(*a), static_cast<DType>(dtype), a->weights_f32 != 0, lens.view, Platform(*a));
     if (!tiling.result.ok) {
       harness::CopyMessage(tiling.result.error, err, err_len);

@@ -1,7 +1,9 @@
-// LightningIndexerGrad: OpDef and the shared op_host adapter (common/op_host_adapter.h) over the
+// LightningIndexerGrad: what its op_host does that the table cannot say, Infer and Tile over the
 // rules in infer_shape/lightning_indexer_grad.h and the pure tiling in
-// ascendc/lightning_indexer_grad/lightning_indexer_grad_tiling.h, tested on CPU. CANN-only, NOT
-// compiled with CANN in this repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
+// ascendc/lightning_indexer_grad/lightning_indexer_grad_tiling.h; the OpDef and the attribute
+// reader are generated into lightning_indexer_grad_def.h. Run by the shared adapter
+// (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in this
+// repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
 #include "../../common/op_host_indexer.h"
 #include "../../../infer_shape/lightning_indexer_grad.h"
@@ -9,79 +11,30 @@
 
 namespace mgo::op_host {
 
+// float16/bfloat16 inputs, weights (and d_weights) of the same dtype or float32; optional lengths
+// may be omitted or be the zero-size placeholder.
 struct LightningIndexerGradHost {
-  static constexpr const char* kName = "LightningIndexerGrad";
-  // query_index, key_index, weights, sparse_indices, d_values, actual_seq_lengths_query/_key
-  static constexpr std::array<bool, 7> kOptional{false, false, false, false, false, true, true};
-  struct Attrs {
-    std::string layout;
-    int64_t sparse_mode;
-  };
-  static Attrs ReadAttrs(const gert::RuntimeAttrs* a) {
-    return Attrs{StrAttr(a, 0, "layout"), IntAttr(a, 1, "sparse_mode")};
-  }
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs& a) {
+  using T = mgo::table::LightningIndexerGrad;
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
     return mgo::infer::lightning_indexer_grad(in, a.layout, a.sparse_mode);
   }
   // TND without lengths (one sequence) is batch 0; the lengths' values live on the device, so
   // tokens are balanced by count. No core waits for another (no SyncAll).
-  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs& a,
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const T::Attrs& a,
                    const Platform& p) {
-    const mgo::infer::TensorDesc &qi = in[0], &ki = in[1], &si = in[3];
+    const mgo::infer::TensorDesc &qi = in[T::In::kQueryIndex], &ki = in[T::In::kKeyIndex],
+                                 &si = in[T::In::kSparseIndices];
     const size_t r = IndexerRank(a.layout, {&qi, &ki, &si}, "query_index/key_index/sparse_indices");
-    const IndexerTokens tok = ReadIndexerTokens(a.layout, qi, ki, in[5]);
+    const IndexerTokens tok = ReadIndexerTokens(a.layout, qi, ki, in[T::In::kActualSeqLengthsQuery]);
     const mgo::tiling::LigShape s{tok.layout, tok.batch,      tok.s1,        tok.s2,       tok.t1,
                                   tok.t2,     Dim(qi, r - 2), Dim(qi, r - 1), Dim(si, r - 1)};
-    const mgo::tiling::CubePlatform cube{p.aicNum, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
     const auto t = mgo::tiling::ComputeLightningIndexerGradTiling(
-        s, static_cast<uint32_t>(a.sparse_mode), dtype, in[2].dtype == mgo::infer::DType::kFloat32,
-        mgo::tiling::SfaSeqLengths{nullptr, nullptr, 0}, cube);
+        s, static_cast<uint32_t>(a.sparse_mode), dtype, in[T::In::kWeights].dtype == mgo::infer::DType::kFloat32,
+        mgo::tiling::SfaSeqLengths{nullptr, nullptr, 0}, IndexerCube(p));
     return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes);
   }
 };
 
 }  // namespace mgo::op_host
 
-namespace ops {
-
-// Names must equal ms_grad_ops/_specs.py OP_SPECS["lightning_indexer_grad"] (tests/test_ascendc_op_host.py).
-// Optional inputs may be omitted or be the zero-size placeholder.
-// Columns: float16/bfloat16 inputs x weights (and d_weights) of the same dtype or float32.
-class LightningIndexerGrad : public OpDef {
- public:
-  explicit LightningIndexerGrad(const char* name) : OpDef(name) {
-    this->Input("query_index").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_BF16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("key_index").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_BF16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("weights").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_BF16, ge::DT_FLOAT})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("sparse_indices").ParamType(REQUIRED).DataType({ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("d_values").ParamType(REQUIRED).DataType({ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("actual_seq_lengths_query").ParamType(OPTIONAL).DataType({ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("actual_seq_lengths_key").ParamType(OPTIONAL).DataType({ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Output("d_query_index").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_BF16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Output("d_key_index").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_BF16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Output("d_weights").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_BF16, ge::DT_FLOAT})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Attr("layout").AttrType(OPTIONAL).String("BSND");
-    this->Attr("sparse_mode").AttrType(OPTIONAL).Int(3);
-    using Host = mgo::op_host::LightningIndexerGradHost;
-    this->SetInferShape(mgo::op_host::InferShape<Host>).SetInferDataType(mgo::op_host::InferDataType<Host>);
-    this->AICore().SetTiling(mgo::op_host::Tiling<Host>);
-    // Mixed cube/vector kernel tiled from the platform's core count and UB/L1/L0 sizes; the seed
-    // op's products are Atlas A2 and A3.
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-  }
-};
-
-OP_ADD(LightningIndexerGrad);
-
-}  // namespace ops
+#include "lightning_indexer_grad_def.h"  // the OpDef and attribute reader, generated from the table

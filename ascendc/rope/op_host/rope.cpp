@@ -1,6 +1,8 @@
-// Rope (forward): OpDef and the shared op_host adapter (common/op_host_adapter.h) over the rules
-// in infer_shape/rope.h and ascendc/rope/rope_tiling.h, tested on CPU. CANN-only, NOT compiled
-// in this repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
+// Rope (forward): what the op_host of Rope does that the table cannot say, Infer and Tile over the
+// rules in infer_shape/rope.h and ascendc/rope/rope_tiling.h; the OpDef and the attribute reader
+// are generated into rope_def.h. Run by the shared adapter (common/op_host_adapter.h), tested on
+// CPU. CANN-only, NOT compiled in this repository's CI (no CANN toolkit here);
+// scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
 #include "../../../infer_shape/rope.h"
 #include "../rope_tiling.h"
@@ -8,17 +10,16 @@
 namespace mgo::op_host {
 
 struct RopeHost {
-  static constexpr const char* kName = "Rope";
-  static constexpr std::array<bool, 5> kOptional{};  // every input REQUIRED
-  struct Attrs {};
-  static Attrs ReadAttrs(const gert::RuntimeAttrs*) { return {}; }
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs&) {
+  using T = mgo::table::Rope;
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs&) {
     return mgo::infer::rope(in);
   }
-  // Inputs: q [n_tokens, hidden], k, cos [max_seq_len, 128], sin, q_seq_len [batch].
-  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs&,
+  // q [n_tokens, hidden], cos [max_seq_len, 128], q_seq_len [batch]: the lengths are a device
+  // tensor, not an attribute, so new lengths need no recompilation.
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const T::Attrs&,
                    const Platform& p) {
-    const mgo::tiling::RopeShape shape{Dim(in[0], 0), Dim(in[0], 1), Dim(in[2], 0), Dim(in[4], 0)};
+    const mgo::tiling::RopeShape shape{Dim(in[T::In::kQ], 0), Dim(in[T::In::kQ], 1), Dim(in[T::In::kCos], 0),
+                                       Dim(in[T::In::kQSeqLen], 0)};
     const auto t = mgo::tiling::ComputeRopeTiling(shape, dtype, p.aivNum, p.ubBytes);
     return Plan(t, t.result.data.usedCoreNum);
   }
@@ -26,28 +27,4 @@ struct RopeHost {
 
 }  // namespace mgo::op_host
 
-namespace ops {
-
-// Names must equal ms_grad_ops/_specs.py OP_SPECS["rope"] (tests/test_ascendc_op_host.py).
-class Rope : public OpDef {
- public:
-  explicit Rope(const char* name) : OpDef(name) {
-    this->Input("q").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("k").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("cos").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("sin").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
-    // Lengths are a device tensor, not an attribute: new lengths need no recompilation.
-    this->Input("q_seq_len").ParamType(REQUIRED).DataType({ge::DT_INT32, ge::DT_INT32}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Output("q_embed").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Output("k_embed").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16}).Format({ge::FORMAT_ND, ge::FORMAT_ND});
-    using Host = mgo::op_host::RopeHost;
-    this->SetInferShape(mgo::op_host::InferShape<Host>).SetInferDataType(mgo::op_host::InferDataType<Host>);
-    this->AICore().SetTiling(mgo::op_host::Tiling<Host>);
-    this->AICore().AddConfig("ascend910b");    // Atlas A2
-    this->AICore().AddConfig("ascend910_93");  // Atlas A3
-  }
-};
-
-OP_ADD(Rope);
-
-}  // namespace ops
+#include "rope_def.h"  // the OpDef and attribute reader, generated from the table

@@ -1,8 +1,9 @@
-// SparseFlashAttentionGrad: OpDef and the shared op_host adapter (common/op_host_adapter.h) over
+// SparseFlashAttentionGrad: what its op_host does that the table cannot say, Infer and Tile over
 // the rules in infer_shape/sparse_flash_attention_grad.h and the pure tiling in
-// ascendc/sparse_flash_attention_grad/sparse_flash_attention_grad_tiling.h, tested on CPU.
-// CANN-only, NOT compiled with CANN in this repository's CI (no CANN toolkit here);
-// scripts/build_ascend.sh builds it.
+// ascendc/sparse_flash_attention_grad/sparse_flash_attention_grad_tiling.h; the OpDef and the
+// attribute reader are generated into sparse_flash_attention_grad_def.h. Run by the shared adapter
+// (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in this
+// repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
 #include "../../common/op_host_sfa.h"
 #include "../../../infer_shape/sparse_flash_attention_grad.h"
@@ -10,100 +11,34 @@
 
 namespace mgo::op_host {
 
+// Optional inputs may be omitted or be the zero-size placeholder; the gradient of an absent one is
+// empty. Cumulative lengths (TND, int32 or int64, both the same) stay a device tensor.
 struct SparseFlashAttentionGradHost {
-  static constexpr const char* kName = "SparseFlashAttentionGrad";
-  // query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum,
-  // actual_seq_lengths_query/_kv, query_rope, key_rope
-  static constexpr std::array<bool, 12> kOptional{false, false, true, false, false, false,
-                                                  false, false, true, true, true, true};
-  using Attrs = SfaHostAttrs;
-  static Attrs ReadAttrs(const gert::RuntimeAttrs* a) {
-    Attrs r = ReadSfaAttrs(a);
-    r.rules.pre_tokens = IntAttr(a, 4, "pre_tokens");
-    r.rules.next_tokens = IntAttr(a, 5, "next_tokens");
-    r.deterministic = BoolAttr(a, 6, "deterministic");
-    return r;
-  }
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs& a) {
-    mgo::infer::InferResult r = mgo::infer::sparse_flash_attention_grad(in, a.rules);
+  using T = mgo::table::SparseFlashAttentionGrad;
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
+    mgo::infer::SfaAttrs rules;
+    rules.scale_value = a.scale_value;
+    rules.sparse_block_size = a.sparse_block_size;
+    rules.layout = a.layout;
+    rules.sparse_mode = a.sparse_mode;
+    rules.pre_tokens = a.pre_tokens;
+    rules.next_tokens = a.next_tokens;
+    mgo::infer::InferResult r = mgo::infer::sparse_flash_attention_grad(in, rules);
     // An omitted value/rope input has an empty gradient; its dtype is the float slots' dtype,
     // query's, as for the placeholder the Python layer passes.
     for (auto& t : r.dtypes) {
-      if (t == mgo::infer::DType::kUnknown) t = in[0].dtype;
+      if (t == mgo::infer::DType::kUnknown) t = in[T::In::kQuery].dtype;
     }
     return r;
   }
   // The key pass waits for every core's row pass (SyncAll): all cores must start together.
-  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs& a,
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const T::Attrs& a,
                    const Platform& p) {
-    return TileSfa(mgo::tiling::ComputeSparseFlashAttentionGradTiling, {in[0], in[1], in[2], in[3], in[10], in[8]},
-                   dtype, a, p, /*all_cores_at_once=*/true);
+    return TileSfa<T>(mgo::tiling::ComputeSparseFlashAttentionGradTiling, in, dtype, a, a.deterministic, p,
+                      /*all_cores_at_once=*/true);
   }
 };
 
 }  // namespace mgo::op_host
 
-namespace ops {
-
-// Names must equal ms_grad_ops/_specs.py OP_SPECS["sparse_flash_attention_grad"]
-// (tests/test_ascendc_op_host.py). Optional inputs may be omitted or be the zero-size placeholder;
-// the gradient of an absent one is empty.
-class SparseFlashAttentionGrad : public OpDef {
- public:
-  explicit SparseFlashAttentionGrad(const char* name) : OpDef(name) {
-    this->Input("query").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("key").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("value").ParamType(OPTIONAL).DataType({ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("sparse_indices").ParamType(REQUIRED).DataType({ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("d_out").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("out").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("softmax_max").ParamType(REQUIRED).DataType({ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("softmax_sum").ParamType(REQUIRED).DataType({ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    // Columns: float16/bfloat16 x int32/int64 lengths (both the same). Cumulative lengths stay a
-    // device tensor (TND): new lengths need no recompilation.
-    this->Input("actual_seq_lengths_query").ParamType(OPTIONAL).DataType({ge::DT_INT32, ge::DT_INT32, ge::DT_INT64, ge::DT_INT64})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("actual_seq_lengths_kv").ParamType(OPTIONAL).DataType({ge::DT_INT32, ge::DT_INT32, ge::DT_INT64, ge::DT_INT64})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("query_rope").ParamType(OPTIONAL).DataType({ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Input("key_rope").ParamType(OPTIONAL).DataType({ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Output("d_query").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Output("d_key").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Output("d_value").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Output("d_query_rope").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Output("d_key_rope").ParamType(REQUIRED).DataType({ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT16, ge::DT_BF16})
-        .Format({ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND});
-    this->Attr("scale_value").AttrType(OPTIONAL).Float(1.0);
-    this->Attr("sparse_block_size").AttrType(OPTIONAL).Int(1);
-    this->Attr("layout").AttrType(OPTIONAL).String("BSND");
-    this->Attr("sparse_mode").AttrType(OPTIONAL).Int(3);
-    this->Attr("pre_tokens").AttrType(OPTIONAL).Int(2147483647);
-    this->Attr("next_tokens").AttrType(OPTIONAL).Int(2147483647);
-    this->Attr("deterministic").AttrType(OPTIONAL).Bool(false);
-    using Host = mgo::op_host::SparseFlashAttentionGradHost;
-    this->SetInferShape(mgo::op_host::InferShape<Host>).SetInferDataType(mgo::op_host::InferDataType<Host>);
-    this->AICore().SetTiling(mgo::op_host::Tiling<Host>);
-    // Mixed cube/vector kernel tiled from the platform's core count and UB/L1/L0 sizes; the seed
-    // op's products are Atlas A2 and A3.
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-  }
-};
-
-OP_ADD(SparseFlashAttentionGrad);
-
-}  // namespace ops
+#include "sparse_flash_attention_grad_def.h"  // the OpDef and attribute reader, generated from the table

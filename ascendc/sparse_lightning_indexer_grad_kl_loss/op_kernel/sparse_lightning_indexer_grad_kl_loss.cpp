@@ -269,23 +269,23 @@ extern "C" __global__ __aicore__ void sparse_lightning_indexer_grad_kl_loss(
     GM_ADDR actual_seq_lengths_key, GM_ADDR d_query_index, GM_ADDR d_key_index, GM_ADDR d_weights, GM_ADDR loss,
     GM_ADDR workspace, GM_ADDR tiling) {
   using mgo::tiling::DType;
-  using mgo::tiling::SparseLightningIndexerGradKlLossTilingKey;
+  using mgo::tiling::SparseLightningIndexerGradKLLossTilingKey;
   AscendC::SetSysWorkspace(workspace);
   REGISTER_TILING_DEFAULT(mgo::tiling::SliTilingData);
   GET_TILING_DATA(tiling_data, tiling);
   const mgo::kernel::SliGradIo io{query, key, query_index, key_index, weights, sparse_indices, softmax_max,
                                   softmax_sum, query_rope, key_rope, actual_seq_lengths_query,
                                   actual_seq_lengths_key, d_query_index, d_key_index, d_weights, loss, workspace};
-  if (TILING_KEY_IS(SparseLightningIndexerGradKlLossTilingKey(DType::kFloat16, false))) {
+  if (TILING_KEY_IS(SparseLightningIndexerGradKLLossTilingKey(DType::kFloat16, false))) {
     mgo::kernel::SparseLightningIndexerGradKernel<half, half> op;
     op.Run(io, tiling_data);
-  } else if (TILING_KEY_IS(SparseLightningIndexerGradKlLossTilingKey(DType::kFloat16, true))) {
+  } else if (TILING_KEY_IS(SparseLightningIndexerGradKLLossTilingKey(DType::kFloat16, true))) {
     mgo::kernel::SparseLightningIndexerGradKernel<half, float> op;
     op.Run(io, tiling_data);
-  } else if (TILING_KEY_IS(SparseLightningIndexerGradKlLossTilingKey(DType::kBFloat16, false))) {
+  } else if (TILING_KEY_IS(SparseLightningIndexerGradKLLossTilingKey(DType::kBFloat16, false))) {
     mgo::kernel::SparseLightningIndexerGradKernel<bfloat16_t, bfloat16_t> op;
     op.Run(io, tiling_data);
-  } else if (TILING_KEY_IS(SparseLightningIndexerGradKlLossTilingKey(DType::kBFloat16, true))) {
+  } else if (TILING_KEY_IS(SparseLightningIndexerGradKLLossTilingKey(DType::kBFloat16, true))) {
     mgo::kernel::SparseLightningIndexerGradKernel<bfloat16_t, float> op;
     op.Run(io, tiling_data);
   }
