@@ -9,19 +9,10 @@
 #include <vector>
 
 #include "kernel_operator.h"
+#include "harness_args.h"  // RunInfo, the call structs (generated)
 #include "../../ascendc/common/tiling_common.h"
 
 namespace harness {
-
-// Filled by every kernel entry point; mirrored by a ctypes.Structure in twin_lib.py.
-struct RunInfo {
-  int64_t ub_peak_bytes;    // largest UB footprint of any block, as the twin measured it
-  int64_t tiling_ub_bytes;  // footprint the tiling function promised
-  int64_t blocks;           // blocks launched
-  int64_t tile_rows;
-  int64_t min_writes;       // over every byte of every output: how often it was written
-  int64_t max_writes;
-};
 
 enum Status : int { kOk = 0, kTwinRule = 1, kOtherError = 2, kTilingError = 3 };
 

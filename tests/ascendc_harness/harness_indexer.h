@@ -1,5 +1,5 @@
-// What the lightning_indexer and lightning_indexer_grad harnesses share: the call's shape (one
-// struct, mirrored by twin_lib.IndexerArgs), the platform it tiles for, and the host copies of
+// What the lightning_indexer and lightning_indexer_grad harnesses share: the call's shape
+// (harness::IndexerArgs, generated into harness_args.h), the platform it tiles for, and the host copies of
 // the int32 cumulative TND lengths as the tilings read them.
 #pragma once
 
@@ -7,15 +7,9 @@
 #include <vector>
 
 #include "../../ascendc/common/sfa_tiling_common.h"
+#include "harness_args.h"
 
 namespace harness {
-
-struct IndexerArgs {
-  int64_t layout;  // 0 BSND, 1 TND
-  int64_t batch, s1, s2, t1, t2, n_idx, d_idx, k;
-  int64_t sparse_mode, weights_f32;
-  int64_t core_num, ub_bytes, seed;
-};
 
 inline mgo::tiling::IndexerShape ToIndexerShape(const IndexerArgs& a) {
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };

@@ -17,15 +17,7 @@ using mgo::tiling::SfaSeqLengths;
 using mgo::tiling::SfaShape;
 using mgo::tiling::SfaTilingResult;
 
-// Shape of one call, mirrored by a ctypes.Structure in twin_lib.py.
-struct SfaArgs {
-  int64_t layout;  // 0 BSND, 1 TND
-  int64_t batch, s1, s2, t1, t2, n1, n2, d, dr, k;
-  int64_t block_size, sparse_mode, deterministic;
-  double scale;
-  int64_t core_num, ub_bytes, seed;
-  int64_t value_absent, lens_int64;
-};
+using harness::SfaArgs;  // generated into harness_args.h with its ctypes mirror
 
 SfaShape Shape(const SfaArgs& a) {
   return SfaShape{a.layout == 1 ? SfaLayout::kTND : SfaLayout::kBSND,

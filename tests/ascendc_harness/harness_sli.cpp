@@ -15,14 +15,7 @@ using mgo::tiling::SfaSeqLengths;
 using mgo::tiling::SliAttrs;
 using mgo::tiling::SliShape;
 
-// Shape of one call, mirrored by a ctypes.Structure in twin_lib.py.
-struct SliArgs {
-  int64_t layout;  // 0 BSND, 1 TND
-  int64_t batch, s1, s2, t1, t2, n1, d, dr, n_idx, d_idx, k;
-  int64_t sparse_mode, deterministic, weights_f32;
-  double scale;
-  int64_t core_num, ub_bytes, seed;
-};
+using harness::SliArgs;  // generated into harness_args.h with its ctypes mirror
 
 SliShape Shape(const SliArgs& a) {
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };

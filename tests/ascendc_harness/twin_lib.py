@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .build import build
+from .twin_args import IndexerArgs, RunInfo, SfaArgs, SliArgs
 
 DTYPE_CODES = {"float16": 0, "bfloat16": 1}
 ROUND_MODES = ("CAST_NONE", "CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND", "CAST_TRUNC", "CAST_ODD")
@@ -21,13 +22,6 @@ NAN16 = 0xFFFF  # a NaN in both float16 and bfloat16: unwritten outputs show up
 _I64 = ctypes.c_int64
 _P = ctypes.c_void_p
 _ERR_LEN = 4096
-
-
-class RunInfo(ctypes.Structure):
-    """Mirror of harness::RunInfo."""
-
-    _fields_ = [("ub_peak_bytes", _I64), ("tiling_ub_bytes", _I64), ("blocks", _I64), ("tile_rows", _I64),
-                ("min_writes", _I64), ("max_writes", _I64)]
 
 
 class TwinRuleError(RuntimeError):
@@ -218,16 +212,6 @@ def run_mix_snippet(name: str, seed: int = 0) -> tuple[int, str, str]:
 
 
 # ---------------------------------------------------------------- sparse flash attention
-class SfaArgs(ctypes.Structure):
-    """Mirror of SfaArgs in harness_sfa.cpp."""
-
-    _fields_ = [("layout", _I64), ("batch", _I64), ("s1", _I64), ("s2", _I64), ("t1", _I64), ("t2", _I64),
-                ("n1", _I64), ("n2", _I64), ("d", _I64), ("dr", _I64), ("k", _I64), ("block_size", _I64),
-                ("sparse_mode", _I64), ("deterministic", _I64), ("scale", ctypes.c_double),
-                ("core_num", _I64), ("ub_bytes", _I64), ("seed", _I64), ("value_absent", _I64),
-                ("lens_int64", _I64)]
-
-
 @dataclass
 class SfaProblem:
     """Inputs of one sparse_flash_attention(_grad) call in the layouts of docs/contract.md section 0.2 (float arrays
@@ -381,15 +365,6 @@ def _lens_args(lens_q: list[int] | None, lens_k: list[int] | None) -> tuple[obje
     return _P(_ptr(lq)), _P(_ptr(lk)), [lq, lk]
 
 
-class SliArgs(ctypes.Structure):
-    """Mirror of SliArgs in harness_sli.cpp."""
-
-    _fields_ = [("layout", _I64), ("batch", _I64), ("s1", _I64), ("s2", _I64), ("t1", _I64), ("t2", _I64),
-                ("n1", _I64), ("d", _I64), ("dr", _I64), ("n_idx", _I64), ("d_idx", _I64), ("k", _I64),
-                ("sparse_mode", _I64), ("deterministic", _I64), ("weights_f32", _I64), ("scale", ctypes.c_double),
-                ("core_num", _I64), ("ub_bytes", _I64), ("seed", _I64)]
-
-
 @dataclass
 class SliProblem:
     """Inputs of one sparse_lightning_indexer_grad_kl_loss call in the layouts of docs/contract.md section 0.2 (float
@@ -499,14 +474,6 @@ def sli_schedule(p: SliProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> Sl
 
 
 # ---------------------------------------------------------------- lightning indexer forward
-class LiArgs(ctypes.Structure):
-    """Mirror of harness::IndexerArgs (harness_indexer.h): lightning_indexer and its grad."""
-
-    _fields_ = [("layout", _I64), ("batch", _I64), ("s1", _I64), ("s2", _I64), ("t1", _I64), ("t2", _I64),
-                ("n_idx", _I64), ("d_idx", _I64), ("k", _I64), ("sparse_mode", _I64), ("weights_f32", _I64),
-                ("core_num", _I64), ("ub_bytes", _I64), ("seed", _I64)]
-
-
 @dataclass
 class LiProblem:
     """Inputs of one lightning_indexer call (float arrays already rounded to ``dtype`` /
@@ -523,7 +490,7 @@ class LiProblem:
     sparse_count: int
     sparse_mode: int
 
-    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB) -> LiArgs:
+    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB) -> IndexerArgs:
         qi, ki = self.query_index, self.key_index
         if self.layout == "BSND":
             b, s1, nidx, didx = qi.shape
@@ -533,7 +500,7 @@ class LiProblem:
             t1, nidx, didx = qi.shape
             t2 = ki.shape[0]
             b, s1, s2 = 0 if self.lens_q is None else len(self.lens_q), 0, 0
-        return LiArgs(1 if self.layout == "TND" else 0, b, s1, s2, t1, t2, nidx, didx, self.sparse_count,
+        return IndexerArgs(1 if self.layout == "TND" else 0, b, s1, s2, t1, t2, nidx, didx, self.sparse_count,
                       self.sparse_mode, int(self.wdtype == "float32"), core_num, ub_bytes, seed)
 
     def lens(self) -> tuple[object, object, list[np.ndarray]]:
@@ -602,7 +569,7 @@ class LigProblem:
     lens_k: list[int] | None
     sparse_mode: int
 
-    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB) -> LiArgs:
+    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB) -> IndexerArgs:
         li = LiProblem(self.dtype, self.wdtype, self.layout, self.query_index, self.key_index, self.weights,
                        self.lens_q, self.lens_k, self.sparse_indices.shape[-1], self.sparse_mode)
         return li.args(core_num, seed, ub_bytes)
