@@ -1,8 +1,9 @@
 """The Ascend op_host OpDefs and kernel entry points use exactly the names, order, attributes
 and dtypes of ms_grad_ops._specs.OP_SPECS, the table the MindSpore reg_info is built from.
 
-The op_host sources need the CANN toolkit to compile (absent here), so they are checked by
-parsing: a renamed input in either place fails this test instead of failing on a device.
+The op_host sources need the CANN toolkit (absent here), so they are compiled against
+tests/cann_stub and the OpDefs they register are compared with the table, and the rest is checked
+by parsing: a renamed input in either place fails this test instead of failing on a device.
 """
 from __future__ import annotations
 
@@ -29,8 +30,11 @@ ATTR = re.compile(r'this->Attr\("(\w+)"\)\s*\.AttrType\(OPTIONAL\)\s*\.(\w+)\(([
 KERNEL = re.compile(r'extern "C" __global__ __aicore__ void (\w+)\(([^)]*)\)')
 
 
-def opdef(op: str) -> dict[str, object]:
-    src = (ASCENDC / op / "op_host" / f"{op}_def.h").read_text()  # generated from the table
+def opdef(driver: Path, op: str) -> dict[str, object]:
+    # The OpDef the compiled op_host source registers (common/op_host_def.h over the generated
+    # <op>_def.h), printed by the stub driver in the syntax of a hand-written OpDef.
+    src = subprocess.run([str(driver)], input=f"{OP_SPECS[op].op_type} def", capture_output=True, text=True,
+                         timeout=30, check=True).stdout
     params = PARAM.findall(src)
     cls = re.search(r"class (\w+) : public OpDef", src)
     added = re.search(r"OP_ADD\((\w+)\);", src)
@@ -49,25 +53,25 @@ def opdef(op: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_opdef_names_match_spec(op: str) -> None:
-    spec, d = OP_SPECS[op], opdef(op)
+def test_opdef_names_match_spec(driver: Path, op: str) -> None:
+    spec, d = OP_SPECS[op], opdef(driver, op)
     assert d["class"] == spec.op_type and d["op_add"] == spec.op_type
     assert d["inputs"] == spec.inputs
     assert d["outputs"] == spec.outputs
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_opdef_attrs_match_spec(op: str) -> None:
+def test_opdef_attrs_match_spec(driver: Path, op: str) -> None:
     spec = OP_SPECS[op]
     cpp_bool = {"false": "False", "true": "True"}
-    attrs = [(name, ATTR_TYPES[kind], cpp_bool.get(v := value.strip().strip('"'), v))
-             for name, kind, value in opdef(op)["attrs"]]
+    attrs = [(name, ATTR_TYPES[kind], str(float(v)) if kind == "Float" else cpp_bool.get(v, v))
+             for name, kind, value in opdef(driver, op)["attrs"] for v in [value.strip().strip('"')]]
     assert attrs == [(a.name, a.type, str(a.default)) for a in spec.attrs]
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_opdef_dtype_combinations_are_spec_combinations(op: str) -> None:
-    spec, d = OP_SPECS[op], opdef(op)
+def test_opdef_dtype_combinations_are_spec_combinations(driver: Path, op: str) -> None:
+    spec, d = OP_SPECS[op], opdef(driver, op)
     columns = list(zip(*d["dtypes"]))  # one combination per column, over inputs then outputs
     assert len({len(row) for row in d["dtypes"]}) == 1, "every DataType list needs the same length"
     assert all(len(row) == len(d["dtypes"][0]) for row in d["formats"])
@@ -77,8 +81,8 @@ def test_opdef_dtype_combinations_are_spec_combinations(op: str) -> None:
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_opdef_registers_supported_socs(op: str) -> None:
-    socs = opdef(op)["socs"]
+def test_opdef_registers_supported_socs(driver: Path, op: str) -> None:
+    socs = opdef(driver, op)["socs"]
     assert {"ascend910b", "ascend910_93"} <= set(socs)  # Atlas A2 / A3
     if op.startswith("cla_gate"):
         assert "ascend950" in socs  # the seed op's own target
@@ -115,8 +119,6 @@ def test_op_host_calls_the_shared_rules(op: str) -> None:
 
 HOST_NAME = re.compile(r'static constexpr const char\* kOpType = "(\w+)";')
 HOST_OPTIONAL = re.compile(r"static constexpr std::array<bool, (\d+)> kOptional\{([^}]*)\};")
-ATTR_READ = re.compile(r'\b(Str|Int|Float|Bool)Attr\(\w+, (\d+), "(\w+)"\)')
-READER_TYPES = {"Str": "str", "Int": "int", "Float": "float", "Bool": "bool"}
 
 
 def host_struct(op: str) -> tuple[str, tuple[bool, ...]]:
@@ -132,17 +134,20 @@ def host_struct(op: str) -> tuple[str, tuple[bool, ...]]:
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_op_host_instantiates_the_shared_adapter(op: str) -> None:
-    # One adapter for every op: the op source registers the template's instances and holds no
-    # graph-engine context code of its own (that would be a copy of the adapter).
+def test_op_host_instantiates_the_shared_adapter(driver: Path, op: str) -> None:
+    # One adapter for every op: the op source registers the template's instances (through the one
+    # OpDef body, common/op_host_def.h) and holds no graph-engine context code of its own (that
+    # would be a copy of the adapter).
     src = (ASCENDC / op / "op_host" / f"{op}.cpp").read_text()
     assert f'#include "{op}_def.h"' in src
     src += (ASCENDC / op / "op_host" / f"{op}_def.h").read_text()
-    spec, d = OP_SPECS[op], opdef(op)
+    spec, d = OP_SPECS[op], opdef(driver, op)
     name, optional = host_struct(op)
     assert '#include "../../common/op_host_adapter.h"' in src
+    assert f"mgo::op_host::DefineOp<mgo::op_host::{spec.op_type}Op>(*this)" in src
+    define = (ASCENDC / "common" / "op_host_def.h").read_text()
     for adapter in ("InferShape", "InferDataType", "Tiling"):
-        assert f"mgo::op_host::{adapter}<Host>" in src
+        assert f"({adapter}<Op>)" in define
     assert "Context" not in src, "context handling belongs in common/op_host_adapter.h"
     assert name == spec.op_type
     # OPTIONAL in the OpDef exactly for the spec's optional inputs, and the adapter reads them so.
@@ -151,12 +156,22 @@ def test_op_host_instantiates_the_shared_adapter(op: str) -> None:
     assert set(d["output_params"]) == {"REQUIRED"}
 
 
+ATTR_FIELD = re.compile(r"&Table::Attrs::(\w+)")
+FIELD_TYPES = {"int64_t": "int", "double": "float", "std::string": "str", "bool": "bool"}
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_op_host_reads_attributes_in_opdef_order(op: str) -> None:
-    src = (ASCENDC / op / "op_host" / f"{op}_def.h").read_text()
-    for shared in re.findall(r'#include "\.\./\.\./common/(op_host_\w+\.h)"', src):  # a shared reader counts too
-        src += (ASCENDC / "common" / shared).read_text()
-    reads = sorted((int(i), name, READER_TYPES[kind]) for kind, i, name in ATTR_READ.findall(src))
+    # ReadAttrs<Op> (common/op_host_adapter.h) reads attribute i, named kAttrNames[i], into the
+    # Table::Attrs field kAttrs[i] of <op>_def.h with the reader of that field's C++ type.
+    fields = ATTR_FIELD.findall((ASCENDC / op / "op_host" / f"{op}_def.h").read_text())
+    table = (ASCENDC.parent / "infer_shape" / "op_table.h").read_text()
+    table = table[table.index(f"\nstruct {OP_SPECS[op].op_type} {{"):]
+    table = table[:table.index("\n};")]
+    types = dict((name, FIELD_TYPES[t]) for t, name in re.findall(r"^    ([\w:]+) (\w+) = ", table, flags=re.M))
+    names = re.findall(r'"(\w+)"', re.search(r"kAttrNames\{([^}]*)\}", table).group(1))
+    reads = [(i, names[i], types[field]) for i, field in enumerate(fields) if field == names[i]]
+    assert len(fields) == len(names) == len(reads)
     assert reads == [(i, a.name, a.type) for i, a in enumerate(OP_SPECS[op].attrs)]
 
 

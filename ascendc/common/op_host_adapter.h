@@ -8,16 +8,14 @@
 // tests/cann_stub (the documented API subset used here, not CANN).
 //
 // An op is a struct `Op` (the generated `<OpType>Op` of ascendc/<op>/op_host/<op>_def.h, which
-// derives from the op's hand-written `<OpType>Host`):
+// derives from the op's hand-written `<OpType>Host`; op_host_def.h declares its OpDef):
 //   Table       mgo::table::<OpType> (infer_shape/op_table.h): kOpType prefixes every logged error,
 //               kOptional says per IR input (OpDef order) whether it is OPTIONAL; an omitted
 //               optional input reaches the rules as AbsentInput();
-//   ReadAttrs   static Table::Attrs ReadAttrs(const gert::RuntimeAttrs*) (generated: the readers
-//               below in OpDef attribute order);
+//   kAttrs      the Table::Attrs fields in OpDef attribute order (ReadAttrs<Op> below);
 //   Infer       static InferResult Infer(const std::vector<TensorDesc>&, const Table::Attrs&): the rule;
 //   Tile        static TilingPlan<Data> Tile(const std::vector<TensorDesc>&, tiling::DType,
-//               const Table::Attrs&, const Platform&): the pure tiling, through Plan();
-// and its OpDef registers `InferShape<Op>`, `InferDataType<Op>`, `Tiling<Op>`.
+//               const Table::Attrs&, const Platform&): the pure tiling, through Plan().
 #pragma once
 
 #include <array>
@@ -25,6 +23,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../../infer_shape/op_table.h"
@@ -59,6 +58,26 @@ inline double FloatAttr(const gert::RuntimeAttrs* a, size_t i, const char* name)
 }
 inline bool BoolAttr(const gert::RuntimeAttrs* a, size_t i, const char* name) {
   return *CheckedAttr(AttrsOf(a, name).GetBool(i), name);
+}
+
+// An attribute into the Table::Attrs field of its C++ type.
+inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, std::string& v) { v = StrAttr(a, i, name); }
+inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, int64_t& v) { v = IntAttr(a, i, name); }
+inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, double& v) { v = FloatAttr(a, i, name); }
+inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, bool& v) { v = BoolAttr(a, i, name); }
+
+// Every attribute of op `Op` (see op_host_def.h), in OpDef order: Op::kAttrs lists the
+// Table::Attrs fields in the order of Table::kAttrNames, the order DefineOp declares them.
+template <typename Op>
+typename Op::Table::Attrs ReadAttrs(const gert::RuntimeAttrs* attrs) {
+  typename Op::Table::Attrs r;
+  size_t i = 0;
+  const auto read = [&](auto field) {
+    ReadAttr(attrs, i, Op::Table::kAttrNames[i], r.*field);
+    ++i;
+  };
+  std::apply([&](auto... field) { (read(field), ...); }, Op::kAttrs);
+  return r;
 }
 
 // ---------------------------------------------------------------- inputs by IR index
@@ -131,7 +150,7 @@ ge::graphStatus Guarded(const char* op, Step&& step) {
 template <typename Op>
 ge::graphStatus InferShape(gert::InferShapeContext* ctx) {
   return Guarded(Op::Table::kOpType, [ctx] {
-    const mgo::infer::InferResult r = Op::Infer(InputShapes<Op>(ctx), Op::ReadAttrs(ctx->GetAttrs()));
+    const mgo::infer::InferResult r = Op::Infer(InputShapes<Op>(ctx), ReadAttrs<Op>(ctx->GetAttrs()));
     for (size_t i = 0; i < r.shapes.size(); ++i) {
       gert::Shape* out = ctx->GetOutputShape(i);
       out->SetDimNum(r.shapes[i].size());
@@ -144,7 +163,7 @@ ge::graphStatus InferShape(gert::InferShapeContext* ctx) {
 template <typename Op>
 ge::graphStatus InferDataType(gert::InferDataTypeContext* ctx) {
   return Guarded(Op::Table::kOpType, [ctx] {
-    const mgo::infer::InferResult r = Op::Infer(InputDtypes<Op>(ctx), Op::ReadAttrs(ctx->GetAttrs()));
+    const mgo::infer::InferResult r = Op::Infer(InputDtypes<Op>(ctx), ReadAttrs<Op>(ctx->GetAttrs()));
     for (size_t i = 0; i < r.dtypes.size(); ++i) ctx->SetOutputDataType(i, ToGe(r.dtypes[i]));
     return ge::GRAPH_SUCCESS;
   });
@@ -178,7 +197,7 @@ ge::graphStatus Tiling(gert::TilingContext* ctx) {
       throw std::invalid_argument("the kernel takes float16 or bfloat16 inputs only");
     }
     const Platform platform = QueryPlatform(ctx);
-    const auto plan = Op::Tile(in, dtype, Op::ReadAttrs(ctx->GetAttrs()), platform);
+    const auto plan = Op::Tile(in, dtype, ReadAttrs<Op>(ctx->GetAttrs()), platform);
     if (!plan.ok) throw std::invalid_argument(plan.error);
     *ctx->template GetTilingData<decltype(plan.data)>() = plan.data;
     ctx->SetBlockDim(plan.blockDim);

@@ -2,7 +2,8 @@
 // with OP_ADD against this stub) on one case read from stdin and prints the result on stdout.
 // Included after the op_host sources by tests/test_ascendc_op_host.py, which compiles it once.
 //
-// stdin: <OpType> <shape|dtype|tiling>
+// stdin: <OpType> def                   (the registered OpDef, printed as the C++ that declares it)
+//    or: <OpType> <shape|dtype|tiling>
 //        <n_attrs> { <index> <s|i|f|b> <value> }
 //        <n_inputs> { <present 0|1> <ge dtype> <rank> <dims...> }
 // stdout: "failed" (the adapter logged why on stderr), or
@@ -11,6 +12,7 @@
 //   tiling: ok block_dim=.. tiling_key=.. workspace=.. schedule_mode=.. <tiling data fields>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,47 @@ void Describe(const mgo::tiling::LigTilingData& t) {
             << " k=" << t.k << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
 }
 
+const char* GeName(ge::DataType t) {
+  switch (t) {
+    case ge::DT_FLOAT16: return "ge::DT_FLOAT16";
+    case ge::DT_BF16: return "ge::DT_BF16";
+    case ge::DT_FLOAT: return "ge::DT_FLOAT";
+    case ge::DT_INT32: return "ge::DT_INT32";
+    case ge::DT_INT64: return "ge::DT_INT64";
+    default: return "ge::DT_UNSUPPORTED";
+  }
+}
+
+template <typename List>
+void PrintParams(const char* kind, const List& params) {
+  for (const auto& [name, p] : params) {
+    std::cout << "this->" << kind << "(\"" << name << "\").ParamType(" << (p.param_ == ops::OPTIONAL ? "OPTIONAL" : "REQUIRED")
+              << ").DataType({";
+    for (size_t i = 0; i < p.dtypes_.size(); ++i) std::cout << (i ? ", " : "") << GeName(p.dtypes_[i]);
+    std::cout << "}).Format({";
+    for (size_t i = 0; i < p.formats_.size(); ++i) {
+      std::cout << (i ? ", " : "") << (p.formats_[i] == ge::FORMAT_ND ? "ge::FORMAT_ND" : "ge::FORMAT_OTHER");
+    }
+    std::cout << "});\n";
+  }
+}
+
+// The OpDef as OP_ADD registered it, in the syntax of a hand-written one.
+void PrintDef(const std::string& op, const ops::OpDef& def) {
+  std::cout << "class " << def.name_ << " : public OpDef\n";
+  PrintParams("Input", def.inputs_);
+  PrintParams("Output", def.outputs_);
+  const std::map<std::string, std::string> setters{{"str", "String"}, {"int", "Int"}, {"float", "Float"},
+                                                   {"bool", "Bool"}};
+  for (const auto& [name, a] : def.attrs_) {
+    const std::string value = a.kind_ == "str" ? "\"" + a.value_ + "\"" : a.value_;
+    std::cout << "this->Attr(\"" << name << "\").AttrType(" << (a.param_ == ops::OPTIONAL ? "OPTIONAL" : "REQUIRED")
+              << ")." << setters.at(a.kind_) << "(" << value << ");\n";
+  }
+  for (const auto& soc : def.aicore_.socs_) std::cout << "this->AICore().AddConfig(\"" << soc << "\");\n";
+  std::cout << "OP_ADD(" << op << ");\n";
+}
+
 template <typename Data>
 void PrintTiling(gert::TilingContext& ctx) {
   Data data;
@@ -96,7 +139,9 @@ int main() {
   std::string op, pass;
   std::cin >> op >> pass;
   const ops::OpDef def = ops::StubRegistry().at(op)();
-  if (pass == "shape") {
+  if (pass == "def") {
+    PrintDef(op, def);
+  } else if (pass == "shape") {
     gert::InferShapeContext ctx;
     ReadCase(ctx);
     if (def.infer_shape_(&ctx) != ge::GRAPH_SUCCESS) return std::cout << "failed\n", 0;

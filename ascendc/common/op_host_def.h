@@ -1,0 +1,57 @@
+// The one OpDef body: DefineOp<Op> declares an op to CANN from the table, so no op writes its
+// OpDef by hand. `Op` is the generated `<OpType>Op` of ascendc/<op>/op_host/<op>_def.h:
+//   Table     mgo::table::<OpType> (infer_shape/op_table.h): input/output/attribute names, which
+//             inputs are OPTIONAL, the attributes' defaults (Table::Attrs{});
+//   kAttrs    the Table::Attrs fields in attribute order (their types pick the setter/reader);
+//   kDtypes   the dtype combinations the kernel takes (the table's ascend_dtypes), one per OpDef
+//             column, each over inputs then outputs; every format is ND;
+//   kSocs     the SoCs to register (the table's ascend_socs);
+// plus the op's hand-written Host (Infer, Tile) that the shared adapter calls.
+//
+// CANN-only like op_host_adapter.h; tests/test_ascendc_op_host.py registers every op against
+// tests/cann_stub and compares the registered OpDef with ms_grad_ops/_specs.py.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "op_host_adapter.h"
+
+namespace mgo::op_host {
+
+// An optional attribute's default, by the C++ type of its Table::Attrs field.
+inline void SetDefault(ops::OpAttrDef& d, int64_t v) { d.Int(v); }
+inline void SetDefault(ops::OpAttrDef& d, double v) { d.Float(static_cast<float>(v)); }
+inline void SetDefault(ops::OpAttrDef& d, bool v) { d.Bool(v); }
+inline void SetDefault(ops::OpAttrDef& d, const std::string& v) { d.String(v.c_str()); }
+
+// Column `slot` (an input, or kNumInputs + an output) of every dtype combination.
+template <typename Op>
+void DefineParam(ops::OpParamDef& param, size_t slot, bool optional) {
+  std::vector<ge::DataType> dtypes;
+  for (const auto& combination : Op::kDtypes) dtypes.push_back(combination[slot]);
+  param.ParamType(optional ? ops::OPTIONAL : ops::REQUIRED)
+      .DataType(dtypes)
+      .Format(std::vector<ge::Format>(dtypes.size(), ge::FORMAT_ND));
+}
+
+template <typename Op>
+void DefineOp(ops::OpDef& def) {
+  using Table = typename Op::Table;
+  constexpr size_t inputs = Table::kNumInputs, outputs = Table::kNumOutputs;
+  for (size_t i = 0; i < inputs; ++i) DefineParam<Op>(def.Input(Table::kInputNames[i]), i, Table::kOptional[i]);
+  for (size_t o = 0; o < outputs; ++o) DefineParam<Op>(def.Output(Table::kOutputNames[o]), inputs + o, false);
+  // Static: outlives the OpDef, whose String() may keep the pointer. Unused by ops without attributes.
+  [[maybe_unused]] static const typename Table::Attrs defaults{};
+  size_t a = 0;
+  const auto attr = [&def, &a]() -> ops::OpAttrDef& { return def.Attr(Table::kAttrNames[a++]).AttrType(ops::OPTIONAL); };
+  std::apply([&](auto... field) { (SetDefault(attr(), defaults.*field), ...); }, Op::kAttrs);
+  def.SetInferShape(InferShape<Op>).SetInferDataType(InferDataType<Op>);
+  def.AICore().SetTiling(Tiling<Op>);
+  for (const char* soc : Op::kSocs) def.AICore().AddConfig(soc);
+}
+
+}  // namespace mgo::op_host
