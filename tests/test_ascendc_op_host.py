@@ -144,7 +144,7 @@ def test_op_host_instantiates_the_shared_adapter(driver: Path, op: str) -> None:
     spec, d = OP_SPECS[op], opdef(driver, op)
     name, optional = host_struct(op)
     assert '#include "../../common/op_host_adapter.h"' in src
-    assert f"mgo::op_host::DefineOp<mgo::op_host::{spec.op_type}Op>(*this)" in src
+    assert f"mgo::op_host::DefineOp<mgo::op_host::{spec.op_type}Host, mgo::op_host::{spec.op_type}Def>(*this)" in src
     define = (ASCENDC / "common" / "op_host_def.h").read_text()
     for adapter in ("InferShape", "InferDataType", "Tiling"):
         assert f"({adapter}<Op>)" in define
@@ -163,8 +163,10 @@ FIELD_TYPES = {"int64_t": "int", "double": "float", "std::string": "str", "bool"
 @pytest.mark.parametrize("op", OPS)
 def test_op_host_reads_attributes_in_opdef_order(op: str) -> None:
     # ReadAttrs<Op> (common/op_host_adapter.h) reads attribute i, named kAttrNames[i], into the
-    # Table::Attrs field kAttrs[i] of <op>_def.h with the reader of that field's C++ type.
-    fields = ATTR_FIELD.findall((ASCENDC / op / "op_host" / f"{op}_def.h").read_text())
+    # Table::Attrs field kAttrs[i] (common/op_host_table.h) with the reader of that field's C++ type.
+    defs = (ASCENDC / "common" / "op_host_table.h").read_text()
+    defs = defs[defs.index(f"\nstruct {OP_SPECS[op].op_type}Def {{"):]
+    fields = ATTR_FIELD.findall(defs[:defs.index("\n};")])
     table = (ASCENDC.parent / "infer_shape" / "op_table.h").read_text()
     table = table[table.index(f"\nstruct {OP_SPECS[op].op_type} {{"):]
     table = table[:table.index("\n};")]

@@ -7,8 +7,8 @@
 // source to ms_grad_ops/_specs.py by parsing, and compiles and runs the adapters against
 // tests/cann_stub (the documented API subset used here, not CANN).
 //
-// An op is a struct `Op` (the generated `<OpType>Op` of ascendc/<op>/op_host/<op>_def.h, which
-// derives from the op's hand-written `<OpType>Host`; op_host_def.h declares its OpDef):
+// An op is a struct `Op` (op_host_def.h's Op<Host, Def>: the op's hand-written Host of
+// ascendc/<op>/op_host/<op>.cpp and its generated Def of op_host_table.h):
 //   Table       mgo::table::<OpType> (infer_shape/op_table.h): kOpType prefixes every logged error,
 //               kOptional says per IR input (OpDef order) whether it is OPTIONAL; an omitted
 //               optional input reaches the rules as AbsentInput();

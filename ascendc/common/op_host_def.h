@@ -1,12 +1,13 @@
-// The one OpDef body: DefineOp<Op> declares an op to CANN from the table, so no op writes its
-// OpDef by hand. `Op` is the generated `<OpType>Op` of ascendc/<op>/op_host/<op>_def.h:
+// The one OpDef body: DefineOp<Host, Def> declares an op to CANN from the table, so no op writes
+// its OpDef by hand. `Host` is the op's hand-written description (Infer, Tile: op_host/<op>.cpp);
+// `Def` is its generated `<OpType>Def` (op_host_table.h):
 //   Table     mgo::table::<OpType> (infer_shape/op_table.h): input/output/attribute names, which
 //             inputs are OPTIONAL, the attributes' defaults (Table::Attrs{});
 //   kAttrs    the Table::Attrs fields in attribute order (their types pick the setter/reader);
 //   kDtypes   the dtype combinations the kernel takes (the table's ascend_dtypes), one per OpDef
 //             column, each over inputs then outputs; every format is ND;
-//   kSocs     the SoCs to register (the table's ascend_socs);
-// plus the op's hand-written Host (Infer, Tile) that the shared adapter calls.
+//   kSocs     the SoCs to register (the table's ascend_socs).
+// The shared adapter (op_host_adapter.h) runs `Op<Host, Def>`, which is both.
 //
 // CANN-only like op_host_adapter.h; tests/test_ascendc_op_host.py registers every op against
 // tests/cann_stub and compares the registered OpDef with ms_grad_ops/_specs.py.
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "op_host_adapter.h"
+#include "op_host_table.h"
 
 namespace mgo::op_host {
 
@@ -29,6 +31,10 @@ inline void SetDefault(ops::OpAttrDef& d, bool v) { d.Bool(v); }
 inline void SetDefault(ops::OpAttrDef& d, const std::string& v) { d.String(v.c_str()); }
 
 // Column `slot` (an input, or kNumInputs + an output) of every dtype combination.
+// What the adapter runs: the op's Host (Infer, Tile) and its table (Table, kAttrs).
+template <typename Host, typename Def>
+struct Op : Host, Def {};
+
 template <typename Op>
 void DefineParam(ops::OpParamDef& param, size_t slot, bool optional) {
   std::vector<ge::DataType> dtypes;
@@ -38,9 +44,10 @@ void DefineParam(ops::OpParamDef& param, size_t slot, bool optional) {
       .Format(std::vector<ge::Format>(dtypes.size(), ge::FORMAT_ND));
 }
 
-template <typename Op>
+template <typename Host, typename Def>
 void DefineOp(ops::OpDef& def) {
-  using Table = typename Op::Table;
+  using Table = typename Def::Table;
+  using Op = mgo::op_host::Op<Host, Def>;
   constexpr size_t inputs = Table::kNumInputs, outputs = Table::kNumOutputs;
   for (size_t i = 0; i < inputs; ++i) DefineParam<Op>(def.Input(Table::kInputNames[i]), i, Table::kOptional[i]);
   for (size_t o = 0; o < outputs; ++o) DefineParam<Op>(def.Output(Table::kOutputNames[o]), inputs + o, false);

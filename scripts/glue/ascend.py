@@ -1,11 +1,13 @@
-"""``ascendc/<op>/op_host/<op>_def.h``: what each Ascend op's OpDef declares, from the table.
+"""The Ascend op_host glue, from the table.
 
-One generated struct ``<OpType>Op`` per op (derived from the hand-written ``<OpType>Host``, which
-keeps only Infer and Tile): the table struct of ``infer_shape/op_table.h`` (names, OPTIONAL inputs,
-attribute defaults), the attribute fields in order, the dtype combinations (``ascend_dtypes``) and
-the SoCs (``ascend_socs``); and the OpDef class, whose body is the one hand-written
-``DefineOp<Op>`` of ``ascendc/common/op_host_def.h``. File names are unique:
-``scripts/build_ascend.sh`` flattens includes by name.
+- ``ascendc/common/op_host_table.h``: per Ascend op, ``mgo::op_host::<OpType>Def``, what its OpDef
+  declares beyond ``infer_shape/op_table.h`` (names, OPTIONAL inputs, attribute defaults): the
+  attribute fields in order, the dtype combinations (``ascend_dtypes``) and SoCs (``ascend_socs``).
+- ``ascendc/<op>/op_host/<op>_def.h``: the OpDef class and ``OP_ADD``, whose body is the one
+  hand-written ``DefineOp<Host, Def>`` of ``ascendc/common/op_host_def.h``. The hand-written
+  ``op_host/<op>.cpp`` keeps only ``<OpType>Host`` (Infer, Tile) and includes it last.
+
+File names are unique: ``scripts/build_ascend.sh`` flattens includes by file name.
 """
 from __future__ import annotations
 
@@ -14,18 +16,23 @@ from types import ModuleType
 
 from .common import banner
 
+TABLE = "ascendc/common/op_host_table.h"
 GE_DTYPES = {"float16": "ge::DT_FLOAT16", "bfloat16": "ge::DT_BF16", "float32": "ge::DT_FLOAT",
              "int32": "ge::DT_INT32", "int64": "ge::DT_INT64"}
-ATTR_TYPES = ("int", "float", "str", "bool")  # what op_host_def.h / op_host_adapter.h set and read
+ATTR_TYPES = ("int", "float", "str", "bool")  # what op_host_def.h sets and op_host_adapter.h reads
 
 
 def def_path(op: object) -> str:
-    """Where an op's generated OpDef lives (included by ``op_host/<op>.cpp``)."""
+    """Where an op's generated OpDef class lives (included by ``op_host/<op>.cpp``)."""
     return f"ascendc/{op.name}/op_host/{op.name}_def.h"
 
 
-def _op(op: object) -> list[str]:
-    """``<OpType>Op``: the op's Host plus what its OpDef declares."""
+def _comment(text: str, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, 100 - len(indent), initial_indent=indent + "// ", subsequent_indent=indent + "// ")
+
+
+def _def(op: object) -> list[str]:
+    """``<OpType>Def``: what the OpDef declares beyond mgo::table::<OpType>."""
     for attr in op.attrs:
         if attr.type not in ATTR_TYPES:
             raise ValueError(f"{op.name}.{attr.name}: common/op_host_def.h has no {attr.type} attribute")
@@ -33,41 +40,45 @@ def _op(op: object) -> list[str]:
     fields = ", ".join(f"&Table::Attrs::{a.name}" for a in op.attrs)
     attrs = f"std::make_tuple({fields})" if op.attrs else "std::tuple<>()"
     socs = ", ".join(f'"{soc}"' for soc in op.ascend_socs)
-    params = textwrap.wrap("One dtype combination per OpDef column, over " + ", ".join((*op.inputs, *op.outputs))
-                           + ".", 96, initial_indent="  // ", subsequent_indent="  // ")
-    lines = [f"struct {op.op_type}Op : {op.op_type}Host {{",
-             f"  using Table = mgo::table::{op.op_type};",
+    lines = [f"// {op.name}", f"struct {op.op_type}Def {{", f"  using Table = mgo::table::{op.op_type};",
              *textwrap.wrap(f"static constexpr auto kAttrs = {attrs};", 104, initial_indent="  ",
                             subsequent_indent=" " * 49),
-             *params,
+             *_comment("Columns over " + ", ".join((*op.inputs, *op.outputs)) + ".", "  "),
              f"  static constexpr std::array<std::array<ge::DataType, {n}>, {len(op.ascend_dtypes)}> kDtypes{{{{"]
     lines += ["      {" + ", ".join(GE_DTYPES[d] for d in combination) + "}," for combination in op.ascend_dtypes]
     lines += ["  }};", f"  static constexpr std::array<const char*, {len(op.ascend_socs)}> kSocs{{{socs}}};", "};"]
     return lines
 
 
-def _opdef(op: object) -> list[str]:
-    return [f"class {op.op_type} : public OpDef {{", " public:",
-            f"  explicit {op.op_type}(const char* name) : OpDef(name) {{",
-            f"    mgo::op_host::DefineOp<mgo::op_host::{op.op_type}Op>(*this);", "  }",
-            "};", "", f"OP_ADD({op.op_type});"]
+def _table(specs: ModuleType) -> str:
+    about = ("What each Ascend op's OpDef declares beyond mgo::table::<OpType> (infer_shape/op_table.h: names, "
+             "OPTIONAL inputs, attribute defaults): kAttrs, the Table::Attrs fields in attribute order (their "
+             "C++ types pick the setter and reader); kDtypes, the dtype combinations the kernel takes "
+             "(ascend_dtypes), one per OpDef column, each over inputs then outputs; kSocs (ascend_socs). "
+             "DefineOp (op_host_def.h) turns it into the OpDef. CANN-only, like the adapter.")
+    lines = [banner("//").rstrip("\n"), *_comment(about), "#pragma once", "", "#include <array>",
+             "#include <tuple>", "", '#include "register/op_def_registry.h"', "",
+             '#include "../../infer_shape/op_table.h"', "", "namespace mgo::op_host {", ""]
+    for op in specs.OP_SPECS.values():
+        if op.ascend_dtypes:
+            lines += _def(op) + [""]
+    return "\n".join(lines + ["}  // namespace mgo::op_host"]) + "\n"
 
 
-def _file(op: object) -> str:
-    about = (f"What the OpDef of {op.op_type} declares, from the table entry {op.name}: names, OPTIONAL "
-             f"inputs and attribute defaults through mgo::table::{op.op_type}, the kernel's dtype combinations "
-             f"(ascend_dtypes) and SoCs (ascend_socs). DefineOp (common/op_host_def.h) turns it into the OpDef; "
-             f"op_host/{op.name}.cpp includes this file after {op.op_type}Host. CANN-only, like the adapter.")
-    lines = [banner("//").rstrip("\n"), *textwrap.wrap(about, 100, initial_indent="// ", subsequent_indent="// "),
-             "#pragma once", "", "#include <array>", "#include <tuple>", "",
-             '#include "../../common/op_host_def.h"', '#include "../../../infer_shape/op_table.h"', "",
-             "namespace mgo::op_host {", ""]
-    lines += _op(op)
-    lines += ["", "}  // namespace mgo::op_host", "", "namespace ops {", ""]
-    lines += _opdef(op)
-    lines += ["", "}  // namespace ops"]
+def _opdef(op: object) -> str:
+    about = (f"The OpDef of {op.op_type}, declared from the table (mgo::table::{op.op_type}, "
+             f"mgo::op_host::{op.op_type}Def) by DefineOp (common/op_host_def.h). op_host/{op.name}.cpp "
+             f"includes this file after {op.op_type}Host. CANN-only, like the adapter.")
+    define = f"mgo::op_host::DefineOp<mgo::op_host::{op.op_type}Host, mgo::op_host::{op.op_type}Def>(*this);"
+    lines = [banner("//").rstrip("\n"), *_comment(about), "#pragma once", "",
+             '#include "../../common/op_host_def.h"', "", "namespace ops {", "",
+             f"class {op.op_type} : public OpDef {{", " public:",
+             f"  explicit {op.op_type}(const char* name) : OpDef(name) {{ {define} }}",
+             "};", "", f"OP_ADD({op.op_type});", "", "}  // namespace ops"]
     return "\n".join(lines) + "\n"
 
 
 def generate(specs: ModuleType) -> dict[str, str]:
-    return {def_path(op): _file(op) for op in specs.OP_SPECS.values() if op.ascend_dtypes}
+    files = {TABLE: _table(specs)}
+    files.update({def_path(op): _opdef(op) for op in specs.OP_SPECS.values() if op.ascend_dtypes})
+    return files

@@ -1,6 +1,6 @@
 // ClaGateBackward: what the op_host of ClaGateBackward does that the table cannot say, Infer and
 // Tile over the rules in infer_shape/cla_gate_backward.h and
-// ascendc/cla_gate_backward/cla_gate_backward_tiling.h; the OpDef and the attribute reader are
+// ascendc/cla_gate_backward/cla_gate_backward_tiling.h; the OpDef is
 // generated into cla_gate_backward_def.h. Run by the shared adapter (common/op_host_adapter.h),
 // tested on CPU. CANN-only, NOT compiled in this repository's CI (no CANN toolkit here);
 // scripts/build_ascend.sh builds it.
@@ -28,4 +28,4 @@ struct ClaGateBackwardHost {
 
 }  // namespace mgo::op_host
 
-#include "cla_gate_backward_def.h"  // the OpDef and attribute reader, generated from the table
+#include "cla_gate_backward_def.h"  // the OpDef, generated from the table

@@ -1,7 +1,7 @@
 // LightningIndexerGrad: what its op_host does that the table cannot say, Infer and Tile over the
 // rules in infer_shape/lightning_indexer_grad.h and the pure tiling in
-// ascendc/lightning_indexer_grad/lightning_indexer_grad_tiling.h; the OpDef and the attribute
-// reader are generated into lightning_indexer_grad_def.h. Run by the shared adapter
+// ascendc/lightning_indexer_grad/lightning_indexer_grad_tiling.h; the OpDef is generated
+// into lightning_indexer_grad_def.h. Run by the shared adapter
 // (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in this
 // repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
@@ -37,4 +37,4 @@ struct LightningIndexerGradHost {
 
 }  // namespace mgo::op_host
 
-#include "lightning_indexer_grad_def.h"  // the OpDef and attribute reader, generated from the table
+#include "lightning_indexer_grad_def.h"  // the OpDef, generated from the table

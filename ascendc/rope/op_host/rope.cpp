@@ -1,6 +1,6 @@
 // Rope (forward): what the op_host of Rope does that the table cannot say, Infer and Tile over the
-// rules in infer_shape/rope.h and ascendc/rope/rope_tiling.h; the OpDef and the attribute reader
-// are generated into rope_def.h. Run by the shared adapter (common/op_host_adapter.h), tested on
+// rules in infer_shape/rope.h and ascendc/rope/rope_tiling.h; the OpDef is generated
+// into rope_def.h. Run by the shared adapter (common/op_host_adapter.h), tested on
 // CPU. CANN-only, NOT compiled in this repository's CI (no CANN toolkit here);
 // scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
@@ -27,4 +27,4 @@ struct RopeHost {
 
 }  // namespace mgo::op_host
 
-#include "rope_def.h"  // the OpDef and attribute reader, generated from the table
+#include "rope_def.h"  // the OpDef, generated from the table

@@ -1,6 +1,6 @@
 // RopeGrad: what the op_host of RopeGrad does that the table cannot say, Infer and Tile over the
-// rules in infer_shape/rope_grad.h and ascendc/rope_grad/rope_grad_tiling.h; the OpDef and the
-// attribute reader are generated into rope_grad_def.h. Run by the shared adapter
+// rules in infer_shape/rope_grad.h and ascendc/rope_grad/rope_grad_tiling.h; the OpDef is generated
+// into rope_grad_def.h. Run by the shared adapter
 // (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled in this repository's CI (no
 // CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
@@ -28,4 +28,4 @@ struct RopeGradHost {
 
 }  // namespace mgo::op_host
 
-#include "rope_grad_def.h"  // the OpDef and attribute reader, generated from the table
+#include "rope_grad_def.h"  // the OpDef, generated from the table

@@ -1,7 +1,7 @@
 // SparseFlashAttention (forward): what its op_host does that the table cannot say, Infer and Tile
 // over the rules in infer_shape/sparse_flash_attention.h and the pure tiling in
-// ascendc/sparse_flash_attention/sparse_flash_attention_tiling.h; the OpDef and the attribute
-// reader are generated into sparse_flash_attention_def.h. Run by the shared adapter
+// ascendc/sparse_flash_attention/sparse_flash_attention_tiling.h; the OpDef is generated
+// into sparse_flash_attention_def.h. Run by the shared adapter
 // (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in this
 // repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
@@ -32,4 +32,4 @@ struct SparseFlashAttentionHost {
 
 }  // namespace mgo::op_host
 
-#include "sparse_flash_attention_def.h"  // the OpDef and attribute reader, generated from the table
+#include "sparse_flash_attention_def.h"  // the OpDef, generated from the table

@@ -1,7 +1,7 @@
 // SparseLightningIndexerGradKLLoss: what its op_host does that the table cannot say, Infer and Tile
 // over the rules in infer_shape/sparse_lightning_indexer_grad_kl_loss.h and the pure tiling in
 // ascendc/sparse_lightning_indexer_grad_kl_loss/sparse_lightning_indexer_grad_kl_loss_tiling.h; the
-// OpDef and the attribute reader are generated into sparse_lightning_indexer_grad_kl_loss_def.h.
+// OpDef is generated into sparse_lightning_indexer_grad_kl_loss_def.h.
 // Run by the shared adapter (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled
 // with CANN in this repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
@@ -42,4 +42,4 @@ struct SparseLightningIndexerGradKLLossHost {
 
 }  // namespace mgo::op_host
 
-#include "sparse_lightning_indexer_grad_kl_loss_def.h"  // the OpDef and attribute reader, generated from the table
+#include "sparse_lightning_indexer_grad_kl_loss_def.h"  // the OpDef, generated from the table
