@@ -15,7 +15,7 @@ namespace mgo::op_host {
 
 // The attributes both ops share, as the shape rules take them, plus the grad's `deterministic`.
 struct SfaHostAttrs {
-  mgo::infer::SfaAttrs rules;
+  mgo::table::SparseFlashAttentionGrad::Attrs rules;  // the forward's attributes are its first four
   bool deterministic = false;
 };
 

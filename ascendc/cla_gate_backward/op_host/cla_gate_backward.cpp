@@ -16,7 +16,7 @@ struct ClaGateBackwardHost {
   };
   static Attrs ReadAttrs(const gert::RuntimeAttrs* a) { return {StrAttr(a, 0, "input_attn_layout")}; }
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs& a) {
-    return mgo::infer::cla_gate_backward(in, a.input_attn_layout);
+    return mgo::infer::cla_gate_backward(in, {a.input_attn_layout});
   }
   // Input 0: grad_merged [T, N, D].
   static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs&,

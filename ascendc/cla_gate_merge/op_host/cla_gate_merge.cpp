@@ -14,7 +14,7 @@ struct ClaGateMergeHost {
   struct Attrs {};
   static Attrs ReadAttrs(const gert::RuntimeAttrs*) { return {}; }
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs&) {
-    return mgo::infer::cla_gate_merge(in);
+    return mgo::infer::cla_gate_merge(in, {});
   }
   // Input 0: global_attn [T, N, D].
   static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs&,

@@ -22,7 +22,7 @@ struct LightningIndexerHost {
     return Attrs{IntAttr(a, 0, "sparse_count"), StrAttr(a, 1, "layout"), IntAttr(a, 2, "sparse_mode")};
   }
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs& a) {
-    return mgo::infer::lightning_indexer(in, a.sparse_count, a.layout, a.sparse_mode);
+    return mgo::infer::lightning_indexer(in, {a.sparse_count, a.layout, a.sparse_mode});
   }
   // TND without lengths (one sequence) is batch 0; the lengths' values live on the device, so
   // tokens are balanced by count.

@@ -21,7 +21,7 @@ struct LightningIndexerGradHost {
     return Attrs{StrAttr(a, 0, "layout"), IntAttr(a, 1, "sparse_mode")};
   }
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs& a) {
-    return mgo::infer::lightning_indexer_grad(in, a.layout, a.sparse_mode);
+    return mgo::infer::lightning_indexer_grad(in, {a.layout, a.sparse_mode});
   }
   // TND without lengths (one sequence) is batch 0; the lengths' values live on the device, so
   // tokens are balanced by count. No core waits for another (no SyncAll).

@@ -15,7 +15,7 @@ struct RopeGradHost {
   };
   static Attrs ReadAttrs(const gert::RuntimeAttrs* a) { return {StrAttr(a, 0, "mode")}; }
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs& a) {
-    return mgo::infer::rope_grad(in, a.mode);
+    return mgo::infer::rope_grad(in, {a.mode});
   }
   // Inputs: q_grad [n_tokens, hidden], k_grad, cos [max_seq_len, 128], sin, q_seq_len [batch].
   static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs& a,

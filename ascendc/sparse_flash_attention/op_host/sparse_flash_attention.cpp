@@ -17,7 +17,8 @@ struct SparseFlashAttentionHost {
   using Attrs = SfaHostAttrs;
   static Attrs ReadAttrs(const gert::RuntimeAttrs* a) { return ReadSfaAttrs(a); }
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Attrs& a) {
-    return mgo::infer::sparse_flash_attention(in, a.rules);
+    return mgo::infer::sparse_flash_attention(
+        in, {a.rules.scale_value, a.rules.sparse_block_size, a.rules.layout, a.rules.sparse_mode});
   }
   static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Attrs& a,
                    const Platform& p) {
