@@ -180,7 +180,7 @@ void backward(const aot::KernelArgs& args) {
 struct ClaGateBackwardOp {
   static constexpr int kInputs = 5;
   static infer::InferResult Infer(const std::vector<infer::TensorDesc>& in, AotExtra* extra) {
-    return infer::cla_gate_backward(in, extra->GetAttrStr("input_attn_layout"));
+    return infer::cla_gate_backward(in, {extra->GetAttrStr("input_attn_layout")});
   }
   static void Run(const aot::KernelArgs& args, AotExtra*) {
     dispatch_float(args.dtype(0), [&](auto tag) {

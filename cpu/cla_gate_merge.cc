@@ -115,7 +115,7 @@ void merge(const aot::KernelArgs& args) {
 struct ClaGateMergeOp {
   static constexpr int kInputs = 4;
   static infer::InferResult Infer(const std::vector<infer::TensorDesc>& in, AotExtra*) {
-    return infer::cla_gate_merge(in);
+    return infer::cla_gate_merge(in, {});
   }
   static void Run(const aot::KernelArgs& args, AotExtra*) {
     dispatch_float(args.dtype(0), [&](auto tag) {

@@ -33,8 +33,8 @@ constexpr int64_t kBlock = 512;
 enum Arg { kQueryIndex, kKeyIndex, kWeights, kLensQ, kLensK, kIndices, kValues };
 
 mgo::infer::InferResult rules(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
-  return mgo::infer::lightning_indexer(in, extra->GetAttrInt("sparse_count"), extra->GetAttrStr("layout"),
-                                       extra->GetAttrInt("sparse_mode"));
+  return mgo::infer::lightning_indexer(
+      in, {extra->GetAttrInt("sparse_count"), extra->GetAttrStr("layout"), extra->GetAttrInt("sparse_mode")});
 }
 
 // Rank key of (score, index): larger is better. Descending score with NaN ranked as -inf (below

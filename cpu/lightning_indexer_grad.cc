@@ -31,7 +31,7 @@ constexpr int kInputCount = 7;
 enum Arg { kQueryIndex, kKeyIndex, kWeights, kSparse, kDValues, kLensQ, kLensK, kDQueryIndex, kDKeyIndex, kDWeights };
 
 mgo::infer::InferResult rules(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
-  return mgo::infer::lightning_indexer_grad(in, extra->GetAttrStr("layout"), extra->GetAttrInt("sparse_mode"));
+  return mgo::infer::lightning_indexer_grad(in, {extra->GetAttrStr("layout"), extra->GetAttrInt("sparse_mode")});
 }
 
 struct Sizes {

@@ -12,7 +12,7 @@ namespace {
 struct RopeOp {
   static constexpr int kInputs = 5;
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, AotExtra*) {
-    return mgo::infer::rope(in);
+    return mgo::infer::rope(in, {});
   }
   static void Run(const mgo::aot::KernelArgs& args, AotExtra*);
 };

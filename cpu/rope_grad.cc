@@ -37,7 +37,7 @@ void vjp_mix(const float* c, const float* s, HalfMix& m) {
 struct RopeGradOp {
   static constexpr int kInputs = 5;
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
-    return mgo::infer::rope_grad(in, extra->GetAttrStr("mode"));
+    return mgo::infer::rope_grad(in, {extra->GetAttrStr("mode")});
   }
   static void Run(const mgo::aot::KernelArgs& args, AotExtra* extra) {
     const auto mode = mgo::infer::parse_rope_grad_mode(extra->GetAttrStr("mode"));

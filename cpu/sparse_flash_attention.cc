@@ -26,9 +26,11 @@ namespace {
 
 constexpr const char* kOp = "sparse_flash_attention";
 
+using Sfa = table::SparseFlashAttention;
+using OutParam = Sfa::OutParam;
 constexpr int kInputs = 8;
-constexpr Slots kSlots{0, 1, 2, 3, 4, 5, 6, 7};
-constexpr int kOut = 8, kMax = 9, kSum = 10;
+static_assert(kInputs == Sfa::kNumInputs);
+constexpr Slots kSlots = slots_of<Sfa>();
 
 // One thread's tiles and the work of one row group (sparse_flash_attention_groups.h).
 template <typename T, typename Op>
@@ -39,9 +41,9 @@ class Forward {
       : p_(p),
         in_(in),
         counts_(counts),
-        out_(args.as<T>(kOut)),
-        smax_(args.as<float>(kMax)),
-        ssum_(args.as<float>(kSum)),
+        out_(args.as<T>(OutParam::kOut)),
+        smax_(args.as<float>(OutParam::kSoftmaxMax)),
+        ssum_(args.as<float>(OutParam::kSoftmaxSum)),
         qt_(max_rows * p.g * p.dq),
         keys_(p, in.v_in_k),
         pt_(std::is_same_v<Op, float> ? 0 : max_rows * p.g * kBlock),
@@ -164,8 +166,18 @@ void forward(const aot::KernelArgs& args, const Problem& p, const std::vector<in
   if (failed) throw std::runtime_error(std::string(kOp) + ": " + error);
 }
 
+// The attributes, read from AotExtra by their table names.
+table::SparseFlashAttention::Attrs read_attrs(AotExtra* extra) {
+  table::SparseFlashAttention::Attrs a;
+  a.scale_value = extra->GetAttrFloat("scale_value");
+  a.sparse_block_size = extra->GetAttrInt("sparse_block_size");
+  a.layout = extra->GetAttrStr("layout");
+  a.sparse_mode = extra->GetAttrInt("sparse_mode");
+  return a;
+}
+
 void run(const aot::KernelArgs& args, AotExtra* extra) {
-  const infer::SfaAttrs attrs = read_attrs(extra, false);
+  const auto attrs = read_attrs(extra);
   infer::sparse_flash_attention(aot::input_descs(args, kInputs), attrs);
   const Problem p = make_problem(kOp, args, attrs, kSlots);
   const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(kSlots.idx));
@@ -180,7 +192,7 @@ void run(const aot::KernelArgs& args, AotExtra* extra) {
 struct SparseFlashAttentionOp {
   static constexpr int kInputs = sfa::kInputs;
   static infer::InferResult Infer(const std::vector<infer::TensorDesc>& in, AotExtra* extra) {
-    return infer::sparse_flash_attention(in, read_attrs(extra, false));
+    return infer::sparse_flash_attention(in, read_attrs(extra));
   }
   static void Run(const aot::KernelArgs& args, AotExtra* extra) { run(args, extra); }
 };

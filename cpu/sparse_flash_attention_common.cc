@@ -10,25 +10,7 @@
 
 namespace mgo::cpu::sfa {
 
-infer::SfaAttrs read_attrs(aot::AotExtra* extra, bool grad) {
-  infer::SfaAttrs a;
-  a.scale_value = extra->GetAttrFloat("scale_value");
-  a.sparse_block_size = extra->GetAttrInt("sparse_block_size");
-  a.layout = extra->GetAttrStr("layout");
-  a.sparse_mode = extra->GetAttrInt("sparse_mode");
-  if (grad) {
-    a.pre_tokens = extra->GetAttrInt("pre_tokens");
-    a.next_tokens = extra->GetAttrInt("next_tokens");
-  }
-  return a;
-}
-
-Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::SfaAttrs& attrs, const Slots& s) {
-  Problem p;
-  p.bsnd = attrs.layout == "BSND";
-  p.bs = attrs.sparse_block_size;
-  p.mode = attrs.sparse_mode;
-  p.scale = static_cast<float>(attrs.scale_value);
+void fill_geometry(const char* op, const aot::KernelArgs& args, const Slots& s, Problem& p) {
   p.shared_kv = args.numel(s.v) == 0;
   const int r = p.bsnd ? 4 : 3;
   p.n1 = args.dim(s.q, r - 2);
@@ -50,7 +32,6 @@ Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::S
   for (int64_t i = 0; i < p.batch; ++i) {
     for (int64_t t = p.cq[i]; t < p.cq[i + 1]; ++t) p.row_batch[t] = static_cast<int32_t>(i);
   }
-  return p;
 }
 
 std::vector<int64_t> validate_indices(const char* op, const Problem& p, const int32_t* indices) {

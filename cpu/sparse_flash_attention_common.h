@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../infer_shape/sparse_flash_attention_rules.h"
+#include "../infer_shape/op_table.h"
 #include "aot.h"
 #include "convert.h"
 #include "gemm.h"
@@ -29,9 +29,6 @@ constexpr int64_t kBlock = 256;
 constexpr int64_t kKeyPad = 64;
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-// Attributes read from AotExtra.
-infer::SfaAttrs read_attrs(aot::AotExtra* extra, bool grad);
 
 // Geometry of one launch. Query rows and key rows are counted on the flattened token axis
 // (BSND: row = b * S + s).
@@ -72,6 +69,15 @@ struct Slots {
   int q, k, v, idx, qr, kr, lq, lkv;
 };
 
+// The Slots of `Op` (table::SparseFlashAttention or table::SparseFlashAttentionGrad: the two name
+// these inputs alike, in different slots).
+template <class Op>
+constexpr Slots slots_of() {
+  using In = typename Op::In;
+  return {In::kQuery,     In::kKey,     In::kValue,                 In::kSparseIndices,
+          In::kQueryRope, In::kKeyRope, In::kActualSeqLengthsQuery, In::kActualSeqLengthsKv};
+}
+
 // The inputs both kernels read: value is key when absent (key is value), the ropes null when absent.
 template <typename T>
 struct Inputs {
@@ -90,9 +96,21 @@ struct Inputs {
   bool v_in_k;
 };
 
-// Builds the geometry from the launch arguments; an absent (zero-size) value means key is value,
-// absent ropes mean Dr = 0. Throws std::runtime_error naming `op` on bad length values.
-Problem make_problem(const char* op, const aot::KernelArgs& args, const infer::SfaAttrs& attrs, const Slots& s);
+// Fills the geometry of `p` from the launch arguments; an absent (zero-size) value means key is
+// value, absent ropes mean Dr = 0. Throws std::runtime_error naming `op` on bad length values.
+void fill_geometry(const char* op, const aot::KernelArgs& args, const Slots& s, Problem& p);
+
+// The problem of one launch, from the attributes both ops have (their table Attrs name them alike).
+template <class Attrs>
+Problem make_problem(const char* op, const aot::KernelArgs& args, const Attrs& attrs, const Slots& s) {
+  Problem p;
+  p.bsnd = attrs.layout == "BSND";
+  p.bs = attrs.sparse_block_size;
+  p.mode = attrs.sparse_mode;
+  p.scale = static_cast<float>(attrs.scale_value);
+  fill_geometry(op, args, s, p);
+  return p;
+}
 
 // Checks every index (-1 or a block of its batch) and returns the number of visible keys of
 // every (row, group), [t1 * n2]. Throws std::runtime_error naming `op` on the first bad index.

@@ -36,10 +36,12 @@ namespace {
 constexpr const char* kOp = "sparse_flash_attention_grad";
 constexpr int64_t kMaxPartitions = 8;
 
+using Grad = table::SparseFlashAttentionGrad;
+using In = Grad::In;
+using OutParam = Grad::OutParam;
 constexpr int kInputs = 12;
-constexpr Slots kSlots{0, 1, 2, 3, 10, 11, 8, 9};
-constexpr int kDOut = 4, kOut = 5, kMax = 6, kSum = 7;
-constexpr int kDQuery = 12, kDKey = 13, kDValue = 14, kDQueryRope = 15, kDKeyRope = 16;
+static_assert(kInputs == Grad::kNumInputs);
+constexpr Slots kSlots = slots_of<Grad>();
 
 // Contiguous query rows [r0, r1) and the key rows [k0, k1) they can reach.
 struct Partition {
@@ -109,12 +111,12 @@ class Backward {
       : p_(p),
         in_(in),
         counts_(counts),
-        d_out_(args.as<const T>(kDOut)),
-        out_(args.as<const T>(kOut)),
-        smax_(args.as<const float>(kMax)),
-        ssum_(args.as<const float>(kSum)),
-        d_query_(args.as<T>(kDQuery)),
-        d_query_rope_(p.dr > 0 ? args.as<T>(kDQueryRope) : nullptr),
+        d_out_(args.as<const T>(In::kDOut)),
+        out_(args.as<const T>(In::kOut)),
+        smax_(args.as<const float>(In::kSoftmaxMax)),
+        ssum_(args.as<const float>(In::kSoftmaxSum)),
+        d_query_(args.as<T>(OutParam::kDQuery)),
+        d_query_rope_(p.dr > 0 ? args.as<T>(OutParam::kDQueryRope) : nullptr),
         qt_(max_rows * p.g * p.dq),
         ot_(max_rows * p.g * p.dv),
         keys_(p, in.v_in_k),
@@ -235,9 +237,9 @@ class Backward {
 template <typename T, typename Op>
 void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<int64_t>& counts) {
   const Inputs<T> in(args, p, kSlots);
-  T* d_key = args.as<T>(kDKey);
-  T* d_value = p.shared_kv ? nullptr : args.as<T>(kDValue);
-  T* d_key_rope = p.dr > 0 ? args.as<T>(kDKeyRope) : nullptr;
+  T* d_key = args.as<T>(OutParam::kDKey);
+  T* d_value = p.shared_kv ? nullptr : args.as<T>(OutParam::kDValue);
+  T* d_key_rope = p.dr > 0 ? args.as<T>(OutParam::kDKeyRope) : nullptr;
   const std::vector<uint8_t> key_ok = finite_key_rows(p, in);
   const int64_t max_rows = max_group_rows(p.g);
   const std::vector<Partition> parts = make_partitions(args, p, counts);
@@ -292,8 +294,21 @@ void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<i
   if (failed) throw std::runtime_error(std::string(kOp) + ": " + error);
 }
 
+// The attributes, read from AotExtra by their table names.
+table::SparseFlashAttentionGrad::Attrs read_attrs(AotExtra* extra) {
+  table::SparseFlashAttentionGrad::Attrs a;
+  a.scale_value = extra->GetAttrFloat("scale_value");
+  a.sparse_block_size = extra->GetAttrInt("sparse_block_size");
+  a.layout = extra->GetAttrStr("layout");
+  a.sparse_mode = extra->GetAttrInt("sparse_mode");
+  a.pre_tokens = extra->GetAttrInt("pre_tokens");
+  a.next_tokens = extra->GetAttrInt("next_tokens");
+  a.deterministic = extra->GetAttrBool("deterministic");
+  return a;
+}
+
 void run(const aot::KernelArgs& args, AotExtra* extra) {
-  const infer::SfaAttrs attrs = read_attrs(extra, true);
+  const auto attrs = read_attrs(extra);
   infer::sparse_flash_attention_grad(aot::input_descs(args, kInputs), attrs);
   const Problem p = make_problem(kOp, args, attrs, kSlots);
   const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(kSlots.idx));
@@ -308,7 +323,7 @@ void run(const aot::KernelArgs& args, AotExtra* extra) {
 struct SparseFlashAttentionGradOp {
   static constexpr int kInputs = sfa::kInputs;
   static infer::InferResult Infer(const std::vector<infer::TensorDesc>& in, AotExtra* extra) {
-    return infer::sparse_flash_attention_grad(in, read_attrs(extra, true));
+    return infer::sparse_flash_attention_grad(in, read_attrs(extra));
   }
   static void Run(const aot::KernelArgs& args, AotExtra* extra) { run(args, extra); }
 };

@@ -34,8 +34,9 @@ enum Arg {
 };
 
 mgo::infer::InferResult rules(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
-  return mgo::infer::sparse_lightning_indexer_grad_kl_loss(in, extra->GetAttrStr("layout"),
-                                                          extra->GetAttrInt("sparse_mode"));
+  return mgo::infer::sparse_lightning_indexer_grad_kl_loss(
+      in, {extra->GetAttrFloat("scale_value"), extra->GetAttrStr("layout"), extra->GetAttrInt("sparse_mode"),
+           extra->GetAttrBool("deterministic")});
 }
 
 struct Sizes {

@@ -11,17 +11,18 @@
 
 namespace mgo::infer {
 
-inline InferResult cla_gate_backward(const std::vector<TensorDesc>& in, const std::string& input_attn_layout) {
-  const Checker c("cla_gate_backward");
-  if (input_attn_layout != "TND") {
-    c.value_error("attribute 'input_attn_layout' must be \"TND\", got \"" + input_attn_layout + "\"");
+inline InferResult cla_gate_backward(const std::vector<TensorDesc>& in, const table::ClaGateBackward::Attrs& attrs) {
+  using Op = table::ClaGateBackward;
+  const Checker c(Op::kName);
+  if (attrs.input_attn_layout != "TND") {
+    c.value_error("attribute 'input_attn_layout' must be \"TND\", got \"" + attrs.input_attn_layout + "\"");
   }
-  c.arity(in, 5);
-  const TensorDesc& g = in[0];
-  const TensorDesc& og = check_cla_gate_inputs(c, in, 1);
+  c.arity(in, Op::kNumInputs);
+  const TensorDesc& g = in[Op::In::kGradMerged];
+  const TensorDesc& og = check_cla_gate_inputs<Op>(c, in);
   c.same_shape("grad_merged", g, "global_attn", og);
   c.same_dtype("grad_merged", g, "global_attn", og);
-  const TensorDesc& zg = in[3];
+  const TensorDesc& zg = in[Op::In::kGlobalGateLogits];
   return {{og.shape, og.shape, zg.shape, zg.shape}, {og.dtype, og.dtype, og.dtype, og.dtype}};
 }
 

@@ -6,15 +6,19 @@
 #include <vector>
 
 #include "common.h"
+#include "op_table.h"
 
 namespace mgo::infer {
 
-// Checks the four forward inputs starting at in[first]; returns the [T, N, D] descriptor.
-inline const TensorDesc& check_cla_gate_inputs(const Checker& c, const std::vector<TensorDesc>& in, size_t first) {
-  const TensorDesc& og = in[first];
-  const TensorDesc& ol = in[first + 1];
-  const TensorDesc& zg = in[first + 2];
-  const TensorDesc& zl = in[first + 3];
+// Checks the four forward inputs of `Op` (cla_gate_merge, or cla_gate_backward, which names them
+// alike); returns the [T, N, D] descriptor.
+template <class Op>
+const TensorDesc& check_cla_gate_inputs(const Checker& c, const std::vector<TensorDesc>& in) {
+  using In = typename Op::In;
+  const TensorDesc& og = in[In::kGlobalAttn];
+  const TensorDesc& ol = in[In::kLocalAttn];
+  const TensorDesc& zg = in[In::kGlobalGateLogits];
+  const TensorDesc& zl = in[In::kLocalGateLogits];
   c.rank("global_attn", og, 3);
   c.same_shape("local_attn", ol, "global_attn", og);
   c.rank("global_gate_logits", zg, 2);
@@ -31,10 +35,10 @@ inline const TensorDesc& check_cla_gate_inputs(const Checker& c, const std::vect
   return og;
 }
 
-inline InferResult cla_gate_merge(const std::vector<TensorDesc>& in) {
-  const Checker c("cla_gate_merge");
-  c.arity(in, 4);
-  const TensorDesc& og = check_cla_gate_inputs(c, in, 0);
+inline InferResult cla_gate_merge(const std::vector<TensorDesc>& in, const table::ClaGateMerge::Attrs& /*none*/) {
+  const Checker c(table::ClaGateMerge::kName);
+  c.arity(in, table::ClaGateMerge::kNumInputs);
+  const TensorDesc& og = check_cla_gate_inputs<table::ClaGateMerge>(c, in);
   return {{og.shape}, {og.dtype}};
 }
 

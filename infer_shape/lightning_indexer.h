@@ -50,17 +50,20 @@ inline void check_sparse_slots(const Checker& c, IndexerLayout l, const TensorDe
   }
 }
 
-inline InferResult lightning_indexer(const std::vector<TensorDesc>& in, int64_t sparse_count, const std::string& layout,
-                                     int64_t sparse_mode) {
-  const Checker c("lightning_indexer");
-  c.arity(in, 5);
-  const IndexerLayout l = parse_indexer_layout(c, layout);
-  check_indexer_sparse_mode(c, sparse_mode);
-  check_sparse_count(c, sparse_count);
-  check_indexer_tensors(c, l, in[0], in[1], in[2]);
-  check_sparse_slots(c, l, in[0], sparse_count);
-  check_seq_lengths(c, l == IndexerLayout::kBSND, in[3], in[4], "actual_seq_lengths_key");
-  const Shape s = sparse_shape(l, in[0], sparse_count);
+inline InferResult lightning_indexer(const std::vector<TensorDesc>& in, const table::LightningIndexer::Attrs& attrs) {
+  using Op = table::LightningIndexer;
+  using In = Op::In;
+  const Checker c(Op::kName);
+  c.arity(in, Op::kNumInputs);
+  const IndexerLayout l = parse_indexer_layout(c, attrs.layout);
+  check_indexer_sparse_mode(c, attrs.sparse_mode);
+  check_sparse_count(c, attrs.sparse_count);
+  const TensorDesc& qi = in[In::kQueryIndex];
+  check_indexer_tensors(c, l, qi, in[In::kKeyIndex], in[In::kWeights]);
+  check_sparse_slots(c, l, qi, attrs.sparse_count);
+  check_seq_lengths(c, l == IndexerLayout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
+                    "actual_seq_lengths_key");
+  const Shape s = sparse_shape(l, qi, attrs.sparse_count);
   return {{s, s}, {DType::kInt32, DType::kFloat32}};
 }
 

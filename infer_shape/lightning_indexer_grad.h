@@ -14,20 +14,24 @@
 
 namespace mgo::infer {
 
-inline InferResult lightning_indexer_grad(const std::vector<TensorDesc>& in, const std::string& layout,
-                                          int64_t sparse_mode) {
-  const Checker c("lightning_indexer_grad");
-  c.arity(in, 7);
-  const IndexerLayout l = parse_indexer_layout(c, layout);
-  check_indexer_sparse_mode(c, sparse_mode);
-  const TensorDesc &qi = in[0], &ki = in[1], &w = in[2], &si = in[3], &dv = in[4];
+inline InferResult lightning_indexer_grad(const std::vector<TensorDesc>& in,
+                                          const table::LightningIndexerGrad::Attrs& attrs) {
+  using Op = table::LightningIndexerGrad;
+  using In = Op::In;
+  const Checker c(Op::kName);
+  c.arity(in, Op::kNumInputs);
+  const IndexerLayout l = parse_indexer_layout(c, attrs.layout);
+  check_indexer_sparse_mode(c, attrs.sparse_mode);
+  const TensorDesc &qi = in[In::kQueryIndex], &ki = in[In::kKeyIndex], &w = in[In::kWeights];
+  const TensorDesc &si = in[In::kSparseIndices], &dv = in[In::kDValues];
   check_indexer_tensors(c, l, qi, ki, w);
   check_sparse_indices(c, l, si, "query_index", qi);
   c.same_shape("d_values", dv, "sparse_indices", si);
   if (dv.dtype != DType::kUnknown && dv.dtype != DType::kFloat32) {
     c.type_error(std::string("argument 'd_values' must be float32, got ") + dtype_name(dv.dtype));
   }
-  check_seq_lengths(c, l == IndexerLayout::kBSND, in[5], in[6], "actual_seq_lengths_key");
+  check_seq_lengths(c, l == IndexerLayout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
+                    "actual_seq_lengths_key");
   return {{qi.shape, ki.shape, w.shape}, {qi.dtype, ki.dtype, w.dtype}};
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common.h"
+#include "op_table.h"
 #include "seq_lengths_rules.h"
 
 namespace mgo::infer {

@@ -20,6 +20,10 @@ struct Rope {
   struct Out {
     enum : int { kQEmbed = 0, kKEmbed = 1 };
   };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kQEmbed = 5, kKEmbed = 6 };
+  };
   static constexpr std::array<const char*, 5> kInputNames{"q", "k", "cos", "sin", "q_seq_len"};
   static constexpr std::array<const char*, 2> kOutputNames{"q_embed", "k_embed"};
   static constexpr std::array<bool, 5> kOptional{false, false, false, false, false};
@@ -40,6 +44,10 @@ struct RopeGrad {
   };
   struct Out {
     enum : int { kQGradOut = 0, kKGradOut = 1 };
+  };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kQGradOut = 5, kKGradOut = 6 };
   };
   static constexpr std::array<const char*, 5> kInputNames{"q_grad", "k_grad", "cos", "sin", "q_seq_len"};
   static constexpr std::array<const char*, 2> kOutputNames{"q_grad_out", "k_grad_out"};
@@ -63,6 +71,10 @@ struct ClaGateMerge {
   struct Out {
     enum : int { kMerged = 0 };
   };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kMerged = 4 };
+  };
   static constexpr std::array<const char*, 4> kInputNames{"global_attn", "local_attn", "global_gate_logits", "local_gate_logits"};
   static constexpr std::array<const char*, 1> kOutputNames{"merged"};
   static constexpr std::array<bool, 4> kOptional{false, false, false, false};
@@ -83,6 +95,10 @@ struct ClaGateBackward {
   };
   struct Out {
     enum : int { kGradGlobalAttn = 0, kGradLocalAttn = 1, kGradGlobalGateLogits = 2, kGradLocalGateLogits = 3 };
+  };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kGradGlobalAttn = 5, kGradLocalAttn = 6, kGradGlobalGateLogits = 7, kGradLocalGateLogits = 8 };
   };
   static constexpr std::array<const char*, 5> kInputNames{"grad_merged", "global_attn", "local_attn", "global_gate_logits", "local_gate_logits"};
   static constexpr std::array<const char*, 4> kOutputNames{"grad_global_attn", "grad_local_attn", "grad_global_gate_logits", "grad_local_gate_logits"};
@@ -105,6 +121,10 @@ struct LightningIndexer {
   };
   struct Out {
     enum : int { kSparseIndices = 0, kSparseValues = 1 };
+  };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kSparseIndices = 5, kSparseValues = 6 };
   };
   static constexpr std::array<const char*, 5> kInputNames{"query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"};
   static constexpr std::array<const char*, 2> kOutputNames{"sparse_indices", "sparse_values"};
@@ -130,6 +150,10 @@ struct LightningIndexerGrad {
   struct Out {
     enum : int { kDQueryIndex = 0, kDKeyIndex = 1, kDWeights = 2 };
   };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kDQueryIndex = 7, kDKeyIndex = 8, kDWeights = 9 };
+  };
   static constexpr std::array<const char*, 7> kInputNames{"query_index", "key_index", "weights", "sparse_indices", "d_values", "actual_seq_lengths_query", "actual_seq_lengths_key"};
   static constexpr std::array<const char*, 3> kOutputNames{"d_query_index", "d_key_index", "d_weights"};
   static constexpr std::array<bool, 7> kOptional{false, false, false, false, false, true, true};
@@ -152,6 +176,10 @@ struct SparseLightningIndexerGradKLLoss {
   };
   struct Out {
     enum : int { kDQueryIndex = 0, kDKeyIndex = 1, kDWeights = 2, kLoss = 3 };
+  };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kDQueryIndex = 12, kDKeyIndex = 13, kDWeights = 14, kLoss = 15 };
   };
   static constexpr std::array<const char*, 12> kInputNames{"query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"};
   static constexpr std::array<const char*, 4> kOutputNames{"d_query_index", "d_key_index", "d_weights", "loss"};
@@ -178,6 +206,10 @@ struct SparseFlashAttention {
   struct Out {
     enum : int { kOut = 0, kSoftmaxMax = 1, kSoftmaxSum = 2 };
   };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kOut = 8, kSoftmaxMax = 9, kSoftmaxSum = 10 };
+  };
   static constexpr std::array<const char*, 8> kInputNames{"query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_kv"};
   static constexpr std::array<const char*, 3> kOutputNames{"out", "softmax_max", "softmax_sum"};
   static constexpr std::array<bool, 8> kOptional{false, false, true, false, true, true, true, true};
@@ -202,6 +234,10 @@ struct SparseFlashAttentionGrad {
   };
   struct Out {
     enum : int { kDQuery = 0, kDKey = 1, kDValue = 2, kDQueryRope = 3, kDKeyRope = 4 };
+  };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kDQuery = 12, kDKey = 13, kDValue = 14, kDQueryRope = 15, kDKeyRope = 16 };
   };
   static constexpr std::array<const char*, 12> kInputNames{"query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum", "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope"};
   static constexpr std::array<const char*, 5> kOutputNames{"d_query", "d_key", "d_value", "d_query_rope", "d_key_rope"};

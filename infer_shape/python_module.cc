@@ -23,7 +23,6 @@
 namespace py = pybind11;
 using mgo::infer::InferResult;
 using mgo::infer::Shape;
-using mgo::infer::SfaAttrs;
 using mgo::infer::TensorDesc;
 
 namespace {
@@ -61,42 +60,43 @@ PYBIND11_MODULE(_validate, m) {
   // primitive's attributes as they are, so the two lists cannot drift (tests/test_custom_backend.py).
   const py::arg shapes("shapes"), dtypes("dtypes");
   m.def("rope", [](const std::vector<Shape>& s, const std::vector<std::string>& t) {
-    return outputs(mgo::infer::rope(descs(s, t)));
+    return outputs(mgo::infer::rope(descs(s, t), {}));
   }, shapes, dtypes);
   m.def("rope_grad", [](const std::vector<Shape>& s, const std::vector<std::string>& t, const std::string& mode) {
-    return outputs(mgo::infer::rope_grad(descs(s, t), mode));
+    return outputs(mgo::infer::rope_grad(descs(s, t), {mode}));
   }, shapes, dtypes, py::arg("mode"));
   m.def("cla_gate_merge", [](const std::vector<Shape>& s, const std::vector<std::string>& t) {
-    return outputs(mgo::infer::cla_gate_merge(descs(s, t)));
+    return outputs(mgo::infer::cla_gate_merge(descs(s, t), {}));
   }, shapes, dtypes);
   m.def("cla_gate_backward",
         [](const std::vector<Shape>& s, const std::vector<std::string>& t, const std::string& input_attn_layout) {
-          return outputs(mgo::infer::cla_gate_backward(descs(s, t), input_attn_layout));
+          return outputs(mgo::infer::cla_gate_backward(descs(s, t), {input_attn_layout}));
         }, shapes, dtypes, py::arg("input_attn_layout"));
   m.def("lightning_indexer", [](const std::vector<Shape>& s, const std::vector<std::string>& t, int64_t sparse_count,
                                 const std::string& layout, int64_t sparse_mode) {
-    return outputs(mgo::infer::lightning_indexer(descs(s, t), sparse_count, layout, sparse_mode));
+    return outputs(mgo::infer::lightning_indexer(descs(s, t), {sparse_count, layout, sparse_mode}));
   }, shapes, dtypes, py::arg("sparse_count"), py::arg("layout"), py::arg("sparse_mode"));
   m.def("lightning_indexer_grad", [](const std::vector<Shape>& s, const std::vector<std::string>& t,
                                      const std::string& layout, int64_t sparse_mode) {
-    return outputs(mgo::infer::lightning_indexer_grad(descs(s, t), layout, sparse_mode));
+    return outputs(mgo::infer::lightning_indexer_grad(descs(s, t), {layout, sparse_mode}));
   }, shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"));
   // scale_value and deterministic do not change shapes.
   m.def("sparse_lightning_indexer_grad_kl_loss",
-        [](const std::vector<Shape>& s, const std::vector<std::string>& t, double /*scale_value*/,
-           const std::string& layout, int64_t sparse_mode, bool /*deterministic*/) {
-          return outputs(mgo::infer::sparse_lightning_indexer_grad_kl_loss(descs(s, t), layout, sparse_mode));
+        [](const std::vector<Shape>& s, const std::vector<std::string>& t, double scale_value,
+           const std::string& layout, int64_t sparse_mode, bool deterministic) {
+          return outputs(mgo::infer::sparse_lightning_indexer_grad_kl_loss(descs(s, t),
+                                                                          {scale_value, layout, sparse_mode, deterministic}));
         }, shapes, dtypes, py::arg("scale_value"), py::arg("layout"), py::arg("sparse_mode"), py::arg("deterministic"));
   m.def("sparse_flash_attention", [](const std::vector<Shape>& s, const std::vector<std::string>& t, double scale,
                                      int64_t bs, const std::string& layout, int64_t mode) {
-    return outputs(mgo::infer::sparse_flash_attention(descs(s, t), SfaAttrs{scale, bs, layout, mode}));
+    return outputs(mgo::infer::sparse_flash_attention(descs(s, t), {scale, bs, layout, mode}));
   }, shapes, dtypes, py::arg("scale_value"), py::arg("sparse_block_size"), py::arg("layout"), py::arg("sparse_mode"));
   // deterministic does not change shapes.
   m.def("sparse_flash_attention_grad",
         [](const std::vector<Shape>& s, const std::vector<std::string>& t, double scale, int64_t bs,
-           const std::string& layout, int64_t mode, int64_t pre_tokens, int64_t next_tokens, bool /*deterministic*/) {
+           const std::string& layout, int64_t mode, int64_t pre_tokens, int64_t next_tokens, bool deterministic) {
           return outputs(mgo::infer::sparse_flash_attention_grad(
-              descs(s, t), SfaAttrs{scale, bs, layout, mode, pre_tokens, next_tokens}));
+              descs(s, t), {scale, bs, layout, mode, pre_tokens, next_tokens, deterministic}));
         }, shapes, dtypes, py::arg("scale_value"), py::arg("sparse_block_size"), py::arg("layout"), py::arg("sparse_mode"),
         py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("deterministic"));
 }

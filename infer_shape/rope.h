@@ -10,19 +10,26 @@
 #include <vector>
 
 #include "common.h"
+#include "op_table.h"
 
 namespace mgo::infer {
 
 constexpr int64_t kRopeHeadSize = 128;
 
-inline InferResult rope_family(const char* op, const std::vector<TensorDesc>& in, const char* x0, const char* x1) {
-  const Checker c(op);
-  c.arity(in, 5);
-  const TensorDesc& a = in[0];
-  const TensorDesc& b = in[1];
-  const TensorDesc& cos = in[2];
-  const TensorDesc& sin = in[3];
-  const TensorDesc& lens = in[4];
+// The rules of `rope` and `rope_grad` (table::Rope / table::RopeGrad): inputs x0 and x1 at slots
+// `x0_slot`/`x1_slot` (q/k, or q_grad/k_grad), then cos, sin and q_seq_len, named alike in both.
+template <class Op>
+InferResult rope_family(const std::vector<TensorDesc>& in, int x0_slot, int x1_slot) {
+  using In = typename Op::In;
+  const Checker c(Op::kName);
+  c.arity(in, Op::kNumInputs);
+  const char* x0 = Op::kInputNames[x0_slot];
+  const char* x1 = Op::kInputNames[x1_slot];
+  const TensorDesc& a = in[x0_slot];
+  const TensorDesc& b = in[x1_slot];
+  const TensorDesc& cos = in[In::kCos];
+  const TensorDesc& sin = in[In::kSin];
+  const TensorDesc& lens = in[In::kQSeqLen];
   c.rank(x0, a, 2);
   c.rank("cos", cos, 2);
   c.rank("q_seq_len", lens, 1);
@@ -44,6 +51,9 @@ inline InferResult rope_family(const char* op, const std::vector<TensorDesc>& in
   return {{a.shape, a.shape}, {a.dtype, a.dtype}};
 }
 
-inline InferResult rope(const std::vector<TensorDesc>& in) { return rope_family("rope", in, "q", "k"); }
+inline InferResult rope(const std::vector<TensorDesc>& in, const table::Rope::Attrs& /*no attributes*/) {
+  using In = table::Rope::In;
+  return rope_family<table::Rope>(in, In::kQ, In::kK);
+}
 
 }  // namespace mgo::infer

@@ -16,9 +16,10 @@ inline RopeGradMode parse_rope_grad_mode(const std::string& mode) {
   Checker("rope_grad").value_error("attribute 'mode' must be \"atb\" or \"vjp\", got \"" + mode + "\"");
 }
 
-inline InferResult rope_grad(const std::vector<TensorDesc>& in, const std::string& mode) {
-  parse_rope_grad_mode(mode);
-  return rope_family("rope_grad", in, "q_grad", "k_grad");
+inline InferResult rope_grad(const std::vector<TensorDesc>& in, const table::RopeGrad::Attrs& attrs) {
+  using In = table::RopeGrad::In;
+  parse_rope_grad_mode(attrs.mode);
+  return rope_family<table::RopeGrad>(in, In::kQGrad, In::kKGrad);
 }
 
 }  // namespace mgo::infer

@@ -11,11 +11,15 @@
 
 namespace mgo::infer {
 
-inline InferResult sparse_flash_attention(const std::vector<TensorDesc>& in, const SfaAttrs& attrs) {
-  const Checker c("sparse_flash_attention");
-  c.arity(in, 8);
-  const Shape stats = check_sfa_inputs(c, {in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7]}, attrs);
-  return {{in[0].shape, stats, stats}, {in[0].dtype, DType::kFloat32, DType::kFloat32}};
+inline InferResult sparse_flash_attention(const std::vector<TensorDesc>& in,
+                                          const table::SparseFlashAttention::Attrs& attrs) {
+  using Op = table::SparseFlashAttention;
+  const Checker c(Op::kName);
+  c.arity(in, Op::kNumInputs);
+  check_sfa_attrs(c, attrs);
+  const Shape stats = check_sfa_inputs(c, sfa_inputs<Op>(in), attrs.layout);
+  const TensorDesc& q = in[Op::In::kQuery];
+  return {{q.shape, stats, stats}, {q.dtype, DType::kFloat32, DType::kFloat32}};
 }
 
 }  // namespace mgo::infer

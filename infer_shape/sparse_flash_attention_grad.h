@@ -13,25 +13,37 @@
 
 namespace mgo::infer {
 
-inline InferResult sparse_flash_attention_grad(const std::vector<TensorDesc>& in, const SfaAttrs& attrs) {
-  const Checker c("sparse_flash_attention_grad");
-  c.arity(in, 12);
-  const Shape stats = check_sfa_inputs(c, {in[0], in[1], in[2], in[3], in[10], in[11], in[8], in[9]}, attrs);
-  c.same_shape("d_out", in[4], "query", in[0]);
-  c.same_shape("out", in[5], "query", in[0]);
-  c.same_dtype("d_out", in[4], "query", in[0]);
-  c.same_dtype("out", in[5], "query", in[0]);
+// scale_value and deterministic do not change shapes.
+inline InferResult sparse_flash_attention_grad(const std::vector<TensorDesc>& in,
+                                               const table::SparseFlashAttentionGrad::Attrs& attrs) {
+  using Op = table::SparseFlashAttentionGrad;
+  using In = Op::In;
+  const Checker c(Op::kName);
+  c.arity(in, Op::kNumInputs);
+  check_sfa_attrs(c, attrs);
+  if (attrs.pre_tokens != kSfaDefaultTokens || attrs.next_tokens != kSfaDefaultTokens) {
+    c.value_error("attributes 'pre_tokens'/'next_tokens' must keep their default 2147483647 in sparse_mode " +
+                  std::to_string(attrs.sparse_mode) + ", got " + std::to_string(attrs.pre_tokens) + "/" +
+                  std::to_string(attrs.next_tokens));
+  }
+  const Shape stats = check_sfa_inputs(c, sfa_inputs<Op>(in), attrs.layout);
+  const TensorDesc& q = in[In::kQuery];
+  c.same_shape("d_out", in[In::kDOut], "query", q);
+  c.same_shape("out", in[In::kOut], "query", q);
+  c.same_dtype("d_out", in[In::kDOut], "query", q);
+  c.same_dtype("out", in[In::kOut], "query", q);
   const TensorDesc want{stats, DType::kFloat32};
-  for (size_t i : {size_t{6}, size_t{7}}) {
-    const char* name = i == 6 ? "softmax_max" : "softmax_sum";
+  for (int i : {In::kSoftmaxMax, In::kSoftmaxSum}) {
+    const char* name = Op::kInputNames[i];
     c.rank(name, in[i], stats.size());
     c.same_shape(name, in[i], "the statistics shape", want);
     if (in[i].dtype != DType::kUnknown && in[i].dtype != DType::kFloat32) {
       c.type_error(std::string("argument '") + name + "' must be float32, got " + dtype_name(in[i].dtype));
     }
   }
+  // Each gradient is shaped and typed like its input (Out order).
   InferResult r;
-  for (size_t i : {size_t{0}, size_t{1}, size_t{2}, size_t{10}, size_t{11}}) {
+  for (int i : {In::kQuery, In::kKey, In::kValue, In::kQueryRope, In::kKeyRope}) {
     r.shapes.push_back(in[i].shape);
     r.dtypes.push_back(in[i].dtype);
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common.h"
+#include "op_table.h"
 #include "rope_pair.h"
 #include "seq_lengths_rules.h"
 
@@ -20,21 +21,23 @@ namespace mgo::infer {
 
 constexpr int64_t kSfaDefaultTokens = 2147483647;
 
-struct SfaAttrs {
-  double scale_value = 1.0;
-  int64_t sparse_block_size = 1;
-  std::string layout = "BSND";
-  int64_t sparse_mode = 3;
-  int64_t pre_tokens = kSfaDefaultTokens;
-  int64_t next_tokens = kSfaDefaultTokens;
-};
-
 // The named inputs common to both ops (value, the ropes and the lengths may be absent).
 struct SfaInputs {
   const TensorDesc &query, &key, &value, &sparse_indices, &query_rope, &key_rope, &lens_q, &lens_kv;
 };
 
-inline void check_sfa_attrs(const Checker& c, const SfaAttrs& a) {
+// The common inputs of `Op` (table::SparseFlashAttention or table::SparseFlashAttentionGrad: the
+// two name them alike, in different slots).
+template <class Op>
+SfaInputs sfa_inputs(const std::vector<TensorDesc>& in) {
+  using In = typename Op::In;
+  return {in[In::kQuery],     in[In::kKey],     in[In::kValue],                 in[In::kSparseIndices],
+          in[In::kQueryRope], in[In::kKeyRope], in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKv]};
+}
+
+// The attributes both ops have (their table Attrs name them alike).
+template <class Attrs>
+void check_sfa_attrs(const Checker& c, const Attrs& a) {
   if (a.layout != "TND" && a.layout != "BSND") {
     c.value_error("attribute 'layout' must be \"TND\" or \"BSND\", got \"" + a.layout + "\"");
   }
@@ -42,17 +45,12 @@ inline void check_sfa_attrs(const Checker& c, const SfaAttrs& a) {
     c.value_error("attribute 'sparse_mode' must be 0 or 3, got " + std::to_string(a.sparse_mode));
   }
   c.int_attr("sparse_block_size", a.sparse_block_size, 1);
-  if (a.pre_tokens != kSfaDefaultTokens || a.next_tokens != kSfaDefaultTokens) {
-    c.value_error("attributes 'pre_tokens'/'next_tokens' must keep their default 2147483647 in sparse_mode " +
-                  std::to_string(a.sparse_mode) + ", got " + std::to_string(a.pre_tokens) + "/" +
-                  std::to_string(a.next_tokens));
-  }
 }
 
-// Checks the inputs common to both ops; returns the statistics shape.
-inline Shape check_sfa_inputs(const Checker& c, const SfaInputs& in, const SfaAttrs& a) {
-  check_sfa_attrs(c, a);
-  const bool bsnd = a.layout == "BSND";
+// Checks the inputs common to both ops in `layout` (checked by check_sfa_attrs); returns the
+// statistics shape.
+inline Shape check_sfa_inputs(const Checker& c, const SfaInputs& in, const std::string& layout) {
+  const bool bsnd = layout == "BSND";
   const size_t r = bsnd ? 4 : 3;
   const TensorDesc& q = in.query;
   const TensorDesc& k = in.key;

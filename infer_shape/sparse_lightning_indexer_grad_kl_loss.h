@@ -16,14 +16,18 @@
 
 namespace mgo::infer {
 
-inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<TensorDesc>& in, const std::string& layout,
-                                                         int64_t sparse_mode) {
-  const Checker c("sparse_lightning_indexer_grad_kl_loss");
-  c.arity(in, 12);
-  const IndexerLayout l = parse_indexer_layout(c, layout);
-  check_indexer_sparse_mode(c, sparse_mode);
-  const TensorDesc &q = in[0], &k = in[1], &qi = in[2], &ki = in[3], &w = in[4], &si = in[5];
-  const TensorDesc &mx = in[6], &sm = in[7], &qr = in[8], &kr = in[9];
+// scale_value and deterministic do not change shapes.
+inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<TensorDesc>& in,
+                                                         const table::SparseLightningIndexerGradKLLoss::Attrs& attrs) {
+  using Op = table::SparseLightningIndexerGradKLLoss;
+  using In = Op::In;
+  const Checker c(Op::kName);
+  c.arity(in, Op::kNumInputs);
+  const IndexerLayout l = parse_indexer_layout(c, attrs.layout);
+  check_indexer_sparse_mode(c, attrs.sparse_mode);
+  const TensorDesc &q = in[In::kQuery], &k = in[In::kKey], &qi = in[In::kQueryIndex], &ki = in[In::kKeyIndex];
+  const TensorDesc &w = in[In::kWeights], &si = in[In::kSparseIndices], &mx = in[In::kSoftmaxMax];
+  const TensorDesc &sm = in[In::kSoftmaxSum], &qr = in[In::kQueryRope], &kr = in[In::kKeyRope];
   const size_t r = token_rank(l);
   c.rank("query", q, r);
   c.rank("key", k, r);
@@ -48,7 +52,8 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   c.dim("softmax_max", mx, r - 1, dim_or_unknown(q, r - 2), "N1 of 'query'");
   c.same_shape("softmax_sum", sm, "softmax_max", mx);
   check_rope_pair(c, r, q, k, qr, kr);
-  check_seq_lengths(c, l == IndexerLayout::kBSND, in[10], in[11], "actual_seq_lengths_key");
+  check_seq_lengths(c, l == IndexerLayout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
+                    "actual_seq_lengths_key");
   // Dtypes.
   c.floating("query", q);
   c.same_dtype("key", k, "query", q);

@@ -52,3 +52,19 @@ def cpp_literal(attr: object) -> str:
     if attr.type == "listInt":
         return "{" + ", ".join(str(int(v)) for v in value) + "}"
     return str(int(value))
+
+
+def wrap_call(head: str, args: list[str], tail: str, indent: str, width: int = 120) -> list[str]:
+    """``head`` + the comma-separated ``args`` + ``tail`` as C++ lines of at most ``width`` characters
+    where the arguments allow, continuation lines indented by ``indent``."""
+    lines, line = [], head
+    for i, arg in enumerate(args):
+        piece = arg + (", " if i + 1 < len(args) else tail)
+        if len(line) + len(piece.rstrip()) > width and line.strip() and line != head:
+            lines.append(line.rstrip())
+            line = indent
+        line += piece
+    if not args:
+        line += tail
+    lines.append(line.rstrip())
+    return lines

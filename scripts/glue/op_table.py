@@ -20,6 +20,13 @@ def _enum(kind: str, names: tuple[str, ...]) -> list[str]:
     return [f"  struct {kind} {{", f"    enum : int {{ {members} }};", "  };"]
 
 
+def _out_params(op: object) -> list[str]:
+    """Kernel parameter positions of the outputs (a kernel's params are its inputs, then its outputs)."""
+    members = ", ".join(f"{constant(n)} = {len(op.inputs) + i}" for i, n in enumerate(op.outputs))
+    return ["  // An output's kernel parameter: kNumInputs + its Out index.",
+            "  struct OutParam {", f"    enum : int {{ {members} }};", "  };"]
+
+
 def _op(op: object) -> list[str]:
     lines = [f"// {op.name}", f"struct {op.op_type} {{",
              f'  static constexpr const char* kName = "{op.name}";',
@@ -27,6 +34,7 @@ def _op(op: object) -> list[str]:
              f"  static constexpr int kNumInputs = {len(op.inputs)};",
              f"  static constexpr int kNumOutputs = {len(op.outputs)};"]
     lines += _enum("In", op.inputs) + _enum("Out", op.outputs)
+    lines += _out_params(op)
     lines += _names("Input", op.inputs) + _names("Output", op.outputs)
     optional = ", ".join("true" if n in op.optional else "false" for n in op.inputs)
     lines.append(f"  static constexpr std::array<bool, {len(op.inputs)}> kOptional{{{optional}}};")

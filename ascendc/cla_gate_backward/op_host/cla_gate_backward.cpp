@@ -13,7 +13,7 @@ namespace mgo::op_host {
 struct ClaGateBackwardHost {
   using T = mgo::table::ClaGateBackward;
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
-    return mgo::infer::cla_gate_backward(in, a.input_attn_layout);
+    return mgo::infer::cla_gate_backward(in, a);
   }
   // grad_merged [T, N, D]. The seed op ships for Ascend 950 only; this kernel uses only the vector
   // API subset common to A2/A3/950 and sizes its tiles from the platform's UB.

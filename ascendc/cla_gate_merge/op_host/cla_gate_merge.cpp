@@ -11,8 +11,8 @@ namespace mgo::op_host {
 
 struct ClaGateMergeHost {
   using T = mgo::table::ClaGateMerge;
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs&) {
-    return mgo::infer::cla_gate_merge(in);
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
+    return mgo::infer::cla_gate_merge(in, a);
   }
   // global_attn [T, N, D]. A vector-only kernel sized from the platform UB.
   static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const T::Attrs&,

@@ -16,7 +16,7 @@ namespace mgo::op_host {
 struct LightningIndexerGradHost {
   using T = mgo::table::LightningIndexerGrad;
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
-    return mgo::infer::lightning_indexer_grad(in, a.layout, a.sparse_mode);
+    return mgo::infer::lightning_indexer_grad(in, a);
   }
   // TND without lengths (one sequence) is batch 0; the lengths' values live on the device, so
   // tokens are balanced by count. No core waits for another (no SyncAll).

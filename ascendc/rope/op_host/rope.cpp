@@ -11,8 +11,8 @@ namespace mgo::op_host {
 
 struct RopeHost {
   using T = mgo::table::Rope;
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs&) {
-    return mgo::infer::rope(in);
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
+    return mgo::infer::rope(in, a);
   }
   // q [n_tokens, hidden], cos [max_seq_len, 128], q_seq_len [batch]: the lengths are a device
   // tensor, not an attribute, so new lengths need no recompilation.

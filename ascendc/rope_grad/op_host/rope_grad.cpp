@@ -12,7 +12,7 @@ namespace mgo::op_host {
 struct RopeGradHost {
   using T = mgo::table::RopeGrad;
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
-    return mgo::infer::rope_grad(in, a.mode);
+    return mgo::infer::rope_grad(in, a);
   }
   // q_grad [n_tokens, hidden], cos [max_seq_len, 128], q_seq_len [batch]: the lengths are a
   // device tensor, not an attribute, so new lengths need no recompilation.

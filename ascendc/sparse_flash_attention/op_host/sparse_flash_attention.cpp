@@ -16,12 +16,7 @@ namespace mgo::op_host {
 struct SparseFlashAttentionHost {
   using T = mgo::table::SparseFlashAttention;
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
-    mgo::infer::SfaAttrs rules;
-    rules.scale_value = a.scale_value;
-    rules.sparse_block_size = a.sparse_block_size;
-    rules.layout = a.layout;
-    rules.sparse_mode = a.sparse_mode;
-    return mgo::infer::sparse_flash_attention(in, rules);
+    return mgo::infer::sparse_flash_attention(in, a);
   }
   static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const T::Attrs& a,
                    const Platform& p) {

@@ -16,14 +16,7 @@ namespace mgo::op_host {
 struct SparseFlashAttentionGradHost {
   using T = mgo::table::SparseFlashAttentionGrad;
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
-    mgo::infer::SfaAttrs rules;
-    rules.scale_value = a.scale_value;
-    rules.sparse_block_size = a.sparse_block_size;
-    rules.layout = a.layout;
-    rules.sparse_mode = a.sparse_mode;
-    rules.pre_tokens = a.pre_tokens;
-    rules.next_tokens = a.next_tokens;
-    mgo::infer::InferResult r = mgo::infer::sparse_flash_attention_grad(in, rules);
+    mgo::infer::InferResult r = mgo::infer::sparse_flash_attention_grad(in, a);
     // An omitted value/rope input has an empty gradient; its dtype is the float slots' dtype,
     // query's, as for the placeholder the Python layer passes.
     for (auto& t : r.dtypes) {

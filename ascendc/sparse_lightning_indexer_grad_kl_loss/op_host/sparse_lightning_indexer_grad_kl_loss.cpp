@@ -16,7 +16,7 @@ namespace mgo::op_host {
 struct SparseLightningIndexerGradKLLossHost {
   using T = mgo::table::SparseLightningIndexerGradKLLoss;
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
-    return mgo::infer::sparse_lightning_indexer_grad_kl_loss(in, a.layout, a.sparse_mode);
+    return mgo::infer::sparse_lightning_indexer_grad_kl_loss(in, a);
   }
   // The pure tiling's view of the shapes; TND without lengths (one sequence) is batch 0. The
   // lengths' values live on the device, so rows are balanced by count. The key pass waits for
