@@ -62,17 +62,26 @@ SfaTilingInputs SfaTilingInputsOf(const std::vector<mgo::infer::TensorDesc>& in)
           in[T::In::kSparseIndices], in[T::In::kQueryRope], in[T::In::kActualSeqLengthsQuery]};
 }
 
+// The attributes the pure tiling takes, from each op's table attributes (the one place an
+// attribute the kernels read through their tiling is passed on).
+inline mgo::tiling::SfaAttrs SfaTilingAttrs(const mgo::table::SparseFlashAttention::Attrs& a) {
+  return {static_cast<float>(a.scale_value), static_cast<uint32_t>(a.sparse_block_size),
+          static_cast<uint32_t>(a.sparse_mode), /*deterministic=*/false};
+}
+inline mgo::tiling::SfaAttrs SfaTilingAttrs(const mgo::table::SparseFlashAttentionGrad::Attrs& a) {
+  return {static_cast<float>(a.scale_value), static_cast<uint32_t>(a.sparse_block_size),
+          static_cast<uint32_t>(a.sparse_mode), a.deterministic};
+}
+
 // Runs `compute` (ComputeSparseFlashAttention(Grad)Tiling) on the inputs of op `T` with its table
-// attributes `a`; only the grad has `deterministic`. The lengths' values live on the device
-// (ValueDepend inputs would become host int arrays in the aclnn signature), so the tiling balances
-// rows by count. A mixed launch's block dim counts AI cores (1 AIC + 2 AIV each).
+// attributes `a`. The lengths' values live on the device (ValueDepend inputs would become host int
+// arrays in the aclnn signature), so the tiling balances rows by count. A mixed launch's block dim
+// counts AI cores (1 AIC + 2 AIV each).
 template <typename T, typename Compute>
 auto TileSfa(Compute compute, const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype,
-             const typename T::Attrs& a, bool deterministic, const Platform& p, bool all_cores_at_once) {
+             const typename T::Attrs& a, const Platform& p, bool all_cores_at_once) {
   const mgo::tiling::CubePlatform cube{p.aicNum, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
-  const mgo::tiling::SfaAttrs attrs{static_cast<float>(a.scale_value), static_cast<uint32_t>(a.sparse_block_size),
-                                    static_cast<uint32_t>(a.sparse_mode), deterministic};
-  const auto t = compute(SfaTilingShape(SfaTilingInputsOf<T>(in), a.layout), attrs, dtype,
+  const auto t = compute(SfaTilingShape(SfaTilingInputsOf<T>(in), a.layout), SfaTilingAttrs(a), dtype,
                          mgo::tiling::SfaSeqLengths{nullptr, nullptr, 0}, cube);
   return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes, all_cores_at_once);
 }

@@ -20,8 +20,7 @@ struct SparseFlashAttentionHost {
   }
   static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const T::Attrs& a,
                    const Platform& p) {
-    return TileSfa<T>(mgo::tiling::ComputeSparseFlashAttentionTiling, in, dtype, a, /*deterministic=*/false, p,
-                      /*all_cores_at_once=*/false);
+    return TileSfa<T>(mgo::tiling::ComputeSparseFlashAttentionTiling, in, dtype, a, p, /*all_cores_at_once=*/false);
   }
 };
 

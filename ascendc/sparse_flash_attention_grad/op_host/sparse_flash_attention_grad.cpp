@@ -27,8 +27,7 @@ struct SparseFlashAttentionGradHost {
   // The key pass waits for every core's row pass (SyncAll): all cores must start together.
   static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const T::Attrs& a,
                    const Platform& p) {
-    return TileSfa<T>(mgo::tiling::ComputeSparseFlashAttentionGradTiling, in, dtype, a, a.deterministic, p,
-                      /*all_cores_at_once=*/true);
+    return TileSfa<T>(mgo::tiling::ComputeSparseFlashAttentionGradTiling, in, dtype, a, p, /*all_cores_at_once=*/true);
   }
 };
 
