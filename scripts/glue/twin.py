@@ -2,8 +2,8 @@
 ``tests/ascendc_harness/harness_args.h`` (included by the ``harness_*.cpp`` entry points) and
 ``tests/ascendc_harness/twin_args.py`` (the ctypes mirrors ``twin_lib.py`` fills).
 
-A field is (name, kind, comment): kind ``int`` is int64_t / ``ctypes.c_int64``, ``float`` is
-double / ``ctypes.c_double``. The order is the memory layout on both sides.
+A field group is (kind, names, comment): kind ``int`` is int64_t / ``ctypes.c_int64``, ``float``
+is double / ``ctypes.c_double``. The order is the memory layout on both sides.
 """
 from __future__ import annotations
 
@@ -15,52 +15,50 @@ from .common import banner
 HEADER = "tests/ascendc_harness/harness_args.h"
 MODULE = "tests/ascendc_harness/twin_args.py"
 CPP = {"int": "int64_t", "float": "double"}
-CTYPES = {"int": "_I64", "float": "ctypes.c_double"}
 
 
 @dataclass(frozen=True)
 class Struct:
     name: str
     doc: str
-    fields: tuple[tuple[str, str, str], ...]
+    groups: tuple[tuple[str, str, str], ...]
+    """(kind, space-separated field names, comment): one C++ declaration, in memory order."""
 
 
-def _ints(names: str, comment: str = "") -> tuple[tuple[str, str, str], ...]:
-    return tuple((n, "int", comment) for n in names.split())
-
-
-_LAYOUT = (("layout", "int", "0 BSND, 1 TND"),)
-_LAUNCH = _ints("core_num ub_bytes seed")  # AI cores (vector cores for vector kernels), UB bytes, hand-off seed
+_LAYOUT = ("int", "layout", "0 BSND, 1 TND")
+_LAUNCH = ("int", "core_num ub_bytes seed", "AI cores, UB bytes per core, the launch's hand-off seed")
 
 STRUCTS = (
     Struct("RunInfo", "What every kernel entry point measured, for the Python tests.",
-           (("ub_peak_bytes", "int", "largest UB footprint of any block, as the twin measured it"),
-            ("tiling_ub_bytes", "int", "footprint the tiling function promised"),
-            ("blocks", "int", "blocks launched"),
-            ("tile_rows", "int", ""),
-            ("min_writes", "int", "over every byte of every output: how often it was written"),
-            ("max_writes", "int", ""))),
+           (("int", "ub_peak_bytes", "largest UB footprint of any block, as the twin measured it"),
+            ("int", "tiling_ub_bytes", "footprint the tiling function promised"),
+            ("int", "blocks", "blocks launched"),
+            ("int", "tile_rows", ""),
+            ("int", "min_writes max_writes", "over every byte of every output: how often it was written"))),
     Struct("SfaArgs", "The shape and attributes of one sparse_flash_attention(_grad) call.",
-           (*_LAYOUT, *_ints("batch s1 s2 t1 t2 n1 n2 d dr k"), *_ints("block_size sparse_mode deterministic"),
-            ("scale", "float", ""), *_LAUNCH, *_ints("value_absent lens_int64"))),
+           (_LAYOUT, ("int", "batch s1 s2 t1 t2 n1 n2 d dr k", ""),
+            ("int", "block_size sparse_mode deterministic", ""), ("float", "scale", ""), _LAUNCH,
+            ("int", "value_absent lens_int64", "value omitted (key is value); int64 lengths"))),
     Struct("SliArgs", "The shape and attributes of one sparse_lightning_indexer_grad_kl_loss call.",
-           (*_LAYOUT, *_ints("batch s1 s2 t1 t2 n1 d dr n_idx d_idx k"),
-            *_ints("sparse_mode deterministic weights_f32"), ("scale", "float", ""), *_LAUNCH)),
+           (_LAYOUT, ("int", "batch s1 s2 t1 t2 n1 d dr n_idx d_idx k", ""),
+            ("int", "sparse_mode deterministic weights_f32", ""), ("float", "scale", ""), _LAUNCH)),
     Struct("IndexerArgs", "The shape and attributes of one lightning_indexer or lightning_indexer_grad call.",
-           (*_LAYOUT, *_ints("batch s1 s2 t1 t2 n_idx d_idx k"), *_ints("sparse_mode weights_f32"), *_LAUNCH)),
+           (_LAYOUT, ("int", "batch s1 s2 t1 t2 n_idx d_idx k", ""), ("int", "sparse_mode weights_f32", ""),
+            _LAUNCH)),
 )
 
 
 def _cpp(s: Struct) -> list[str]:
     lines = [f"// {s.doc}", f"struct {s.name} {{"]
-    lines += [f"  {CPP[kind]} {name};" + (f"  // {comment}" if comment else "") for name, kind, comment in s.fields]
+    lines += [f"  {CPP[kind]} {', '.join(names.split())};" + (f"  // {comment}" if comment else "")
+              for kind, names, comment in s.groups]
     return lines + ["};", ""]
 
 
 def _py(s: Struct) -> list[str]:
     lines = [f"class {s.name}(ctypes.Structure):", f'    """{s.doc}"""', "", "    _fields_ = ["]
-    lines += [f'        ("{name}", {CTYPES[kind]}),' + (f"  # {comment}" if comment else "")
-              for name, kind, comment in s.fields]
+    lines += [f'        *_{kind}("{names}"),' + (f"  # {comment}" if comment else "")
+              for kind, names, comment in s.groups]
     return lines + ["    ]", "", ""]
 
 
@@ -77,7 +75,11 @@ def _header() -> str:
 def _module() -> str:
     lines = [banner("#").rstrip("\n"),
              f'"""ctypes mirrors of the structs in {HEADER}, from scripts/glue/twin.py."""',
-             "from __future__ import annotations", "", "import ctypes", "", "_I64 = ctypes.c_int64", "", ""]
+             "from __future__ import annotations", "", "import ctypes", "", "",
+             "def _int(names: str) -> list[tuple[str, type]]:",
+             "    return [(name, ctypes.c_int64) for name in names.split()]", "", "",
+             "def _float(names: str) -> list[tuple[str, type]]:",
+             "    return [(name, ctypes.c_double) for name in names.split()]", "", ""]
     for s in STRUCTS:
         lines += _py(s)
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -13,73 +13,34 @@ struct RunInfo {
   int64_t tiling_ub_bytes;  // footprint the tiling function promised
   int64_t blocks;  // blocks launched
   int64_t tile_rows;
-  int64_t min_writes;  // over every byte of every output: how often it was written
-  int64_t max_writes;
+  int64_t min_writes, max_writes;  // over every byte of every output: how often it was written
 };
 
 // The shape and attributes of one sparse_flash_attention(_grad) call.
 struct SfaArgs {
   int64_t layout;  // 0 BSND, 1 TND
-  int64_t batch;
-  int64_t s1;
-  int64_t s2;
-  int64_t t1;
-  int64_t t2;
-  int64_t n1;
-  int64_t n2;
-  int64_t d;
-  int64_t dr;
-  int64_t k;
-  int64_t block_size;
-  int64_t sparse_mode;
-  int64_t deterministic;
+  int64_t batch, s1, s2, t1, t2, n1, n2, d, dr, k;
+  int64_t block_size, sparse_mode, deterministic;
   double scale;
-  int64_t core_num;
-  int64_t ub_bytes;
-  int64_t seed;
-  int64_t value_absent;
-  int64_t lens_int64;
+  int64_t core_num, ub_bytes, seed;  // AI cores, UB bytes per core, the launch's hand-off seed
+  int64_t value_absent, lens_int64;  // value omitted (key is value); int64 lengths
 };
 
 // The shape and attributes of one sparse_lightning_indexer_grad_kl_loss call.
 struct SliArgs {
   int64_t layout;  // 0 BSND, 1 TND
-  int64_t batch;
-  int64_t s1;
-  int64_t s2;
-  int64_t t1;
-  int64_t t2;
-  int64_t n1;
-  int64_t d;
-  int64_t dr;
-  int64_t n_idx;
-  int64_t d_idx;
-  int64_t k;
-  int64_t sparse_mode;
-  int64_t deterministic;
-  int64_t weights_f32;
+  int64_t batch, s1, s2, t1, t2, n1, d, dr, n_idx, d_idx, k;
+  int64_t sparse_mode, deterministic, weights_f32;
   double scale;
-  int64_t core_num;
-  int64_t ub_bytes;
-  int64_t seed;
+  int64_t core_num, ub_bytes, seed;  // AI cores, UB bytes per core, the launch's hand-off seed
 };
 
 // The shape and attributes of one lightning_indexer or lightning_indexer_grad call.
 struct IndexerArgs {
   int64_t layout;  // 0 BSND, 1 TND
-  int64_t batch;
-  int64_t s1;
-  int64_t s2;
-  int64_t t1;
-  int64_t t2;
-  int64_t n_idx;
-  int64_t d_idx;
-  int64_t k;
-  int64_t sparse_mode;
-  int64_t weights_f32;
-  int64_t core_num;
-  int64_t ub_bytes;
-  int64_t seed;
+  int64_t batch, s1, s2, t1, t2, n_idx, d_idx, k;
+  int64_t sparse_mode, weights_f32;
+  int64_t core_num, ub_bytes, seed;  // AI cores, UB bytes per core, the launch's hand-off seed
 };
 
 }  // namespace harness

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import ctypes
 
-_I64 = ctypes.c_int64
+
+def _int(names: str) -> list[tuple[str, type]]:
+    return [(name, ctypes.c_int64) for name in names.split()]
+
+
+def _float(names: str) -> list[tuple[str, type]]:
+    return [(name, ctypes.c_double) for name in names.split()]
 
 
 class RunInfo(ctypes.Structure):
     """What every kernel entry point measured, for the Python tests."""
 
     _fields_ = [
-        ("ub_peak_bytes", _I64),  # largest UB footprint of any block, as the twin measured it
-        ("tiling_ub_bytes", _I64),  # footprint the tiling function promised
-        ("blocks", _I64),  # blocks launched
-        ("tile_rows", _I64),
-        ("min_writes", _I64),  # over every byte of every output: how often it was written
-        ("max_writes", _I64),
+        *_int("ub_peak_bytes"),  # largest UB footprint of any block, as the twin measured it
+        *_int("tiling_ub_bytes"),  # footprint the tiling function promised
+        *_int("blocks"),  # blocks launched
+        *_int("tile_rows"),
+        *_int("min_writes max_writes"),  # over every byte of every output: how often it was written
     ]
 
 
@@ -24,26 +29,12 @@ class SfaArgs(ctypes.Structure):
     """The shape and attributes of one sparse_flash_attention(_grad) call."""
 
     _fields_ = [
-        ("layout", _I64),  # 0 BSND, 1 TND
-        ("batch", _I64),
-        ("s1", _I64),
-        ("s2", _I64),
-        ("t1", _I64),
-        ("t2", _I64),
-        ("n1", _I64),
-        ("n2", _I64),
-        ("d", _I64),
-        ("dr", _I64),
-        ("k", _I64),
-        ("block_size", _I64),
-        ("sparse_mode", _I64),
-        ("deterministic", _I64),
-        ("scale", ctypes.c_double),
-        ("core_num", _I64),
-        ("ub_bytes", _I64),
-        ("seed", _I64),
-        ("value_absent", _I64),
-        ("lens_int64", _I64),
+        *_int("layout"),  # 0 BSND, 1 TND
+        *_int("batch s1 s2 t1 t2 n1 n2 d dr k"),
+        *_int("block_size sparse_mode deterministic"),
+        *_float("scale"),
+        *_int("core_num ub_bytes seed"),  # AI cores, UB bytes per core, the launch's hand-off seed
+        *_int("value_absent lens_int64"),  # value omitted (key is value); int64 lengths
     ]
 
 
@@ -51,25 +42,11 @@ class SliArgs(ctypes.Structure):
     """The shape and attributes of one sparse_lightning_indexer_grad_kl_loss call."""
 
     _fields_ = [
-        ("layout", _I64),  # 0 BSND, 1 TND
-        ("batch", _I64),
-        ("s1", _I64),
-        ("s2", _I64),
-        ("t1", _I64),
-        ("t2", _I64),
-        ("n1", _I64),
-        ("d", _I64),
-        ("dr", _I64),
-        ("n_idx", _I64),
-        ("d_idx", _I64),
-        ("k", _I64),
-        ("sparse_mode", _I64),
-        ("deterministic", _I64),
-        ("weights_f32", _I64),
-        ("scale", ctypes.c_double),
-        ("core_num", _I64),
-        ("ub_bytes", _I64),
-        ("seed", _I64),
+        *_int("layout"),  # 0 BSND, 1 TND
+        *_int("batch s1 s2 t1 t2 n1 d dr n_idx d_idx k"),
+        *_int("sparse_mode deterministic weights_f32"),
+        *_float("scale"),
+        *_int("core_num ub_bytes seed"),  # AI cores, UB bytes per core, the launch's hand-off seed
     ]
 
 
@@ -77,18 +54,8 @@ class IndexerArgs(ctypes.Structure):
     """The shape and attributes of one lightning_indexer or lightning_indexer_grad call."""
 
     _fields_ = [
-        ("layout", _I64),  # 0 BSND, 1 TND
-        ("batch", _I64),
-        ("s1", _I64),
-        ("s2", _I64),
-        ("t1", _I64),
-        ("t2", _I64),
-        ("n_idx", _I64),
-        ("d_idx", _I64),
-        ("k", _I64),
-        ("sparse_mode", _I64),
-        ("weights_f32", _I64),
-        ("core_num", _I64),
-        ("ub_bytes", _I64),
-        ("seed", _I64),
+        *_int("layout"),  # 0 BSND, 1 TND
+        *_int("batch s1 s2 t1 t2 n_idx d_idx k"),
+        *_int("sparse_mode weights_f32"),
+        *_int("core_num ub_bytes seed"),  # AI cores, UB bytes per core, the launch's hand-off seed
     ]
