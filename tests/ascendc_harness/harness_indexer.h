@@ -1,6 +1,7 @@
-// What the lightning_indexer and lightning_indexer_grad harnesses share: the call's shape
-// (harness::IndexerArgs, generated into harness_args.h), the platform it tiles for, and the host copies of
-// the int32 cumulative TND lengths as the tilings read them.
+// What the lightning_indexer, lightning_indexer_grad and sparse_lightning_indexer_grad_kl_loss
+// harnesses share: the indexers' call shape (harness::IndexerArgs, generated into harness_args.h),
+// the platform a call tiles for, and the host copies of the int32 cumulative TND lengths as the
+// tilings read them.
 #pragma once
 
 #include <cstdint>
@@ -17,19 +18,27 @@ inline mgo::tiling::IndexerShape ToIndexerShape(const IndexerArgs& a) {
                                    u(a.batch), u(a.s1), u(a.s2), u(a.t1), u(a.t2), u(a.n_idx), u(a.d_idx), u(a.k)};
 }
 
-inline mgo::tiling::CubePlatform IndexerPlatform(const IndexerArgs& a) {
+// The platform of a call (IndexerArgs, SliArgs: the fields core_num, ub_bytes).
+template <typename Args>
+mgo::tiling::CubePlatform IndexerPlatform(const Args& a) {
   mgo::tiling::CubePlatform p = mgo::tiling::kAtlasA2Platform;
   p.aicNum = static_cast<uint32_t>(a.core_num);
   p.ubBytes = static_cast<uint64_t>(a.ub_bytes);
   return p;
 }
 
-inline bool IndexerHasLens(const IndexerArgs& a) { return a.layout == 1 && a.batch > 0; }
+// Lengths are GM inputs only for TND with lengths (batch > 0).
+template <typename Args>
+bool IndexerHasLens(const Args& a) {
+  return a.layout == 1 && a.batch > 0;
+}
 
+// Host copies of the int32 cumulative lengths as the tilings read them (int64).
 struct IndexerLens {
   std::vector<int64_t> q, kv;
   mgo::tiling::SfaSeqLengths view{nullptr, nullptr, 0};
-  IndexerLens(const IndexerArgs& a, const int32_t* lq, const int32_t* lkv) {
+  template <typename Args>
+  IndexerLens(const Args& a, const int32_t* lq, const int32_t* lkv) {
     if (!IndexerHasLens(a) || lq == nullptr || lkv == nullptr) return;
     q.assign(lq, lq + a.batch);
     kv.assign(lkv, lkv + a.batch);

@@ -3,15 +3,14 @@
 #include <vector>
 
 #include "harness_common.h"
+#include "harness_indexer.h"
 
 #include "../../ascendc/sparse_lightning_indexer_grad_kl_loss/op_kernel/sparse_lightning_indexer_grad_kl_loss.cpp"
 
 namespace {
 
-using mgo::tiling::CubePlatform;
 using mgo::tiling::DType;
 using mgo::tiling::SfaLayout;
-using mgo::tiling::SfaSeqLengths;
 using mgo::tiling::SliAttrs;
 using mgo::tiling::SliShape;
 
@@ -28,26 +27,8 @@ SliAttrs Attrs(const SliArgs& a) {
   return SliAttrs{static_cast<float>(a.scale), static_cast<uint32_t>(a.sparse_mode), a.deterministic != 0};
 }
 
-CubePlatform Platform(const SliArgs& a) {
-  CubePlatform p = mgo::tiling::kAtlasA2Platform;
-  p.aicNum = static_cast<uint32_t>(a.core_num);
-  p.ubBytes = static_cast<uint64_t>(a.ub_bytes);
-  return p;
-}
-
-bool HasLens(const SliArgs& a) { return a.layout == 1 && a.batch > 0; }
-
-// Host copies of the int32 cumulative lengths as the tiling reads them (int64).
-struct HostLens {
-  std::vector<int64_t> q, kv;
-  SfaSeqLengths view{nullptr, nullptr, 0};
-  HostLens(const SliArgs& a, const int32_t* lq, const int32_t* lkv) {
-    if (!HasLens(a) || lq == nullptr || lkv == nullptr) return;
-    q.assign(lq, lq + a.batch);
-    kv.assign(lkv, lkv + a.batch);
-    view = SfaSeqLengths{q.data(), kv.data(), static_cast<uint64_t>(a.batch)};
-  }
-};
+using HostLens = harness::IndexerLens;
+using harness::IndexerPlatform;
 
 }  // namespace
 
@@ -60,7 +41,7 @@ int twin_sli_schedule(int dtype, const SliArgs* a, const int32_t* lens_q, const 
                       int64_t* row_start, int64_t* key_block_start, char* err, int64_t err_len) {
   const HostLens lens(*a, lens_q, lens_kv);
   const auto tiling = mgo::tiling::ComputeSparseLightningIndexerGradKLLossTiling(
-      Shape(*a), Attrs(*a), static_cast<DType>(dtype), a->weights_f32 != 0, lens.view, Platform(*a));
+      Shape(*a), Attrs(*a), static_cast<DType>(dtype), a->weights_f32 != 0, lens.view, IndexerPlatform(*a));
   const auto& r = tiling.result;
   if (!r.ok) {
     harness::CopyMessage(r.error, err, err_len);
@@ -89,7 +70,7 @@ int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a, cons
   return harness::Guarded(err, err_len, [&]() -> int {
     const HostLens lens(*a, lens_q, lens_kv);
     const auto tiling = mgo::tiling::ComputeSparseLightningIndexerGradKLLossTiling(
-        Shape(*a), Attrs(*a), static_cast<DType>(dtype), a->weights_f32 != 0, lens.view, Platform(*a));
+        Shape(*a), Attrs(*a), static_cast<DType>(dtype), a->weights_f32 != 0, lens.view, IndexerPlatform(*a));
     if (!tiling.result.ok) {
       harness::CopyMessage(tiling.result.error, err, err_len);
       return harness::kTilingError;
@@ -116,7 +97,7 @@ int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a, cons
       gm.Input(qr, t1 * n1 * a->dr * 2, "query_rope");
       gm.Input(kr, t2 * a->dr * 2, "key_rope");
     }
-    const bool tnd = HasLens(*a);
+    const bool tnd = harness::IndexerHasLens(*a);
     if (tnd) {
       gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
       gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");
