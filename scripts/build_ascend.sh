@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the Ascend C custom op package of ms_grad_ops (Rope, RopeGrad, ClaGateMerge,
-# ClaGateBackward, SparseFlashAttention, SparseFlashAttentionGrad) and installs it into ms_grad_ops/vendors/<vendor>/, which
-# ms_grad_ops/__init__.py puts on ASCEND_CUSTOM_OPP_PATH at import.
+# Builds the Ascend C custom op package of ms_grad_ops (every op of ms_grad_ops/_specs.py with
+# Ascend dtypes: the ops with a generated ascendc/<op>/op_host/<op>_def.h) and installs it into
+# ms_grad_ops/vendors/<vendor>/, which ms_grad_ops/__init__.py puts on ASCEND_CUSTOM_OPP_PATH at import.
 #
 # Needs the CANN toolkit: ASCEND_HOME_PATH must point at it (e.g. after
 #   source /usr/local/Ascend/ascend-toolkit/set_env.sh
@@ -32,8 +32,11 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OPS=(rope rope_grad cla_gate_merge cla_gate_backward sparse_flash_attention sparse_flash_attention_grad
-     sparse_lightning_indexer_grad_kl_loss lightning_indexer lightning_indexer_grad)
+# Every op the table registers for Ascend: scripts/gen_glue.py writes an OpDef for each.
+OPS=()
+for def in "$REPO"/ascendc/*/op_host/*_def.h; do
+  OPS+=("$(basename "$def" _def.h)")
+done
 SOCS="${MGO_SOC_VERSIONS:-ascend910b;ascend910_93;ascend950}"
 VENDOR="${MGO_VENDOR:-ms_grad_ops}"
 BUILD_DIR="${MGO_BUILD_DIR:-$REPO/build/ascend}"
