@@ -110,11 +110,14 @@ def test_kernel_entry_matches_spec(op: str) -> None:
 
 @pytest.mark.parametrize("op", OPS)
 def test_op_host_calls_the_shared_rules(op: str) -> None:
-    # Shape rules live once (infer_shape/<op>.h) and tiling once (<op>_tiling.h).
+    # Shape rules live once (infer_shape/<op>.h, called by the op's generated Def in
+    # common/op_host_table.h) and tiling once (<op>_tiling.h, called by op_host/<op>.cpp).
     src = (ASCENDC / op / "op_host" / f"{op}.cpp").read_text()
-    assert f'#include "../../../infer_shape/{op}.h"' in src
-    assert f'#include "../{op}_tiling.h"' in src
-    assert f"mgo::infer::{op}(" in src
+    assert f'#include "../{op}_tiling.h"' in src and '#include "../../common/op_host_table.h"' in src
+    table = (ASCENDC / "common" / "op_host_table.h").read_text()
+    assert f'#include "../../infer_shape/{op}.h"' in table
+    definition = table[table.index(f"\nstruct {OP_SPECS[op].op_type}Def {{"):]
+    assert f"mgo::infer::{op}(" in definition[:definition.index("\n};")]
 
 
 HOST_NAME = re.compile(r'static constexpr const char\* kOpType = "(\w+)";')
@@ -144,7 +147,8 @@ def test_op_host_instantiates_the_shared_adapter(driver: Path, op: str) -> None:
     spec, d = OP_SPECS[op], opdef(driver, op)
     name, optional = host_struct(op)
     assert '#include "../../common/op_host_adapter.h"' in src
-    assert f"mgo::op_host::DefineOp<mgo::op_host::{spec.op_type}Host, mgo::op_host::{spec.op_type}Def>(*this)" in src
+    assert f"struct {spec.op_type}Host : {spec.op_type}Def {{" in src
+    assert f"mgo::op_host::DefineOp<mgo::op_host::{spec.op_type}Host>(*this)" in src
     define = (ASCENDC / "common" / "op_host_def.h").read_text()
     for adapter in ("InferShape", "InferDataType", "Tiling"):
         assert f"({adapter}<Op>)" in define

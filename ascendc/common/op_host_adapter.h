@@ -7,13 +7,14 @@
 // source to ms_grad_ops/_specs.py by parsing, and compiles and runs the adapters against
 // tests/cann_stub (the documented API subset used here, not CANN).
 //
-// An op is a struct `Op` (op_host_def.h's Op<Host, Def>: the op's hand-written Host of
-// ascendc/<op>/op_host/<op>.cpp and its generated Def of op_host_table.h):
+// An op is a struct `Op` (the op's hand-written `<OpType>Host` of ascendc/<op>/op_host/<op>.cpp,
+// derived from its generated `<OpType>Def` of op_host_table.h, which gives Table, kAttrs, Infer):
 //   Table       mgo::table::<OpType> (infer_shape/op_table.h): kOpType prefixes every logged error,
 //               kOptional says per IR input (OpDef order) whether it is OPTIONAL; an omitted
 //               optional input reaches the rules as AbsentInput();
 //   kAttrs      the Table::Attrs fields in OpDef attribute order (ReadAttrs<Op> below);
-//   Infer       static InferResult Infer(const std::vector<TensorDesc>&, const Table::Attrs&): the rule;
+//   Infer       static InferResult Infer(const std::vector<TensorDesc>&, const Table::Attrs&): the rule
+//               (the Def's calls infer_shape/<op>.h; a Host may wrap it);
 //   Tile        static TilingPlan<Data> Tile(const std::vector<TensorDesc>&, tiling::DType,
 //               const Table::Attrs&, const Platform&): the pure tiling, through Plan().
 #pragma once
@@ -61,7 +62,9 @@ inline bool BoolAttr(const gert::RuntimeAttrs* a, size_t i, const char* name) {
 }
 
 // An attribute into the Table::Attrs field of its C++ type.
-inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, std::string& v) { v = StrAttr(a, i, name); }
+inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, std::string& v) {
+  v = StrAttr(a, i, name);
+}
 inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, int64_t& v) { v = IntAttr(a, i, name); }
 inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, double& v) { v = FloatAttr(a, i, name); }
 inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, bool& v) { v = BoolAttr(a, i, name); }

@@ -1,13 +1,15 @@
-// The one OpDef body: DefineOp<Host, Def> declares an op to CANN from the table, so no op writes
-// its OpDef by hand. `Host` is the op's hand-written description (Infer, Tile: op_host/<op>.cpp);
-// `Def` is its generated `<OpType>Def` (op_host_table.h):
+// The one OpDef body: DefineOp<Host> declares an op to CANN from the table, so no op writes its
+// OpDef by hand. `Host` is the op's hand-written `<OpType>Host` (op_host/<op>.cpp: Tile, and Infer
+// where the shape rule needs a CANN-side touch), derived from its generated `<OpType>Def`
+// (op_host_table.h):
 //   Table     mgo::table::<OpType> (infer_shape/op_table.h): input/output/attribute names, which
 //             inputs are OPTIONAL, the attributes' defaults (Table::Attrs{});
 //   kAttrs    the Table::Attrs fields in attribute order (their types pick the setter/reader);
 //   kDtypes   the dtype combinations the kernel takes (the table's ascend_dtypes), one per OpDef
 //             column, each over inputs then outputs; every format is ND;
-//   kSocs     the SoCs to register (the table's ascend_socs).
-// The shared adapter (op_host_adapter.h) runs `Op<Host, Def>`, which is both.
+//   kSocs     the SoCs to register (the table's ascend_socs);
+//   Infer     the shape rule (infer_shape/<op>.h).
+// The shared adapter (op_host_adapter.h) runs the Host.
 //
 // CANN-only like op_host_adapter.h; tests/test_ascendc_op_host.py registers every op against
 // tests/cann_stub and compares the registered OpDef with ms_grad_ops/_specs.py.
@@ -31,10 +33,6 @@ inline void SetDefault(ops::OpAttrDef& d, bool v) { d.Bool(v); }
 inline void SetDefault(ops::OpAttrDef& d, const std::string& v) { d.String(v.c_str()); }
 
 // Column `slot` (an input, or kNumInputs + an output) of every dtype combination.
-// What the adapter runs: the op's Host (Infer, Tile) and its table (Table, kAttrs).
-template <typename Host, typename Def>
-struct Op : Host, Def {};
-
 template <typename Op>
 void DefineParam(ops::OpParamDef& param, size_t slot, bool optional) {
   std::vector<ge::DataType> dtypes;
@@ -44,17 +42,18 @@ void DefineParam(ops::OpParamDef& param, size_t slot, bool optional) {
       .Format(std::vector<ge::Format>(dtypes.size(), ge::FORMAT_ND));
 }
 
-template <typename Host, typename Def>
+template <typename Op>
 void DefineOp(ops::OpDef& def) {
-  using Table = typename Def::Table;
-  using Op = mgo::op_host::Op<Host, Def>;
+  using Table = typename Op::Table;
   constexpr size_t inputs = Table::kNumInputs, outputs = Table::kNumOutputs;
   for (size_t i = 0; i < inputs; ++i) DefineParam<Op>(def.Input(Table::kInputNames[i]), i, Table::kOptional[i]);
   for (size_t o = 0; o < outputs; ++o) DefineParam<Op>(def.Output(Table::kOutputNames[o]), inputs + o, false);
   // Static: outlives the OpDef, whose String() may keep the pointer. Unused by ops without attributes.
   [[maybe_unused]] static const typename Table::Attrs defaults{};
   size_t a = 0;
-  const auto attr = [&def, &a]() -> ops::OpAttrDef& { return def.Attr(Table::kAttrNames[a++]).AttrType(ops::OPTIONAL); };
+  const auto attr = [&def, &a]() -> ops::OpAttrDef& {
+    return def.Attr(Table::kAttrNames[a++]).AttrType(ops::OPTIONAL);
+  };
   std::apply([&](auto... field) { (SetDefault(attr(), defaults.*field), ...); }, Op::kAttrs);
   def.SetInferShape(InferShape<Op>).SetInferDataType(InferDataType<Op>);
   def.AICore().SetTiling(Tiling<Op>);

@@ -1,11 +1,12 @@
 """The Ascend op_host glue, from the table.
 
 - ``ascendc/common/op_host_table.h``: per Ascend op, ``mgo::op_host::<OpType>Def``, what its OpDef
-  declares beyond ``infer_shape/op_table.h`` (names, OPTIONAL inputs, attribute defaults): the
-  attribute fields in order, the dtype combinations (``ascend_dtypes``) and SoCs (``ascend_socs``).
+  declares beyond ``infer_shape/op_table.h`` (names, OPTIONAL inputs, attribute defaults): its shape
+  rule as ``Infer``, the attribute fields in order, the dtype combinations (``ascend_dtypes``) and
+  SoCs (``ascend_socs``).
 - ``ascendc/<op>/op_host/<op>_def.h``: the OpDef class and ``OP_ADD``, whose body is the one
-  hand-written ``DefineOp<Host, Def>`` of ``ascendc/common/op_host_def.h``. The hand-written
-  ``op_host/<op>.cpp`` keeps only ``<OpType>Host`` (Infer, Tile) and includes it last.
+  hand-written ``DefineOp<Host>`` of ``ascendc/common/op_host_def.h``. The hand-written
+  ``op_host/<op>.cpp`` keeps only ``<OpType>Host : <OpType>Def`` (Tile) and includes it last.
 
 File names are unique: ``scripts/build_ascend.sh`` flattens includes by file name.
 """
@@ -41,24 +42,33 @@ def _def(op: object) -> list[str]:
     attrs = f"std::make_tuple({fields})" if op.attrs else "std::tuple<>()"
     socs = ", ".join(f'"{soc}"' for soc in op.ascend_socs)
     lines = [f"// {op.name}", f"struct {op.op_type}Def {{", f"  using Table = mgo::table::{op.op_type};",
+             "  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in,",
+             "                                       const Table::Attrs& a) {",
+             f"    return mgo::infer::{op.name}(in, a);", "  }",
              *textwrap.wrap(f"static constexpr auto kAttrs = {attrs};", 104, initial_indent="  ",
                             subsequent_indent=" " * 49),
              *_comment("Columns over " + ", ".join((*op.inputs, *op.outputs)) + ".", "  "),
              f"  static constexpr std::array<std::array<ge::DataType, {n}>, {len(op.ascend_dtypes)}> kDtypes{{{{"]
-    lines += ["      {" + ", ".join(GE_DTYPES[d] for d in combination) + "}," for combination in op.ascend_dtypes]
+    for combination in op.ascend_dtypes:
+        lines += textwrap.wrap("{" + ", ".join(GE_DTYPES[d] for d in combination) + "},", 112,
+                               initial_indent=" " * 6, subsequent_indent=" " * 7)
     lines += ["  }};", f"  static constexpr std::array<const char*, {len(op.ascend_socs)}> kSocs{{{socs}}};", "};"]
     return lines
 
 
 def _table(specs: ModuleType) -> str:
     about = ("What each Ascend op's OpDef declares beyond mgo::table::<OpType> (infer_shape/op_table.h: names, "
-             "OPTIONAL inputs, attribute defaults): kAttrs, the Table::Attrs fields in attribute order (their "
+             "OPTIONAL inputs, attribute defaults): Infer, its shape rule (infer_shape/<op>.h); kAttrs, the "
+             "Table::Attrs fields in attribute order (their "
              "C++ types pick the setter and reader); kDtypes, the dtype combinations the kernel takes "
              "(ascend_dtypes), one per OpDef column, each over inputs then outputs; kSocs (ascend_socs). "
-             "DefineOp (op_host_def.h) turns it into the OpDef. CANN-only, like the adapter.")
+             "The op's hand-written <OpType>Host (op_host/<op>.cpp) derives from it and adds Tile; DefineOp "
+             "(op_host_def.h) turns the Host into the OpDef. CANN-only, like the adapter.")
     lines = [banner("//").rstrip("\n"), *_comment(about), "#pragma once", "", "#include <array>",
-             "#include <tuple>", "", '#include "register/op_def_registry.h"', "",
-             '#include "../../infer_shape/op_table.h"', "", "namespace mgo::op_host {", ""]
+             "#include <tuple>", "#include <vector>", "", '#include "register/op_def_registry.h"', "",
+             '#include "../../infer_shape/op_table.h"']
+    lines += [f'#include "../../infer_shape/{op.name}.h"' for op in specs.OP_SPECS.values() if op.ascend_dtypes]
+    lines += ["", "namespace mgo::op_host {", ""]
     for op in specs.OP_SPECS.values():
         if op.ascend_dtypes:
             lines += _def(op) + [""]
@@ -69,11 +79,11 @@ def _opdef(op: object) -> str:
     about = (f"The OpDef of {op.op_type}, declared from the table (mgo::table::{op.op_type}, "
              f"mgo::op_host::{op.op_type}Def) by DefineOp (common/op_host_def.h). op_host/{op.name}.cpp "
              f"includes this file after {op.op_type}Host. CANN-only, like the adapter.")
-    define = f"mgo::op_host::DefineOp<mgo::op_host::{op.op_type}Host, mgo::op_host::{op.op_type}Def>(*this);"
+    define = f"mgo::op_host::DefineOp<mgo::op_host::{op.op_type}Host>(*this);"
     lines = [banner("//").rstrip("\n"), *_comment(about), "#pragma once", "",
              '#include "../../common/op_host_def.h"', "", "namespace ops {", "",
              f"class {op.op_type} : public OpDef {{", " public:",
-             f"  explicit {op.op_type}(const char* name) : OpDef(name) {{ {define} }}",
+             f"  explicit {op.op_type}(const char* name) : OpDef(name) {{", f"    {define}", "  }",
              "};", "", f"OP_ADD({op.op_type});", "", "}  // namespace ops"]
     return "\n".join(lines) + "\n"
 

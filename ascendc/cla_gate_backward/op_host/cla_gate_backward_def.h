@@ -11,7 +11,9 @@ namespace ops {
 
 class ClaGateBackward : public OpDef {
  public:
-  explicit ClaGateBackward(const char* name) : OpDef(name) { mgo::op_host::DefineOp<mgo::op_host::ClaGateBackwardHost, mgo::op_host::ClaGateBackwardDef>(*this); }
+  explicit ClaGateBackward(const char* name) : OpDef(name) {
+    mgo::op_host::DefineOp<mgo::op_host::ClaGateBackwardHost>(*this);
+  }
 };
 
 OP_ADD(ClaGateBackward);

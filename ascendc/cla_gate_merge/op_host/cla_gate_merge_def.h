@@ -10,7 +10,9 @@ namespace ops {
 
 class ClaGateMerge : public OpDef {
  public:
-  explicit ClaGateMerge(const char* name) : OpDef(name) { mgo::op_host::DefineOp<mgo::op_host::ClaGateMergeHost, mgo::op_host::ClaGateMergeDef>(*this); }
+  explicit ClaGateMerge(const char* name) : OpDef(name) {
+    mgo::op_host::DefineOp<mgo::op_host::ClaGateMergeHost>(*this);
+  }
 };
 
 OP_ADD(ClaGateMerge);

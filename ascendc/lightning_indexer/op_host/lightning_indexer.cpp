@@ -1,35 +1,31 @@
-// LightningIndexer: what its op_host does that the table cannot say, Infer and Tile over the rules
-// in infer_shape/lightning_indexer.h and the pure tiling in
-// ascendc/lightning_indexer/lightning_indexer_tiling.h; the OpDef is
-// generated into lightning_indexer_def.h. Run by the shared adapter (common/op_host_adapter.h),
-// tested on CPU. CANN-only, NOT compiled with CANN in this repository's CI (no CANN toolkit here);
-// scripts/build_ascend.sh builds it.
+// LightningIndexer: what its op_host does that the table cannot say, LightningIndexerHost: Tile
+// over the pure tiling in ascendc/lightning_indexer/lightning_indexer_tiling.h. The shape rule
+// (infer_shape/lightning_indexer.h) and the OpDef come from the table: LightningIndexerDef in
+// common/op_host_table.h, lightning_indexer_def.h. Run by the shared adapter
+// (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in this repository's
+// CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
 #include "../../common/op_host_indexer.h"
-#include "../../../infer_shape/lightning_indexer.h"
+#include "../../common/op_host_table.h"
 #include "../lightning_indexer_tiling.h"
 
 namespace mgo::op_host {
 
 // float16/bfloat16 inputs, weights of the same dtype or float32; optional lengths may be omitted
 // or be the zero-size placeholder.
-struct LightningIndexerHost {
-  using T = mgo::table::LightningIndexer;
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
-    return mgo::infer::lightning_indexer(in, a);
-  }
+struct LightningIndexerHost : LightningIndexerDef {
   // TND without lengths (one sequence) is batch 0; the lengths' values live on the device, so
   // tokens are balanced by count.
-  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const T::Attrs& a,
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Table::Attrs& a,
                    const Platform& p) {
-    const mgo::infer::TensorDesc &qi = in[T::In::kQueryIndex], &ki = in[T::In::kKeyIndex];
+    const mgo::infer::TensorDesc &qi = in[Table::In::kQueryIndex], &ki = in[Table::In::kKeyIndex];
     const size_t r = IndexerRank(a.layout, {&qi, &ki}, "query_index/key_index");
     if (a.sparse_count <= 0) throw std::invalid_argument("sparse_count must be positive");
-    const IndexerTokens tok = ReadIndexerTokens(a.layout, qi, ki, in[T::In::kActualSeqLengthsQuery]);
+    const IndexerTokens tok = ReadIndexerTokens(a.layout, qi, ki, in[Table::In::kActualSeqLengthsQuery]);
     const mgo::tiling::LiShape s{tok.layout, tok.batch, tok.s1, tok.s2, tok.t1, tok.t2, Dim(qi, r - 2), Dim(qi, r - 1),
                                  static_cast<uint64_t>(a.sparse_count)};
     const auto t = mgo::tiling::ComputeLightningIndexerTiling(
-        s, static_cast<uint32_t>(a.sparse_mode), dtype, in[T::In::kWeights].dtype == mgo::infer::DType::kFloat32,
+        s, static_cast<uint32_t>(a.sparse_mode), dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
         mgo::tiling::SfaSeqLengths{nullptr, nullptr, 0}, IndexerCube(p));
     return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes);
   }

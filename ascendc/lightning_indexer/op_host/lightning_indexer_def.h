@@ -11,7 +11,9 @@ namespace ops {
 
 class LightningIndexer : public OpDef {
  public:
-  explicit LightningIndexer(const char* name) : OpDef(name) { mgo::op_host::DefineOp<mgo::op_host::LightningIndexerHost, mgo::op_host::LightningIndexerDef>(*this); }
+  explicit LightningIndexer(const char* name) : OpDef(name) {
+    mgo::op_host::DefineOp<mgo::op_host::LightningIndexerHost>(*this);
+  }
 };
 
 OP_ADD(LightningIndexer);

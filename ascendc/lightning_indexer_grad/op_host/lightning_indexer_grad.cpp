@@ -1,35 +1,31 @@
-// LightningIndexerGrad: what its op_host does that the table cannot say, Infer and Tile over the
-// rules in infer_shape/lightning_indexer_grad.h and the pure tiling in
-// ascendc/lightning_indexer_grad/lightning_indexer_grad_tiling.h; the OpDef is generated
-// into lightning_indexer_grad_def.h. Run by the shared adapter
-// (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in this
-// repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
+// LightningIndexerGrad: what its op_host does that the table cannot say, LightningIndexerGradHost:
+// Tile over the pure tiling in ascendc/lightning_indexer_grad/lightning_indexer_grad_tiling.h. The
+// shape rule (infer_shape/lightning_indexer_grad.h) and the OpDef come from the table:
+// LightningIndexerGradDef in common/op_host_table.h, lightning_indexer_grad_def.h. Run by the
+// shared adapter (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in
+// this repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
 #include "../../common/op_host_indexer.h"
-#include "../../../infer_shape/lightning_indexer_grad.h"
+#include "../../common/op_host_table.h"
 #include "../lightning_indexer_grad_tiling.h"
 
 namespace mgo::op_host {
 
 // float16/bfloat16 inputs, weights (and d_weights) of the same dtype or float32; optional lengths
 // may be omitted or be the zero-size placeholder.
-struct LightningIndexerGradHost {
-  using T = mgo::table::LightningIndexerGrad;
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
-    return mgo::infer::lightning_indexer_grad(in, a);
-  }
+struct LightningIndexerGradHost : LightningIndexerGradDef {
   // TND without lengths (one sequence) is batch 0; the lengths' values live on the device, so
   // tokens are balanced by count. No core waits for another (no SyncAll).
-  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const T::Attrs& a,
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Table::Attrs& a,
                    const Platform& p) {
-    const mgo::infer::TensorDesc &qi = in[T::In::kQueryIndex], &ki = in[T::In::kKeyIndex],
-                                 &si = in[T::In::kSparseIndices];
+    const mgo::infer::TensorDesc &qi = in[Table::In::kQueryIndex], &ki = in[Table::In::kKeyIndex],
+                                 &si = in[Table::In::kSparseIndices];
     const size_t r = IndexerRank(a.layout, {&qi, &ki, &si}, "query_index/key_index/sparse_indices");
-    const IndexerTokens tok = ReadIndexerTokens(a.layout, qi, ki, in[T::In::kActualSeqLengthsQuery]);
+    const IndexerTokens tok = ReadIndexerTokens(a.layout, qi, ki, in[Table::In::kActualSeqLengthsQuery]);
     const mgo::tiling::LigShape s{tok.layout, tok.batch,      tok.s1,        tok.s2,       tok.t1,
                                   tok.t2,     Dim(qi, r - 2), Dim(qi, r - 1), Dim(si, r - 1)};
     const auto t = mgo::tiling::ComputeLightningIndexerGradTiling(
-        s, static_cast<uint32_t>(a.sparse_mode), dtype, in[T::In::kWeights].dtype == mgo::infer::DType::kFloat32,
+        s, static_cast<uint32_t>(a.sparse_mode), dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
         mgo::tiling::SfaSeqLengths{nullptr, nullptr, 0}, IndexerCube(p));
     return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes);
   }

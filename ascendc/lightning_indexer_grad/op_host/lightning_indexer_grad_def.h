@@ -11,7 +11,9 @@ namespace ops {
 
 class LightningIndexerGrad : public OpDef {
  public:
-  explicit LightningIndexerGrad(const char* name) : OpDef(name) { mgo::op_host::DefineOp<mgo::op_host::LightningIndexerGradHost, mgo::op_host::LightningIndexerGradDef>(*this); }
+  explicit LightningIndexerGrad(const char* name) : OpDef(name) {
+    mgo::op_host::DefineOp<mgo::op_host::LightningIndexerGradHost>(*this);
+  }
 };
 
 OP_ADD(LightningIndexerGrad);

@@ -1,25 +1,21 @@
-// Rope (forward): what the op_host of Rope does that the table cannot say, Infer and Tile over the
-// rules in infer_shape/rope.h and ascendc/rope/rope_tiling.h; the OpDef is generated
-// into rope_def.h. Run by the shared adapter (common/op_host_adapter.h), tested on
-// CPU. CANN-only, NOT compiled in this repository's CI (no CANN toolkit here);
-// scripts/build_ascend.sh builds it.
+// Rope: what its op_host does that the table cannot say, RopeHost: Tile over the pure tiling in
+// ascendc/rope/rope_tiling.h. The shape rule (infer_shape/rope.h) and the OpDef come from the
+// table: RopeDef in common/op_host_table.h, rope_def.h. Run by the shared adapter
+// (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in this repository's
+// CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
-#include "../../../infer_shape/rope.h"
+#include "../../common/op_host_table.h"
 #include "../rope_tiling.h"
 
 namespace mgo::op_host {
 
-struct RopeHost {
-  using T = mgo::table::Rope;
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
-    return mgo::infer::rope(in, a);
-  }
+struct RopeHost : RopeDef {
   // q [n_tokens, hidden], cos [max_seq_len, 128], q_seq_len [batch]: the lengths are a device
   // tensor, not an attribute, so new lengths need no recompilation.
-  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const T::Attrs&,
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Table::Attrs&,
                    const Platform& p) {
-    const mgo::tiling::RopeShape shape{Dim(in[T::In::kQ], 0), Dim(in[T::In::kQ], 1), Dim(in[T::In::kCos], 0),
-                                       Dim(in[T::In::kQSeqLen], 0)};
+    const mgo::tiling::RopeShape shape{Dim(in[Table::In::kQ], 0), Dim(in[Table::In::kQ], 1),
+                                       Dim(in[Table::In::kCos], 0), Dim(in[Table::In::kQSeqLen], 0)};
     const auto t = mgo::tiling::ComputeRopeTiling(shape, dtype, p.aivNum, p.ubBytes);
     return Plan(t, t.result.data.usedCoreNum);
   }

@@ -10,7 +10,9 @@ namespace ops {
 
 class Rope : public OpDef {
  public:
-  explicit Rope(const char* name) : OpDef(name) { mgo::op_host::DefineOp<mgo::op_host::RopeHost, mgo::op_host::RopeDef>(*this); }
+  explicit Rope(const char* name) : OpDef(name) {
+    mgo::op_host::DefineOp<mgo::op_host::RopeHost>(*this);
+  }
 };
 
 OP_ADD(Rope);

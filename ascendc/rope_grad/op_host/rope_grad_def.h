@@ -10,7 +10,9 @@ namespace ops {
 
 class RopeGrad : public OpDef {
  public:
-  explicit RopeGrad(const char* name) : OpDef(name) { mgo::op_host::DefineOp<mgo::op_host::RopeGradHost, mgo::op_host::RopeGradDef>(*this); }
+  explicit RopeGrad(const char* name) : OpDef(name) {
+    mgo::op_host::DefineOp<mgo::op_host::RopeGradHost>(*this);
+  }
 };
 
 OP_ADD(RopeGrad);

@@ -1,26 +1,22 @@
-// SparseFlashAttention (forward): what its op_host does that the table cannot say, Infer and Tile
-// over the rules in infer_shape/sparse_flash_attention.h and the pure tiling in
-// ascendc/sparse_flash_attention/sparse_flash_attention_tiling.h; the OpDef is generated
-// into sparse_flash_attention_def.h. Run by the shared adapter
-// (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in this
-// repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
+// SparseFlashAttention: what its op_host does that the table cannot say, SparseFlashAttentionHost:
+// Tile over the pure tiling in ascendc/sparse_flash_attention/sparse_flash_attention_tiling.h. The
+// shape rule (infer_shape/sparse_flash_attention.h) and the OpDef come from the table:
+// SparseFlashAttentionDef in common/op_host_table.h, sparse_flash_attention_def.h. Run by the
+// shared adapter (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in
+// this repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
 #include "../../common/op_host_sfa.h"
-#include "../../../infer_shape/sparse_flash_attention.h"
+#include "../../common/op_host_table.h"
 #include "../sparse_flash_attention_tiling.h"
 
 namespace mgo::op_host {
 
 // Optional inputs may be omitted or be the zero-size placeholder. Cumulative lengths (TND, int32
 // or int64, both the same) stay a device tensor: new lengths need no recompilation.
-struct SparseFlashAttentionHost {
-  using T = mgo::table::SparseFlashAttention;
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
-    return mgo::infer::sparse_flash_attention(in, a);
-  }
-  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const T::Attrs& a,
+struct SparseFlashAttentionHost : SparseFlashAttentionDef {
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Table::Attrs& a,
                    const Platform& p) {
-    return TileSfa<T>(mgo::tiling::ComputeSparseFlashAttentionTiling, in, dtype, a, p, /*all_cores_at_once=*/false);
+    return TileSfa<Table>(mgo::tiling::ComputeSparseFlashAttentionTiling, in, dtype, a, p, /*all_cores_at_once=*/false);
   }
 };
 

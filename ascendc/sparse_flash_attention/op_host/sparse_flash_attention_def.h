@@ -11,7 +11,9 @@ namespace ops {
 
 class SparseFlashAttention : public OpDef {
  public:
-  explicit SparseFlashAttention(const char* name) : OpDef(name) { mgo::op_host::DefineOp<mgo::op_host::SparseFlashAttentionHost, mgo::op_host::SparseFlashAttentionDef>(*this); }
+  explicit SparseFlashAttention(const char* name) : OpDef(name) {
+    mgo::op_host::DefineOp<mgo::op_host::SparseFlashAttentionHost>(*this);
+  }
 };
 
 OP_ADD(SparseFlashAttention);

@@ -11,7 +11,9 @@ namespace ops {
 
 class SparseFlashAttentionGrad : public OpDef {
  public:
-  explicit SparseFlashAttentionGrad(const char* name) : OpDef(name) { mgo::op_host::DefineOp<mgo::op_host::SparseFlashAttentionGradHost, mgo::op_host::SparseFlashAttentionGradDef>(*this); }
+  explicit SparseFlashAttentionGrad(const char* name) : OpDef(name) {
+    mgo::op_host::DefineOp<mgo::op_host::SparseFlashAttentionGradHost>(*this);
+  }
 };
 
 OP_ADD(SparseFlashAttentionGrad);

@@ -1,32 +1,30 @@
-// SparseLightningIndexerGradKLLoss: what its op_host does that the table cannot say, Infer and Tile
-// over the rules in infer_shape/sparse_lightning_indexer_grad_kl_loss.h and the pure tiling in
-// ascendc/sparse_lightning_indexer_grad_kl_loss/sparse_lightning_indexer_grad_kl_loss_tiling.h; the
-// OpDef is generated into sparse_lightning_indexer_grad_kl_loss_def.h.
-// Run by the shared adapter (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled
-// with CANN in this repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
+// SparseLightningIndexerGradKLLoss: what its op_host does that the table cannot say,
+// SparseLightningIndexerGradKLLossHost: Tile over the pure tiling in
+// ascendc/sparse_lightning_indexer_grad_kl_loss/sparse_lightning_indexer_grad_kl_loss_tiling.h. The
+// shape rule (infer_shape/sparse_lightning_indexer_grad_kl_loss.h) and the OpDef come from the
+// table: SparseLightningIndexerGradKLLossDef in common/op_host_table.h,
+// sparse_lightning_indexer_grad_kl_loss_def.h. Run by the shared adapter
+// (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in this repository's
+// CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
 #include "../../common/op_host_indexer.h"
-#include "../../../infer_shape/sparse_lightning_indexer_grad_kl_loss.h"
+#include "../../common/op_host_table.h"
 #include "../sparse_lightning_indexer_grad_kl_loss_tiling.h"
 
 namespace mgo::op_host {
 
 // float16/bfloat16 inputs, weights (and d_weights) of the same dtype or float32; optional inputs
 // may be omitted or be the zero-size placeholder.
-struct SparseLightningIndexerGradKLLossHost {
-  using T = mgo::table::SparseLightningIndexerGradKLLoss;
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const T::Attrs& a) {
-    return mgo::infer::sparse_lightning_indexer_grad_kl_loss(in, a);
-  }
+struct SparseLightningIndexerGradKLLossHost : SparseLightningIndexerGradKLLossDef {
   // The pure tiling's view of the shapes; TND without lengths (one sequence) is batch 0. The
   // lengths' values live on the device, so rows are balanced by count. The key pass waits for
   // every core's row pass (SyncAll): all cores must start together.
-  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const T::Attrs& a,
+  static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Table::Attrs& a,
                    const Platform& p) {
-    const mgo::infer::TensorDesc &q = in[T::In::kQuery], &k = in[T::In::kKey], &qi = in[T::In::kQueryIndex],
-                                 &si = in[T::In::kSparseIndices], &qr = in[T::In::kQueryRope];
+    const mgo::infer::TensorDesc &q = in[Table::In::kQuery], &k = in[Table::In::kKey], &qi = in[Table::In::kQueryIndex],
+                                 &si = in[Table::In::kSparseIndices], &qr = in[Table::In::kQueryRope];
     const size_t r = IndexerRank(a.layout, {&q, &k, &qi, &si}, "query/key/query_index/sparse_indices");
-    const IndexerTokens tok = ReadIndexerTokens(a.layout, q, k, in[T::In::kActualSeqLengthsQuery]);
+    const IndexerTokens tok = ReadIndexerTokens(a.layout, q, k, in[Table::In::kActualSeqLengthsQuery]);
     const uint64_t dr = mgo::infer::is_absent(qr.shape) ? 0 : Dim(qr, r - 1);
     const mgo::tiling::SliShape s{tok.layout,    tok.batch,     tok.s1, tok.s2,         tok.t1,
                                   tok.t2,        Dim(q, r - 2), Dim(q, r - 1), dr, Dim(qi, r - 2),
@@ -34,7 +32,7 @@ struct SparseLightningIndexerGradKLLossHost {
     const mgo::tiling::SliAttrs attrs{static_cast<float>(a.scale_value), static_cast<uint32_t>(a.sparse_mode),
                                       a.deterministic};
     const auto t = mgo::tiling::ComputeSparseLightningIndexerGradKLLossTiling(
-        s, attrs, dtype, in[T::In::kWeights].dtype == mgo::infer::DType::kFloat32,
+        s, attrs, dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
         mgo::tiling::SfaSeqLengths{nullptr, nullptr, 0}, IndexerCube(p));
     return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes, /*all_cores_at_once=*/true);
   }

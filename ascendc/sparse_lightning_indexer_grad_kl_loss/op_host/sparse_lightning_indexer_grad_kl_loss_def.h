@@ -11,7 +11,9 @@ namespace ops {
 
 class SparseLightningIndexerGradKLLoss : public OpDef {
  public:
-  explicit SparseLightningIndexerGradKLLoss(const char* name) : OpDef(name) { mgo::op_host::DefineOp<mgo::op_host::SparseLightningIndexerGradKLLossHost, mgo::op_host::SparseLightningIndexerGradKLLossDef>(*this); }
+  explicit SparseLightningIndexerGradKLLoss(const char* name) : OpDef(name) {
+    mgo::op_host::DefineOp<mgo::op_host::SparseLightningIndexerGradKLLossHost>(*this);
+  }
 };
 
 OP_ADD(SparseLightningIndexerGradKLLoss);
