@@ -1,6 +1,6 @@
 """The structs the twin harness passes between Python and C++, both sides from one description:
-``tests/ascendc_harness/harness_args.h`` (included by the ``harness_*.cpp`` entry points) and
-``tests/ascendc_harness/twin_args.py`` (the ctypes mirrors ``twin_lib.py`` fills).
+``harness_args.h`` (included by the ``harness_*.cpp`` entry points) and ``twin_args.py`` (the
+ctypes mirrors ``twin_lib.py`` fills), both in the twin harness folder (``tests/**/ascendc_harness``).
 
 A field group is (kind, names, comment): kind ``int`` is int64_t / ``ctypes.c_int64``, ``float``
 is double / ``ctypes.c_double``. The order is the memory layout on both sides.
@@ -8,12 +8,25 @@ is double / ``ctypes.c_double``. The order is the memory layout on both sides.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 from .common import banner
 
-HEADER = "tests/ascendc_harness/harness_args.h"
-MODULE = "tests/ascendc_harness/twin_args.py"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _harness() -> str:
+    """The twin harness folder (found, not named: tests may be regrouped into subfolders)."""
+    found = [p.parent for p in ROOT.glob("tests/**/ascendc_harness/harness_common.h")]
+    if len(found) != 1:
+        raise RuntimeError(f"expected one tests/**/ascendc_harness/, found {found}")
+    return found[0].relative_to(ROOT).as_posix()
+
+
+HARNESS = _harness()
+HEADER = f"{HARNESS}/harness_args.h"
+MODULE = f"{HARNESS}/twin_args.py"
 CPP = {"int": "int64_t", "float": "double"}
 
 
@@ -64,7 +77,7 @@ def _py(s: Struct) -> list[str]:
 
 def _header() -> str:
     lines = [banner("//").rstrip("\n"),
-             f"// The structs the ctypes side ({MODULE}) passes to the harness entry points;",
+             "// The structs the ctypes side (twin_args.py, beside this file) passes to the harness entry points;",
              "// both sides are generated from scripts/glue/twin.py.", "#pragma once", "", "#include <cstdint>", "",
              "namespace harness {", ""]
     for s in STRUCTS:
@@ -74,7 +87,7 @@ def _header() -> str:
 
 def _module() -> str:
     lines = [banner("#").rstrip("\n"),
-             f'"""ctypes mirrors of the structs in {HEADER}, from scripts/glue/twin.py."""',
+             '"""ctypes mirrors of the structs in harness_args.h (beside this file), from scripts/glue/twin.py."""',
              "from __future__ import annotations", "", "import ctypes", "", "",
              "def _int(names: str) -> list[tuple[str, type]]:",
              "    return [(name, ctypes.c_int64) for name in names.split()]", "", "",
