@@ -113,7 +113,7 @@ def _differentiable(d: object, specs: ModuleType) -> list[str]:
     sources = [_source(s, fwd) for s in d.inputs]
     one_line = call + ", ".join(sources) + ")"
     lines += [one_line] if len(one_line) <= WIDTH else [call] + _pack(sources, " " * 12, " " * 12, ")")
-    one_line = "        return " + ", ".join(grads)
+    one_line = "        return " + ", ".join(grads) + ("," if len(grads) == 1 else "")  # a bprop returns a tuple
     lines += [one_line] if len(one_line) <= WIDTH else _pack(grads, " " * 8 + "return (", " " * 16, ")")
     lines += ["", f"    return {d.forward}_bprop"]
     return lines
