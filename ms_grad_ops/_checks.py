@@ -109,6 +109,8 @@ def validate(op: str, names: tuple[str, ...], tensors: tuple[Tensor, ...], attrs
     attribute values ``attrs`` (``attributes``' dict; None for an op without attributes); raises
     ``ValueError``/``TypeError`` naming the op, the argument and the shapes. Works eagerly and
     inside a GRAPH-mode construct or bprop."""
+    if len(names) != len(tensors):  # a call site out of step with the table
+        raise TypeError(f"{op}: {len(tensors)} tensors for the {len(names)} inputs {names}")
     for name, value in zip(names, tensors):
         check_tensor(op, name, value)
     attr_items = () if attrs is None else tuple(attrs.items())

@@ -1,11 +1,13 @@
-"""The one table of op names, inputs, outputs and attributes.
+"""The one table of op names, inputs, outputs and attributes, and of the forward/grad pairing.
 
-Every layer derives from it: the CPU reg_info and the Ascend reg_info in ``_custom.py``, and the
-Ascend OpDef sources are checked against it by the tests, so the names can never drift.
+Every layer derives from it: the CPU reg_info and the Ascend reg_info in ``_custom.py``, the glue
+that ``scripts/gen_glue.py`` generates (C++ slot indices, the bprops of ``_bprop_table.py``), and
+the Ascend OpDef sources are checked against it by the tests, so the names can never drift.
+Standard library only: the generators load this file by path, without MindSpore.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -126,3 +128,104 @@ _SFA_SPECS = (
 )
 
 OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (*_SPECS, *_SFA_SPECS)}
+
+
+# ---------------------------------------------------------------- the forward/grad pairing
+# The model is PyTorch's derivatives.yaml: for each differentiable forward op, the grad op that is
+# its backward, where each grad input comes from and which grad output is the gradient of which
+# forward input. scripts/glue/bprops.py generates the bprops (ms_grad_ops/_bprop_table.py) from it.
+
+@dataclass(frozen=True)
+class GradSpec:
+    """The backward of forward op ``forward``: one call of its fused grad op ``grad``."""
+
+    forward: str
+    grad: str
+    inputs: tuple[str, ...]
+    """One source per input of ``grad``, in its order: a forward input by name, ``result.<output>``
+    (a forward output) or ``grad.<output>`` (the incoming gradient of a forward output)."""
+    gradients: dict[str, str]
+    """{forward input: the grad output that is its gradient}. Every other forward input (indices,
+    lengths, tables) gets zeros; every grad output is the gradient of one forward input."""
+    copied_attrs: tuple[str, ...] = ()
+    """Grad attributes that take the value of the forward attribute of the same name."""
+    fixed_attrs: dict[str, object] = field(default_factory=dict)
+    """Grad attributes with a fixed value. The grad's other attributes keep their defaults."""
+    note: str = ""
+    """Why the wiring is as it is (the generated bprop's docstring)."""
+
+
+_SFA_FORWARD_ATTRS = tuple(a.name for a in _SFA_ATTRS)
+
+DERIVATIVES: dict[str, GradSpec] = {d.forward: d for d in (
+    GradSpec("rope", "rope_grad", ("grad.q_embed", "grad.k_embed", "cos", "sin", "q_seq_len"),
+             {"q": "q_grad_out", "k": "k_grad_out"}, fixed_attrs={"mode": "vjp"},
+             note="The exact VJP of rope (mode vjp); cos, sin and the lengths are tables."),
+    GradSpec("cla_gate_merge", "cla_gate_backward",
+             ("grad.merged", "global_attn", "local_attn", "global_gate_logits", "local_gate_logits"),
+             {"global_attn": "grad_global_attn", "local_attn": "grad_local_attn",
+              "global_gate_logits": "grad_global_gate_logits", "local_gate_logits": "grad_local_gate_logits"},
+             fixed_attrs={"input_attn_layout": "TND"}),
+    GradSpec("sparse_flash_attention", "sparse_flash_attention_grad",
+             ("query", "key", "value", "sparse_indices", "grad.out", "result.out", "result.softmax_max",
+              "result.softmax_sum", "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope"),
+             {"query": "d_query", "key": "d_key", "value": "d_value", "query_rope": "d_query_rope",
+              "key_rope": "d_key_rope"}, copied_attrs=_SFA_FORWARD_ATTRS,
+             note="The statistics carry no gradient. An absent value/rope input gets its absent (zero-size) "
+                  "gradient; with value absent d_key is the fused dK + dV."),
+    GradSpec("lightning_indexer", "lightning_indexer_grad",
+             ("query_index", "key_index", "weights", "result.sparse_indices", "grad.sparse_values",
+              "actual_seq_lengths_query", "actual_seq_lengths_key"),
+             {"query_index": "d_query_index", "key_index": "d_key_index", "weights": "d_weights"},
+             copied_attrs=("layout", "sparse_mode"),
+             note="Only the values carry a gradient; the selected indices say which keys it flows to. -1 slots "
+                  "are skipped by the kernel, so their -inf values never matter."),
+)}
+
+BACKWARD_OP = "it is a backward op itself; differentiate the forward op or its nn Cell instead"
+"""Why a grad op of ``DERIVATIVES`` has no gradient of its own."""
+
+NO_GRADIENT: dict[str, str] = {
+    "sparse_lightning_indexer_grad_kl_loss": "it returns the loss together with its gradients; use "
+                                             "nn.IndexerKLLoss, whose backward scales them by the incoming gradient",
+}
+"""Why each op that is neither a forward of ``DERIVATIVES`` nor a grad op has no gradient."""
+
+
+def no_gradient_reason(name: str) -> str | None:
+    """Why op ``name`` has no gradient, or None for a differentiable forward op."""
+    if name in DERIVATIVES:
+        return None
+    if name in NO_GRADIENT:
+        return NO_GRADIENT[name]
+    if any(d.grad == name for d in DERIVATIVES.values()):
+        return BACKWARD_OP
+    raise KeyError(f"{name}: neither in DERIVATIVES nor a grad op nor in NO_GRADIENT")
+
+
+def _check_derivatives() -> None:
+    """The pairing names only what the table has (a typo fails at import, here and in the generators)."""
+    for d in DERIVATIVES.values():
+        fwd, grad = OP_SPECS[d.forward], OP_SPECS[d.grad]
+        where = f"DERIVATIVES[{d.forward!r}]"
+        if len(d.inputs) != len(grad.inputs):
+            raise ValueError(f"{where}: {len(d.inputs)} sources for the {len(grad.inputs)} inputs of {d.grad}")
+        for source in d.inputs:
+            kind, _, name = source.rpartition(".")
+            if (kind and (kind not in ("result", "grad") or name not in fwd.outputs)) or \
+                    (not kind and name not in fwd.inputs):
+                raise ValueError(f"{where}: {source!r} is no forward input, result.<output> or grad.<output>")
+        if not set(d.gradients) <= set(fwd.inputs) or sorted(d.gradients.values()) != sorted(grad.outputs):
+            raise ValueError(f"{where}: gradients must map forward inputs to every output of {d.grad} once")
+        grad_attrs = {a.name: a.type for a in grad.attrs}
+        fwd_attrs = {a.name: a.type for a in fwd.attrs}
+        for name in d.copied_attrs:
+            if grad_attrs.get(name) is None or grad_attrs[name] != fwd_attrs.get(name):
+                raise ValueError(f"{where}: attribute {name!r} is not in both ops with one type")
+        if not set(d.fixed_attrs) <= set(grad_attrs) or set(d.fixed_attrs) & set(d.copied_attrs):
+            raise ValueError(f"{where}: fixed attributes must be attributes of {d.grad}, not also copied")
+    for name in OP_SPECS:
+        no_gradient_reason(name)
+
+
+_check_derivatives()

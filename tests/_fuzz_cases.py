@@ -19,6 +19,7 @@ from mindspore import Tensor
 
 from ms_grad_ops import ops
 from ms_grad_ops import reference as ref
+from ms_grad_ops._specs import OP_SPECS
 
 TOL = {"elementwise": {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2},
        "attention": {"float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}}
@@ -85,7 +86,7 @@ def _lens(values: list[int] | None, how: str) -> Any:
 def build_rope(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
     lens, msl, heads, dt, cdt = c["lens"], c["max_seq_len"], c["heads"], c["dtype"], c["cos_dtype"]
     t = sum(lens)
-    names = ("q", "k") if op == "rope" else ("q_grad", "k_grad")
+    names = OP_SPECS[op].inputs[:2]
     x0, x1 = _fl(rng, (t, 128 * heads), dt), _fl(rng, (t, 128 * heads), dt)
     cos, sin = _fl(rng, (msl, 128), cdt), _fl(rng, (msl, 128), cdt)
     kwargs: dict[str, Any] = {}

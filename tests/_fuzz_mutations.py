@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ms_grad_ops._specs import OP_SPECS
+
 KINDS = ("rank", "dtype", "dim", "attr_type", "attr_range", "lengths", "indices", "pair")
 
 # Dims fixed by another argument or a constant: (argument, dim) with dim counted from the end.
@@ -31,9 +33,7 @@ _CONSTRAINED = {
                                               ("softmax_max", -1), ("softmax_sum", -2), ("sparse_indices", -2),
                                               ("query_rope", -2)],
 }
-_ATTR_TYPES = {"mode": "str", "input_attn_layout": "str", "layout": "str", "sparse_count": "int",
-               "sparse_block_size": "int", "sparse_mode": "int", "pre_tokens": "int", "next_tokens": "int",
-               "scale_value": "float", "deterministic": "bool"}
+_ATTR_TYPES = {a.name: a.type for spec in OP_SPECS.values() for a in spec.attrs}
 _WRONG_TYPE = {"int": [1.5, "2", None, True, 3.0], "float": ["0.2", None, True, [0.5]],
                "bool": ["no", 1, None, 0.0], "str": [None, 3, b"TND", ["TND"]]}
 _OUT_OF_RANGE = {"int": [2**31, -(2**31) - 1, 2**63 - 1, 2**64], "float": [float("nan"), float("inf"), 1e39, -1e40],
@@ -42,8 +42,9 @@ _INT_ATTR_BAD = {"sparse_count": [0, -1], "sparse_block_size": [0, -3], "sparse_
                  "pre_tokens": [0, 5], "next_tokens": [-1]}
 _BAD_FLOAT_DTYPES = ("int8", "uint8", "int16", "complex64", "float64", "bool", "int32", "int64")
 _BAD_INT_DTYPES = ("float32", "int8", "bool", "float16")
-_INT_ARGS = ("sparse_indices", "q_seq_len", "actual_seq_lengths_query", "actual_seq_lengths_kv",
-             "actual_seq_lengths_key")
+# Integer inputs (indices, lengths): every dtype combination of the table has an int there.
+_INT_ARGS = {n for spec in OP_SPECS.values() for i, n in enumerate(spec.inputs)
+             if all(row[i] in ("int32", "int64") for row in spec.dtypes)}
 
 
 def _tensors(call: Any) -> dict[str, tuple[dict, str]]:

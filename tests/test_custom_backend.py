@@ -166,6 +166,38 @@ def test_unsupported_device_target_is_a_clear_error() -> None:
         _custom._build("rope", "GPU", ())
 
 
+def _check_wiring(name: str, grad_name: str) -> None:
+    """The bprop of forward op ``name`` hands its grad op the sources of DERIVATIVES in order and
+    returns, per forward input, its grad output or zeros."""
+    import mindspore as ms
+    import numpy as np
+    from mindspore import Tensor
+
+    from ms_grad_ops._specs import DERIVATIVES
+
+    fwd, grad, pairing = OP_SPECS[name], OP_SPECS[grad_name], DERIVATIVES[name]
+    inputs = {n: Tensor(np.full(2, i, np.float32), ms.float32) for i, n in enumerate(fwd.inputs)}
+    many = len(fwd.outputs) > 1
+    out = tuple(f"result.{o}" for o in fwd.outputs) if many else f"result.{fwd.outputs[0]}"
+    dout = tuple(f"grad.{o}" for o in fwd.outputs) if many else f"grad.{fwd.outputs[0]}"
+    calls = []
+
+    def fake_grad(*args: object) -> tuple:
+        calls.append(args)
+        return tuple(f"{grad_name}.{o}" for o in grad.outputs)
+
+    got = _bprops.bprop_of(name, fake_grad)(*inputs.values(), out, dout)
+    assert len(calls) == 1 and len(calls[0]) == len(grad.inputs)
+    for source, arg in zip(pairing.inputs, calls[0]):
+        assert arg is inputs[source] if source in inputs else arg == source, (name, source)
+    assert len(got) == len(fwd.inputs)
+    for n, g in zip(fwd.inputs, got):
+        if n in pairing.gradients:
+            assert g == f"{grad_name}.{pairing.gradients[n]}", (name, n)
+        else:
+            assert g.shape == (2,) and not g.asnumpy().any(), (name, n)
+
+
 @pytest.mark.parametrize("name", sorted(OP_SPECS))
 def test_bprop_takes_every_input_of_the_table(name: str) -> None:
     spec = OP_SPECS[name]
@@ -174,21 +206,29 @@ def test_bprop_takes_every_input_of_the_table(name: str) -> None:
         assert pairing[0] in OP_SPECS
         with pytest.raises(ValueError, match=f"{name}: its bprop needs the primitive of {pairing[0]}"):
             _bprops.bprop_of(name, None)
+        _check_wiring(name, pairing[0])
         bprop = _bprops.bprop_of(name, lambda *args: args)
     else:
         bprop = _bprops.bprop_of(name, None)
         # GRAPH mode parses the bprop's source: it must be found, with one parameter per input.
-        assert "raise RuntimeError(message)" in inspect.getsource(bprop)
+        assert f'raise RuntimeError("{name} has no gradient: ' in inspect.getsource(bprop)
         with pytest.raises(RuntimeError, match=f"^{name} has no gradient: "):
             bprop(*range(len(spec.inputs)), None, None)
     assert len(inspect.signature(bprop).parameters) == len(spec.inputs) + 2
 
 
 def test_no_gradient_bprop_for_any_input_count() -> None:
-    bprop = _bprops._no_gradient_factory(9)("op9 has no gradient: why")
-    assert list(inspect.signature(bprop).parameters) == [f"i{i}" for i in range(9)] + ["out", "dout"]
-    with pytest.raises(RuntimeError, match="^op9 has no gradient: why$"):
-        bprop(*range(11))
+    # The generated bprop of every op without a gradient: the op's inputs by name (an input called
+    # out gets a trailing _), then out and dout; the message is the table's reason.
+    from ms_grad_ops._bprop_table import NO_GRADIENT_BPROPS
+    from ms_grad_ops._specs import no_gradient_reason
+
+    assert set(NO_GRADIENT_BPROPS) == {n for n in OP_SPECS if no_gradient_reason(n) is not None}
+    for name, bprop in NO_GRADIENT_BPROPS.items():
+        inputs = [f"{n}_" if n in ("out", "dout") else n for n in OP_SPECS[name].inputs]
+        assert list(inspect.signature(bprop).parameters) == [*inputs, "out", "dout"], name
+        with pytest.raises(RuntimeError, match=f"^{name} has no gradient: {re.escape(no_gradient_reason(name))}$"):
+            bprop(*range(len(inputs) + 2))
 
 
 def test_vendor_folder_is_prepended_to_the_custom_opp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

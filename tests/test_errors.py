@@ -10,6 +10,7 @@ from _util import Fn, OpCell
 from mindspore import Tensor
 
 import ms_grad_ops as mgo
+from ms_grad_ops._specs import OP_SPECS
 
 
 def t(shape: tuple[int, ...], dtype: ms.dtype = ms.float32) -> Tensor:
@@ -312,9 +313,7 @@ def test_wrong_rank_is_reported_as_a_rank_error(exec_mode: str, op: str, over: d
         _run(exec_mode, *_case(op, **over))
 
 
-@pytest.mark.parametrize("op", ["rope", "rope_grad", "cla_gate_backward", "cla_gate_merge", "sparse_flash_attention",
-                                "sparse_flash_attention_grad", "lightning_indexer", "lightning_indexer_grad",
-                                "sparse_lightning_indexer_grad_kl_loss"])
+@pytest.mark.parametrize("op", list(OP_SPECS))
 def test_the_error_cases_start_from_a_valid_call(op: str) -> None:
     """The cases above break one rule each: the unbroken call runs."""
     out = _run("pynative", *_case(op))
@@ -325,18 +324,15 @@ def test_the_error_cases_start_from_a_valid_call(op: str) -> None:
 
 # --- every tensor argument and attribute of every op: the error names the op and that argument ---
 
-_OPS = ["rope", "rope_grad", "cla_gate_backward", "cla_gate_merge", "sparse_flash_attention", "sparse_flash_attention_grad",
-        "lightning_indexer", "lightning_indexer_grad", "sparse_lightning_indexer_grad_kl_loss"]
+_OPS = list(OP_SPECS)
 _OPTIONAL_TENSORS = {  # optional tensor arguments, given so that they can be broken too
     "sparse_flash_attention": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
     "sparse_flash_attention_grad": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
     "sparse_lightning_indexer_grad_kl_loss": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
 }
-_LENGTHS = {"rope": ["q_seq_len"], "rope_grad": ["q_seq_len"], "sparse_flash_attention": ["actual_seq_lengths_query", "actual_seq_lengths_kv"],
-            "sparse_flash_attention_grad": ["actual_seq_lengths_query", "actual_seq_lengths_kv"],
-            "lightning_indexer": ["actual_seq_lengths_query", "actual_seq_lengths_key"],
-            "lightning_indexer_grad": ["actual_seq_lengths_query", "actual_seq_lengths_key"],
-            "sparse_lightning_indexer_grad_kl_loss": ["actual_seq_lengths_query", "actual_seq_lengths_key"]}
+# The lengths inputs of each op: int32 or int64 in the table (indices are int32 only).
+_LENGTHS = {op: [n for i, n in enumerate(spec.inputs) if any(row[i] == "int64" for row in spec.dtypes)]
+            for op, spec in OP_SPECS.items()}
 
 
 def _tensor_args(op: str) -> dict:
@@ -378,7 +374,7 @@ def test_every_tensor_argument_is_checked_by_name(op: str, arg: str, how: str, a
         fn(**kwargs)
 
 
-_ATTRS = {op: [a for a in mgo._specs.OP_SPECS[op].attrs] for op in _OPS}
+_ATTRS = {op: list(OP_SPECS[op].attrs) for op in _OPS}
 _BAD_VALUES = {"int": [None, "1", 1.0, True, 2**31, -(2**31) - 1], "float": [None, "0.5", True, float("inf")],
                "bool": [None, 1, "True"], "str": [None, 1, b"TND", "nonsense"]}
 _EVERY_ATTR = [(op, a.name, v) for op in _OPS for a in _ATTRS[op] for v in _BAD_VALUES[a.type]]

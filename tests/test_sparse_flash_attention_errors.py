@@ -15,8 +15,10 @@ from _util import Fn
 from mindspore import Tensor
 
 from ms_grad_ops import ops
+from ms_grad_ops._specs import OP_SPECS
 
 F32 = np.float32
+_ATTRS = {op: {a.name for a in OP_SPECS[op].attrs} for op in OP_SPECS}
 
 
 def _t(shape: tuple, dtype: type = F32) -> Tensor:
@@ -33,7 +35,7 @@ def _fwd(**over: object) -> object:
     args = _fwd_args()
     attrs = dict(scale_value=0.5, layout="TND")
     for name, value in over.items():
-        (attrs if name in ("scale_value", "sparse_block_size", "layout", "sparse_mode") else args)[name] = value
+        (attrs if name in _ATTRS["sparse_flash_attention"] else args)[name] = value
     return ops.sparse_flash_attention(**args, **attrs)
 
 
@@ -87,7 +89,7 @@ def _grad(**over: object) -> object:
                 key_rope=a["key_rope"])
     attrs = dict(scale_value=0.5, layout="TND")
     for name, value in over.items():
-        (attrs if name in ("pre_tokens", "next_tokens", "sparse_mode") else args)[name] = value
+        (attrs if name in _ATTRS["sparse_flash_attention_grad"] else args)[name] = value
     return ops.sparse_flash_attention_grad(**args, **attrs)
 
 

@@ -27,9 +27,8 @@ class _IndexerKLLossCore(nn.Cell):
 
     def __init__(self, scale_value: float, layout: str, sparse_mode: int) -> None:
         super().__init__()
-        attrs = attributes("sparse_lightning_indexer_grad_kl_loss", scale_value=scale_value, layout=layout,
-                           sparse_mode=sparse_mode, deterministic=False)
-        self.scale_value, self.layout, self.sparse_mode = attrs["scale_value"], attrs["layout"], attrs["sparse_mode"]
+        self.attrs = attributes("sparse_lightning_indexer_grad_kl_loss", scale_value=scale_value, layout=layout,
+                                sparse_mode=sparse_mode, deterministic=False)
 
     def construct(self, query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor,
                   sparse_indices: Tensor, softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor,
@@ -38,8 +37,7 @@ class _IndexerKLLossCore(nn.Cell):
         # Zero-size placeholders are accepted by the functional op as "absent".
         return ops.sparse_lightning_indexer_grad_kl_loss(
             query, key, query_index, key_index, weights, sparse_indices, softmax_max, softmax_sum, query_rope,
-            key_rope, actual_seq_lengths_query, actual_seq_lengths_key, scale_value=self.scale_value,
-            layout=self.layout, sparse_mode=self.sparse_mode)
+            key_rope, actual_seq_lengths_query, actual_seq_lengths_key, **self.attrs)
 
     def bprop(self, query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor,
               sparse_indices: Tensor, softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor, key_rope: Tensor,

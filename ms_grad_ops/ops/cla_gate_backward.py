@@ -5,6 +5,10 @@ from mindspore import Tensor
 
 from .._checks import attributes, validate
 from .._custom import primitive
+from .._specs import OP_SPECS
+
+_OP = "cla_gate_backward"
+_INPUTS = OP_SPECS[_OP].inputs
 
 
 def cla_gate_backward(grad_merged: Tensor, global_attn: Tensor, local_attn: Tensor, global_gate_logits: Tensor,
@@ -25,9 +29,7 @@ def cla_gate_backward(grad_merged: Tensor, global_attn: Tensor, local_attn: Tens
         ``(grad_global_attn, grad_local_attn, grad_global_gate_logits, grad_local_gate_logits)``:
         two ``[T, N, D]`` and two ``[T, N]`` tensors in the input dtype.
     """
-    attrs = attributes("cla_gate_backward", input_attn_layout=input_attn_layout)
-    validate("cla_gate_backward",
-             ("grad_merged", "global_attn", "local_attn", "global_gate_logits", "local_gate_logits"),
-             (grad_merged, global_attn, local_attn, global_gate_logits, local_gate_logits), attrs)
-    return primitive("cla_gate_backward", **attrs)(
+    attrs = attributes(_OP, input_attn_layout=input_attn_layout)
+    validate(_OP, _INPUTS, (grad_merged, global_attn, local_attn, global_gate_logits, local_gate_logits), attrs)
+    return primitive(_OP, **attrs)(
         grad_merged, global_attn, local_attn, global_gate_logits, local_gate_logits)

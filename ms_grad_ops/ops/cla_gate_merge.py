@@ -5,6 +5,10 @@ from mindspore import Tensor
 
 from .._checks import validate
 from .._custom import primitive
+from .._specs import OP_SPECS
+
+_OP = "cla_gate_merge"
+_INPUTS = OP_SPECS[_OP].inputs
 
 
 def cla_gate_merge(global_attn: Tensor, local_attn: Tensor, global_gate_logits: Tensor,
@@ -19,6 +23,5 @@ def cla_gate_merge(global_attn: Tensor, local_attn: Tensor, global_gate_logits: 
     Returns:
         merged ``[T, N, D]`` in the input dtype (float32 arithmetic).
     """
-    validate("cla_gate_merge", ("global_attn", "local_attn", "global_gate_logits", "local_gate_logits"),
-             (global_attn, local_attn, global_gate_logits, local_gate_logits))
-    return primitive("cla_gate_merge")(global_attn, local_attn, global_gate_logits, local_gate_logits)
+    validate(_OP, _INPUTS, (global_attn, local_attn, global_gate_logits, local_gate_logits))
+    return primitive(_OP)(global_attn, local_attn, global_gate_logits, local_gate_logits)

@@ -9,8 +9,10 @@ from mindspore import Tensor
 from .._checks import attributes, check_tensor, validate
 from .._custom import primitive
 from .._optional import check_lengths_pair, lengths_pair
+from .._specs import OP_SPECS
 
 _OP = "lightning_indexer"
+_INPUTS = OP_SPECS[_OP].inputs
 
 
 def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
@@ -46,12 +48,9 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
     query_index = check_tensor(_OP, "query_index", query_index)
     key_index = check_tensor(_OP, "key_index", key_index)
     lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key)
-    args = (("query_index", query_index), ("key_index", key_index), ("weights", weights),
-            ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))
-    names = tuple(n for n, _ in args)
-    tensors = tuple(t for _, t in args)
+    tensors = (query_index, key_index, weights, lens_q, lens_k)
     attrs = attributes(_OP, sparse_count=sparse_count, layout=layout, sparse_mode=sparse_mode)
-    validate(_OP, names, tensors, attrs)
+    validate(_OP, _INPUTS, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query_index,
                        key_index)
     return primitive(_OP, **attrs)(*tensors)

@@ -9,8 +9,10 @@ from mindspore import Tensor
 from .._checks import attributes, check_tensor, validate
 from .._custom import primitive
 from .._optional import check_lengths_pair, lengths_pair
+from .._specs import OP_SPECS
 
 _OP = "lightning_indexer_grad"
+_INPUTS = OP_SPECS[_OP].inputs
 
 
 def lightning_indexer_grad(query_index: Tensor, key_index: Tensor, weights: Tensor, sparse_indices: Tensor,
@@ -50,13 +52,9 @@ def lightning_indexer_grad(query_index: Tensor, key_index: Tensor, weights: Tens
     query_index = check_tensor(_OP, "query_index", query_index)
     key_index = check_tensor(_OP, "key_index", key_index)
     lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key)
-    args = (("query_index", query_index), ("key_index", key_index), ("weights", weights),
-            ("sparse_indices", sparse_indices), ("d_values", d_values), ("actual_seq_lengths_query", lens_q),
-            ("actual_seq_lengths_key", lens_k))
-    names = tuple(n for n, _ in args)
-    tensors = tuple(t for _, t in args)
+    tensors = (query_index, key_index, weights, sparse_indices, d_values, lens_q, lens_k)
     attrs = attributes(_OP, layout=layout, sparse_mode=sparse_mode)
-    validate(_OP, names, tensors, attrs)
+    validate(_OP, _INPUTS, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query_index,
                        key_index)
     return primitive(_OP, **attrs)(*tensors)

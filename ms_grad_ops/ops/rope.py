@@ -7,6 +7,10 @@ from mindspore import Tensor
 
 from .._checks import check_seq_length_values, seq_lengths, validate
 from .._custom import primitive
+from .._specs import OP_SPECS
+
+_OP = "rope"
+_INPUTS = OP_SPECS[_OP].inputs
 
 
 def rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, q_seq_len: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
@@ -21,7 +25,7 @@ def rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, q_seq_len: Sequence[int
     Returns:
         ``(q_embed, k_embed)``, shaped and typed like q.
     """
-    lens = seq_lengths("rope", "q_seq_len", q_seq_len)
-    validate("rope", ("q", "k", "cos", "sin", "q_seq_len"), (q, k, cos, sin, lens))
-    check_seq_length_values("rope", "q_seq_len", q_seq_len, q.shape[0], cos.shape[0])
-    return primitive("rope")(q, k, cos, sin, lens)
+    lens = seq_lengths(_OP, "q_seq_len", q_seq_len)
+    validate(_OP, _INPUTS, (q, k, cos, sin, lens))
+    check_seq_length_values(_OP, "q_seq_len", q_seq_len, q.shape[0], cos.shape[0])
+    return primitive(_OP)(q, k, cos, sin, lens)

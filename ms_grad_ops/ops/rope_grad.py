@@ -7,6 +7,10 @@ from mindspore import Tensor
 
 from .._checks import attributes, check_seq_length_values, seq_lengths, validate
 from .._custom import primitive
+from .._specs import OP_SPECS
+
+_OP = "rope_grad"
+_INPUTS = OP_SPECS[_OP].inputs
 
 
 def rope_grad(q_grad: Tensor, k_grad: Tensor, cos: Tensor, sin: Tensor, q_seq_len: Sequence[int] | Tensor,
@@ -28,8 +32,8 @@ def rope_grad(q_grad: Tensor, k_grad: Tensor, cos: Tensor, sin: Tensor, q_seq_le
     Returns:
         ``(q_grad_out, k_grad_out)``, shaped and typed like q_grad.
     """
-    attrs = attributes("rope_grad", mode=mode)
-    lens = seq_lengths("rope_grad", "q_seq_len", q_seq_len)
-    validate("rope_grad", ("q_grad", "k_grad", "cos", "sin", "q_seq_len"), (q_grad, k_grad, cos, sin, lens), attrs)
-    check_seq_length_values("rope_grad", "q_seq_len", q_seq_len, q_grad.shape[0], cos.shape[0])
-    return primitive("rope_grad", **attrs)(q_grad, k_grad, cos, sin, lens)
+    attrs = attributes(_OP, mode=mode)
+    lens = seq_lengths(_OP, "q_seq_len", q_seq_len)
+    validate(_OP, _INPUTS, (q_grad, k_grad, cos, sin, lens), attrs)
+    check_seq_length_values(_OP, "q_seq_len", q_seq_len, q_grad.shape[0], cos.shape[0])
+    return primitive(_OP, **attrs)(q_grad, k_grad, cos, sin, lens)

@@ -10,10 +10,10 @@ from mindspore import ops as msops
 from .._checks import attributes, check_tensor, validate
 from .._custom import primitive
 from .._optional import Lengths, check_lengths_pair, lengths_pair, optional, rope_pair
+from .._specs import OP_SPECS
 
 _OP = "sparse_flash_attention"
-_NAMES = ("query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query",
-          "actual_seq_lengths_kv")
+_INPUTS = OP_SPECS[_OP].inputs
 
 
 def _to_float32(dout: Tensor) -> Tensor:
@@ -83,6 +83,6 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor | None, spa
         inputs = (inputs[0], _float32_grad()(inputs[1]), _float32_grad()(inputs[2]), *inputs[3:])
     attrs = attributes(_OP, scale_value=scale_value, sparse_block_size=sparse_block_size, layout=layout,
                        sparse_mode=sparse_mode)
-    validate(_OP, _NAMES, inputs, attrs)
+    validate(_OP, _INPUTS, inputs, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_kv", actual_seq_lengths_query, actual_seq_lengths_kv, query, key)
     return primitive(_OP, **attrs)(*inputs)

@@ -6,11 +6,11 @@ from mindspore import Tensor
 from .._checks import attributes, validate
 from .._custom import primitive
 from .._optional import Lengths, check_lengths_pair
+from .._specs import OP_SPECS
 from .sparse_flash_attention import sfa_inputs
 
 _OP = "sparse_flash_attention_grad"
-_NAMES = ("query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum",
-          "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope")
+_INPUTS = OP_SPECS[_OP].inputs
 
 
 def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor | None, sparse_indices: Tensor,
@@ -44,7 +44,7 @@ def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor | None
     attrs = attributes(_OP, scale_value=scale_value, sparse_block_size=sparse_block_size, layout=layout,
                        sparse_mode=sparse_mode, pre_tokens=pre_tokens, next_tokens=next_tokens,
                        deterministic=deterministic)
-    validate(_OP, _NAMES, inputs, attrs)
+    validate(_OP, _INPUTS, inputs, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_kv", actual_seq_lengths_query, actual_seq_lengths_kv, q, k)
     d_query, d_key, d_value, d_query_rope, d_key_rope = primitive(_OP, **attrs)(*inputs)
     rope = query_rope is not None

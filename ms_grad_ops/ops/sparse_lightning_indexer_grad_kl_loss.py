@@ -9,8 +9,10 @@ from mindspore import Tensor
 from .._checks import attributes, check_tensor, validate
 from .._custom import primitive
 from .._optional import check_lengths_pair, lengths_pair, rope_pair
+from .._specs import OP_SPECS
 
 _OP = "sparse_lightning_indexer_grad_kl_loss"
+_INPUTS = OP_SPECS[_OP].inputs
 
 
 def sparse_lightning_indexer_grad_kl_loss(
@@ -49,14 +51,10 @@ def sparse_lightning_indexer_grad_kl_loss(
     key = check_tensor(_OP, "key", key)
     query_rope, key_rope = rope_pair(_OP, query_rope, key_rope, query.dtype)
     lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key)
-    args = (("query", query), ("key", key), ("query_index", query_index), ("key_index", key_index),
-            ("weights", weights), ("sparse_indices", sparse_indices), ("softmax_max", softmax_max),
-            ("softmax_sum", softmax_sum), ("query_rope", query_rope), ("key_rope", key_rope),
-            ("actual_seq_lengths_query", lens_q), ("actual_seq_lengths_key", lens_k))
-    names = tuple(n for n, _ in args)
-    tensors = tuple(t for _, t in args)
+    tensors = (query, key, query_index, key_index, weights, sparse_indices, softmax_max, softmax_sum, query_rope,
+               key_rope, lens_q, lens_k)
     attrs = attributes(_OP, scale_value=scale_value, layout=layout, sparse_mode=sparse_mode,
                        deterministic=deterministic)
-    validate(_OP, names, tensors, attrs)
+    validate(_OP, _INPUTS, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query, key)
     return primitive(_OP, **attrs)(*tensors)
