@@ -4,7 +4,7 @@ Per op: random valid calls (shapes, dtypes, layouts, lengths as lists / int32 / 
 None, sparse indices with -1 anywhere, empty batches, K above the visible keys) must match the
 float64 reference; random malformed calls (rank, shape, dtype, attribute type and range, lengths,
 indices, half of an optional pair) must raise ValueError / TypeError / RuntimeError naming the op.
-Every case runs in a long-lived worker subprocess (tests/_fuzz_worker.py): a crash or a hang fails
+Every case runs in a long-lived worker subprocess (tests/support/_fuzz_worker.py): a crash or a hang fails
 the case and the worker is restarted, so it cannot end the run.
 
 CI runs a fixed set (``derandomize``): MGO_FUZZ_EXAMPLES examples per test (default 64, about
@@ -24,13 +24,12 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from _paths import SUPPORT
 from hypothesis import HealthCheck, core, given, settings
 from hypothesis import strategies as st
 
-TESTS = Path(__file__).resolve().parent
 EXAMPLES = int(os.environ.get("MGO_FUZZ_EXAMPLES", "64"))
 GRAPH_EXAMPLES = max(2, EXAMPLES // 8)
 CASE_TIMEOUT = 120.0   # seconds; a GRAPH compile under load takes a few
@@ -57,7 +56,7 @@ class Worker:
 
     def _start(self) -> None:
         # env=os.environ: `import mindspore` set OMP_NUM_THREADS=1 in C for this process only.
-        self.proc = subprocess.Popen([sys.executable, str(TESTS / "_fuzz_worker.py")], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, str(SUPPORT / "_fuzz_worker.py")], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=self.cwd,
                                      env=dict(os.environ))
         self.lines = queue.Queue()

@@ -10,10 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _paths import ASCEND
+from _paths import ROOT as REPO
 
 from ms_grad_ops._specs import OP_SPECS
 
-REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "build_ascend.sh"
 # The ops the script builds: every op registered for Ascend.
 OPS = tuple(sorted(name for name, spec in OP_SPECS.items() if spec.ascend_dtypes))
@@ -91,7 +92,7 @@ def test_staged_op_host_compiles_against_the_api_stub(staged: Path, tmp_path: Pa
     assert cxx, "g++ is required"
     unit = tmp_path / "all_op_host.cpp"
     unit.write_text("".join(f'#include "{staged / "op_host" / op}.cpp"\n' for op in OPS))
-    stub = REPO / "tests" / "cann_stub"
+    stub = ASCEND / "cann_stub"
     result = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", f"-I{stub}", str(unit)], capture_output=True,
                             text=True, check=False)
     assert result.returncode == 0, result.stderr

@@ -12,10 +12,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _paths import ROOT
 
 from ms_grad_ops._specs import OP_SPECS
 
-ASCENDC = Path(__file__).resolve().parents[1] / "ascendc"
+ASCENDC = ROOT / "ascendc"
 OPS = ("rope", "rope_grad", "cla_gate_merge", "cla_gate_backward", "sparse_flash_attention",
        "sparse_flash_attention_grad", "sparse_lightning_indexer_grad_kl_loss", "lightning_indexer",
        "lightning_indexer_grad")

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _paths import ROOT
 from _util import quantize
 
 from ms_grad_ops import reference as ref
 
-ROOT = Path(__file__).resolve().parents[1]
 # torch is not a dependency (the benchmarks time it only when it is importable), so without it there
 # is no baseline to check.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")

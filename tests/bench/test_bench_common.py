@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _paths import ROOT
 from _util import quantize
 
-ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_common", ROOT / "scripts/bench/common.py")
 common = sys.modules["bench_common"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(common)

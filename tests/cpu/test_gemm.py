@@ -1,4 +1,4 @@
-"""Compiles and runs the C++ check of the oneDNN GEMM wrapper (tests/cpp/test_gemm.cc): float32
+"""Compiles and runs the C++ check of the oneDNN GEMM wrapper (tests/cpu/cpp/test_gemm.cc): float32
 and bfloat16 paths vs a float64 triple loop on odd sizes, transposes and leading dimensions, and
 bitwise determinism when called from several OpenMP threads. The bf16 path runs on oneDNN's bf16
 matmul (``native``: needs a CPU with AVX512-BF16 or AMX-BF16, skipped saying so elsewhere, and
@@ -18,8 +18,7 @@ from pathlib import Path
 
 import _cpu
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from _paths import CPP, ROOT
 
 
 def _dist_dir(dist: str, name: str, parent: str = "") -> Path:
@@ -72,7 +71,7 @@ def gemm_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     standin = _dist_dir("onednn-cpu-gomp", "libdnnl.so.3")
     exe = tmp_path_factory.mktemp("gemm") / "test_gemm"
     subprocess.run(["g++", "-O2", "-fopenmp", "-D_GLIBCXX_USE_CXX11_ABI=0", "-std=c++17", f"-I{inc}", f"-I{ROOT}",
-                    str(ROOT / "tests/cpp/test_gemm.cc"), str(ROOT / "cpu/gemm.cc"), "-o", str(exe), f"-L{standin}",
+                    str(CPP / "test_gemm.cc"), str(ROOT / "cpu/gemm.cc"), "-o", str(exe), f"-L{standin}",
                     "-l:libdnnl.so.3", f"-Wl,-rpath,{_mindspore_lib()}"], check=True)
     return exe
 

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import _cpu
 import pytest
+from _paths import SUPPORT, TESTS
 
-TESTS = Path(__file__).resolve().parent
-
-ELEMENTWISE = ["test_rope_grad.py", "test_cla_gate.py"]
-ATTENTION = ["test_sparse_flash_attention.py", "test_lightning_indexer.py",
-             "test_sparse_lightning_indexer_grad_kl_loss.py"]
+ELEMENTWISE = ["rope/test_rope.py", "cla_gate/test_cla_gate.py"]
+ATTENTION = ["sparse_flash_attention/test_sparse_flash_attention.py", "lightning_indexer/test_lightning_indexer.py",
+             "lightning_indexer/test_sparse_lightning_indexer_grad_kl_loss.py"]
 CASES = {
     "elementwise_avx2": ("avx2", ELEMENTWISE, "not graph"),
     "elementwise_portable": ("portable", ELEMENTWISE, "not graph"),
@@ -61,7 +60,7 @@ def test_bf16_matmul_is_taken_exactly_where_the_cpu_has_it(isa: str) -> None:
     if not isa and not _cpu.has_bf16_instructions():
         pytest.skip(_cpu.NO_BF16_MATMUL)
     env = _env(isa) if isa else {k: v for k, v in os.environ.items() if k != "MGO_CPU_ISA"}
-    run = subprocess.run([sys.executable, "-c", _BF16_NATIVE], cwd=TESTS, env=env, capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-c", _BF16_NATIVE], cwd=SUPPORT, env=env, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     native = run.stdout.strip().splitlines()[-1] == "1"

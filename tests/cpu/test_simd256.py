@@ -1,4 +1,4 @@
-"""Compiles and runs the C++ check of cpu/simd256.h (tests/cpp/test_simd256.cc): the AVX2 loads and
+"""Compiles and runs the C++ check of cpu/simd256.h (tests/cpu/cpp/test_simd256.cc): the AVX2 loads and
 round-to-nearest-even stores of float16/bfloat16 must match the scalar conversions of
 cpu/convert.cc bit for bit (ties, denormals, infinities, NaNs), and the lane sum must keep its
 fixed order."""
@@ -8,13 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from _paths import CPP, ROOT
 
 
 def test_simd256_matches_scalar_conversions(tmp_path: Path) -> None:
     exe = tmp_path / "test_simd256"
-    subprocess.run(["g++", "-O2", "-std=c++17", f"-I{ROOT}", str(ROOT / "tests/cpp/test_simd256.cc"),
+    subprocess.run(["g++", "-O2", "-std=c++17", f"-I{ROOT}", str(CPP / "test_simd256.cc"),
                     str(ROOT / "cpu/convert.cc"), "-o", str(exe)], check=True)
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     if run.stdout.startswith("SKIP"):

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
+from _paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "mindformers_dsa_cpu.py"
 # mindformers 2.0.0 (the release paired with MindSpore 2.10) and what its modules import on the
 # way to the DSA layer, at versions that work with numpy < 2 (none of them needs numpy).

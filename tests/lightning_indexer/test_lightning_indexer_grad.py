@@ -17,9 +17,10 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
+from _paths import CPP, ROOT, SUPPORT
+from _upstream import Upstream, check_param_grads
 from _util import Fn, assert_close, quantize, to_ms, to_np
 from mindspore import Tensor, nn
-from test_cells_upstream import Upstream, check_param_grads
 
 import ms_grad_ops as mgo
 from ms_grad_ops import ops
@@ -233,7 +234,7 @@ _DETERMINISM_SCRIPT = textwrap.dedent("""
     import hashlib, sys
     import numpy as np, mindspore as ms
     ms.set_device("CPU")
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = {tests!r}
     from test_lightning_indexer_grad import Case
     case = Case(np.random.default_rng(14), "{dtype}", "float32", "TND", 3, lens_q=[40, 33], lens_k=[50, 60],
                 nidx=8, didx=32, k=48)
@@ -246,7 +247,7 @@ _DETERMINISM_SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_bitwise_identical_for_1_and_2_threads(dtype: str) -> None:
     """Many rows select the same keys: the key gradient sums across rows in a fixed order."""
-    script = _DETERMINISM_SCRIPT.format(tests=str(Path(__file__).parent), dtype=dtype)
+    script = _DETERMINISM_SCRIPT.format(tests=[str(Path(__file__).parent), str(SUPPORT)], dtype=dtype)
     digests = []
     for threads in ("1", "2"):
         env = dict(os.environ, OMP_NUM_THREADS=threads)
@@ -373,11 +374,10 @@ def _from_raw(data: bytes, dtype: str, shape: tuple) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def call_aot(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tests/cpp/call_aot.cc built with MindSpore's string ABI (the library's)."""
-    root = Path(__file__).resolve().parents[1]
+    """tests/cpu/cpp/call_aot.cc built with MindSpore's string ABI (the library's)."""
     exe = tmp_path_factory.mktemp("call_aot") / "call_aot"
-    subprocess.run(["g++", "-O1", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0", f"-I{root}",
-                    str(root / "tests/cpp/call_aot.cc"), "-o", str(exe), "-ldl"], check=True)
+    subprocess.run(["g++", "-O1", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0", f"-I{ROOT}",
+                    str(CPP / "call_aot.cc"), "-o", str(exe), "-ldl"], check=True)
     return exe
 
 

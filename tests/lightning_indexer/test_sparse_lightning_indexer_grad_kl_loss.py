@@ -6,12 +6,12 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import mindspore as ms
 import numpy as np
 import pytest
 from _indexer_cases import Case, make_case, ms_args
+from _paths import SUPPORT
 from _util import Fn, assert_close, rel_l2, to_np
 
 from ms_grad_ops import ops
@@ -153,7 +153,7 @@ _DETERMINISM_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_bitwise_identical_for_1_and_2_threads(dtype: str) -> None:
-    script = _DETERMINISM_SCRIPT.format(tests=str(Path(__file__).parent), dtype=dtype)
+    script = _DETERMINISM_SCRIPT.format(tests=str(SUPPORT), dtype=dtype)
     digests = []
     for threads in ("1", "2"):
         env = dict(os.environ, OMP_NUM_THREADS=threads)

@@ -5,13 +5,13 @@ vectorised exp is written once, in cpu/vector_math.h."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from _paths import ROOT
 
 from ms_grad_ops._specs import OP_SPECS
 
-CPU = Path(__file__).resolve().parents[1] / "cpu"
+CPU = ROOT / "cpu"
 ENTRY = re.compile(r'extern "C" [^{;]*?\b(\w+)\(([^)]*)\)\s*\{(.*?)\n\}', re.S)
 K_INPUTS = re.compile(r"static constexpr int kInputs = (\w+(?:::\w+)*);")
 

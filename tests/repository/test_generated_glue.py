@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _paths import ROOT
 
 
 def test_generated_files_are_up_to_date() -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-HEADER_DIRS = ("infer_shape", "cpu", "ascendc", "tests/cpp", "tests/ascendc_harness", "tests/cann_stub")
+from _paths import ROOT as REPO
+
+HEADER_DIRS = ("infer_shape", "cpu", "ascendc", "tests/cpu/cpp", "tests/ascend/ascendc_harness",
+               "tests/ascend/cann_stub")
 HEADER_SUFFIXES = (".h", ".hpp", ".hh")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
+from _paths import SUPPORT
 from _sfa_data import make_case
 from _util import Fn
 from mindspore import Tensor
@@ -183,7 +184,7 @@ for dtype, select in (("bfloat16", "random"), ("float32", "random"), ("bfloat16"
 def test_bitwise_identical_for_1_and_2_threads(tmp_path: Path) -> None:
     script = tmp_path / "det.py"
     script.write_text(_DETERMINISM_SCRIPT)
-    tests_dir = str(Path(__file__).resolve().parent)
+    tests_dir = str(SUPPORT)
     digests = []
     for threads in ("1", "2"):
         env = dict(os.environ, OMP_NUM_THREADS=threads)

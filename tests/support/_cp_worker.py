@@ -1,7 +1,7 @@
 """One msrun worker of ``test_context_parallel.py`` (not a test module).
 
 ``msrun ... _cp_worker.py OUT_DIR -- <dsa_context_parallel.py arguments>``: first trains the demo
-model with ``scripts/dsa_context_parallel.py`` (GRAPH mode, its ``init()``), then, in PyNative,
+model with ``examples/dsa_context_parallel.py`` (GRAPH mode, its ``init()``), then, in PyNative,
 runs ``ContextParallelDSAttention`` on every case of ``CASES`` twice with real collectives and
 writes ``OUT_DIR/<case>_rank<r>.npz``: this rank's output rows, its indexer loss, its share of
 every parameter gradient (for ``sum(out * d_out) + indexer_loss``), the initial parameters and
@@ -20,7 +20,7 @@ from mindspore.communication import get_group_size, get_rank
 import ms_grad_ops as mgo
 from ms_grad_ops.nn import ContextParallelPlan
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import dsa_context_parallel  # noqa: E402
 
 CFG = {"dim": 20, "n_heads": 2, "q_lora_rank": 12, "kv_lora_rank": 10, "qk_nope_head_dim": 6,

@@ -7,7 +7,7 @@ the whole batch, CP = 2 and 3, TND with uneven lengths and sequences shorter tha
 Over msrun (2 workers on 127.0.0.1, a free port; ``_cp_worker.py``), alone on the machine: the
 real collectives (AllGather forward, AllReduce + slice backward) against one process - output,
 indexer loss and every parameter gradient within 1e-6 (fp32), the same bits on a second run - and
-``scripts/dsa_context_parallel.py --cp 2 --layout TND`` training a few steps: parameters bitwise
+``examples/dsa_context_parallel.py --cp 2 --layout TND`` training a few steps: parameters bitwise
 identical on both ranks, per-step global losses within 1e-6 of the one-process run. Every child
 runs in its own process group, is killed with it on timeout or failure, and the teardown checks
 that none is left.
@@ -24,6 +24,7 @@ import mindspore as ms
 import numpy as np
 import psutil
 import pytest
+from _paths import EXAMPLES
 from _util import rel_l2
 from mindspore import Tensor
 from mindspore import ops as msops
@@ -33,7 +34,7 @@ import ms_grad_ops as mgo
 from ms_grad_ops.nn import ContextParallelPlan
 from ms_grad_ops.nn.cp_plan import chunk_bounds, unshard
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "dsa_context_parallel.py"
+SCRIPT = EXAMPLES / "dsa_context_parallel.py"
 # SGD with momentum: Adam's sign-like first steps turn rounding-level gradient differences into
 # drift (docs/distributed.md, context parallel), which is not what this compares.
 TRAIN = [*TINY, "--batch", "4", "--steps", "3", "--layout", "TND", "--optimizer", "momentum", "--lr", "0.1"]

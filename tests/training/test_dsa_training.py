@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from _paths import EXAMPLES
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 TINY = ["--seq-len", "16", "--topk", "4", "--dim", "16", "--noise", "8", "--queries", "2"]
 TIMEOUT = 240
 
@@ -72,7 +72,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
     (their GRAPH compiles run side by side). Kills what is left at teardown and checks that no
     descendant of this process survives."""
     work = tmp_path_factory.mktemp("dsa_training")
-    dp_args = [str(SCRIPTS / "dsa_data_parallel.py"), *TINY, "--batch", "4", "--steps", "3", "--log-every", "1"]
+    dp_args = [str(EXAMPLES / "dsa_data_parallel.py"), *TINY, "--batch", "4", "--steps", "3", "--log-every", "1"]
     msrun = _Child([str(Path(sys.executable).parent / "msrun"), "--worker_num=2", "--local_worker_num=2",
                     "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "--join=True",
                     f"--log_dir={work / 'logs'}", *dp_args, "--save", str(work / "dp")], work, "msrun")
@@ -82,7 +82,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
         pass  # result() reports the timeout
     children = {
         "msrun": msrun,
-        "demo": _Child([sys.executable, str(SCRIPTS / "dsa_demo.py"), *TINY, "--batch", "4", "--dense-steps", "2",
+        "demo": _Child([sys.executable, str(EXAMPLES / "dsa_demo.py"), *TINY, "--batch", "4", "--dense-steps", "2",
                         "--warmup-steps", "3", "--sparse-steps", "2", "--log-every", "1"], work, "demo"),
         "one": _Child([sys.executable, *dp_args, "--save", str(work / "one")], work, "one"),
     }

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+REPO = HERE.parents[2]
 ASCENDC = REPO / "ascendc"
 UNITS = ("harness_twin", "harness_cla_gate", "harness_rope", "harness_mix", "harness_sfa", "harness_sli",
          "harness_li", "harness_lig")
