@@ -52,7 +52,7 @@ def test_ascend_branch_builds_the_aclnn_primitive(name: str) -> None:
     assert [i["name"] for i in info["inputs"]] == list(spec.inputs)
     assert [o["name"] for o in info["outputs"]] == list(spec.outputs)
     assert [a["name"] for a in info["attr"]] == [a.name for a in spec.attrs]
-    # Exactly what the Ascend OpDef declares (tests/test_ascendc_op_host.py): 16-bit float inputs.
+    # Exactly what the Ascend OpDef declares (tests/ascend/test_ascendc_op_host.py): 16-bit float inputs.
     declared = {tuple(d[0] for d in row) for row in info["dtype_format"]}
     assert declared == set(spec.ascend_dtypes) and declared <= set(spec.dtypes)
     assert {row[0] for row in declared} == {"float16", "bfloat16"}

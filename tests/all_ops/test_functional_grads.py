@@ -88,7 +88,7 @@ def test_sparse_flash_attention_bf16_kv_passed_twice(exec_mode: str) -> None:
 
 
 def test_lightning_indexer_values(exec_mode: str) -> None:
-    """The values' gradient flows to the selected keys (tests/test_lightning_indexer_grad.py has the rest)."""
+    """The values' gradient flows to the selected keys (test_lightning_indexer_grad.py has the rest)."""
     rng = np.random.default_rng(4)
     qi, ki, w, dv = _f32(rng, 6, 2, 4), _f32(rng, 6, 1, 4), _f32(rng, 6, 2), _f32(rng, 6, 1, 3)
 

@@ -86,7 +86,7 @@ def test_staged_kernels_compile_against_the_twin(staged: Path, tmp_path: Path) -
 
 
 def test_staged_op_host_compiles_against_the_api_stub(staged: Path, tmp_path: Path) -> None:
-    # The flattened op_host sources against tests/cann_stub (the documented CANN API subset they
+    # The flattened op_host sources against tests/ascend/cann_stub (the documented CANN API subset they
     # use, not CANN): the rewritten includes and the adapter still form one valid program.
     cxx = shutil.which("g++")
     assert cxx, "g++ is required"

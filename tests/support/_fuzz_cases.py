@@ -1,6 +1,6 @@
-"""Fuzz cases of the nine ops, run inside the fuzz worker process (tests/_fuzz_worker.py).
+"""Fuzz cases of the nine ops, run inside the fuzz worker process (tests/support/_fuzz_worker.py).
 
-A case is a JSON-able dict made by the hypothesis strategies of tests/test_fuzz_ops.py:
+A case is a JSON-able dict made by the hypothesis strategies of tests/all_ops/test_fuzz_ops.py:
 ``{"op", "kind": "valid" | "malformed", "mode": "pynative" | "graph", "seed", "cfg": {...},
 "mutation": [...]}``. :func:`run` builds the inputs from it (NumPy, seeded), calls the functional
 op and returns ``(ok, detail)``:

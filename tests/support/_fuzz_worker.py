@@ -1,4 +1,4 @@
-"""The fuzz worker: a long-lived process that runs fuzz cases (tests/_fuzz_cases.py) one JSON line
+"""The fuzz worker: a long-lived process that runs fuzz cases (tests/support/_fuzz_cases.py) one JSON line
 at a time from stdin and answers one line per case on stdout (prefixed, so MindSpore's own output
 cannot be mistaken for an answer). Importing MindSpore costs seconds, so one worker runs many
 cases; the test side restarts it after a crash or a hang, which then counts as a failed case."""

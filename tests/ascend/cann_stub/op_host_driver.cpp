@@ -1,6 +1,6 @@
 // Test driver: runs one op_host adapter (InferShape / InferDataType / Tiling of an op registered
 // with OP_ADD against this stub) on one case read from stdin and prints the result on stdout.
-// Included after the op_host sources by tests/test_ascendc_op_host.py, which compiles it once.
+// Included after the op_host sources by tests/ascend/test_ascendc_op_host.py, which compiles it once.
 //
 // stdin: <OpType> <shape|dtype|tiling>
 //        <n_attrs> { <index> <s|i|f|b> <value> }

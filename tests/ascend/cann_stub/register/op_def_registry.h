@@ -1,6 +1,6 @@
 // TEST STUB, not CANN: the subset of CANN's op_host API (ge/gert/ops namespaces) that
 // ascendc/common/op_host_*.h and ascendc/*/op_host/*.cpp use, declared with the signatures of
-// the public CANN documentation, so tests/test_ascendc_op_host.py can compile the op_host sources
+// the public CANN documentation, so tests/ascend/test_ascendc_op_host.py can compile the op_host sources
 // and run their adapters on a machine without CANN. Compiling against it proves the sources are
 // well-formed C++ over that documented subset; it proves nothing about the real toolkit.
 #pragma once
