@@ -33,12 +33,12 @@ def test_header_names_are_unique() -> None:
 
 
 def test_duplicate_detector_finds_a_clash(tmp_path: Path) -> None:
-    for rel in ("infer_shape/seq_lengths.h", "cpu/seq_lengths.h", "ascendc/common/x.h", "tests/cpp/y.hpp"):
+    for rel in ("infer_shape/seq_lengths.h", "cpu/seq_lengths.h", "ascendc/common/x.h", "tests/cpu/cpp/y.hpp"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("#pragma once\n")
     (tmp_path / "ascendc/deep/er").mkdir(parents=True)
     (tmp_path / "ascendc/deep/er/y.hpp").write_text("#pragma once\n")
     assert duplicated_header_names(tmp_path) == {
         "seq_lengths.h": ["infer_shape/seq_lengths.h", "cpu/seq_lengths.h"],
-        "y.hpp": ["ascendc/deep/er/y.hpp", "tests/cpp/y.hpp"],
+        "y.hpp": ["ascendc/deep/er/y.hpp", "tests/cpu/cpp/y.hpp"],
     }
