@@ -158,7 +158,7 @@ def test_op_host_reads_attributes_in_opdef_order(op: str) -> None:
 
 
 # ---------------------------------------------------------------- the adapters, run
-# tests/ascend/cann_stub declares the documented CANN op_host API subset the sources use (not CANN
+# tests/cann_stub declares the documented CANN op_host API subset the sources use (not CANN
 # itself). Compiled against it, the real op_host sources run: their infer adapters must agree with
 # the pybind11 rules (the same infer_shape/ headers), and their tiling adapters must hand the
 # pure tiling the shapes and attributes of the inputs.

@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "../../cpu/gemm.h"
+#include "cpu/gemm.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "../../cpu/simd256.h"
+#include "cpu/simd256.h"
 
 namespace {
 
