@@ -14,13 +14,14 @@ from pathlib import Path
 
 import mindspore as ms
 import numpy as np
+from _paths import EXAMPLES
 from mindspore import Tensor
 from mindspore.communication import get_group_size, get_rank
 
 import ms_grad_ops as mgo
 from ms_grad_ops.nn import ContextParallelPlan
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+sys.path.insert(0, str(EXAMPLES))
 import dsa_context_parallel  # noqa: E402
 
 CFG = {"dim": 20, "n_heads": 2, "q_lora_rank": 12, "kv_lora_rank": 10, "qk_nope_head_dim": 6,
