@@ -27,7 +27,7 @@ package (each workaround says why; docs/migrating.md lists them):
    no CPU kernel either).
 
 Run: ``PYTHONPATH=<folder with mindformers 2.0.0> python examples/mindformers_dsa_cpu.py``
-(``tests/test_mindformers_dsa.py`` installs that folder: ``pip install --no-deps --target``
+(``tests/integration/test_mindformers_dsa.py`` installs that folder: ``pip install --no-deps --target``
 mindformers==2.0.0 and the few packages its modules import). ``--check`` prints the (a)/(b)
 comparisons of the test as JSON instead of training.
 """
@@ -267,7 +267,7 @@ class Stage:
 
 
 # ----------------------------------------------------------------------------------------------
-# --check: the comparisons tests/test_mindformers_dsa.py asserts
+# --check: the comparisons tests/integration/test_mindformers_dsa.py asserts
 # ----------------------------------------------------------------------------------------------
 # The built-ins' pre_tokens/next_tokens default. A name, not ``2**63 - 1``: GRAPH mode evaluates a
 # default written as an expression with int64 graph arithmetic, where 2**63 overflows.
@@ -375,7 +375,7 @@ def main() -> None:
     parser.add_argument("--sparse-steps", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--check", action="store_true",
-                        help="first print the (a)/(b) comparisons of tests/test_mindformers_dsa.py as JSON")
+                        help="first print the (a)/(b) comparisons of tests/integration/test_mindformers_dsa.py as JSON")
     args = parser.parse_args()
     start = time.time()
     mf = import_mindformers()

@@ -5,7 +5,7 @@
 
 Each generator module ``scripts/glue/<name>.py`` (every module there but ``common``) has ``generate(specs)`` returning
 {repository-relative path: text}. The generated files are committed, so building the package needs
-neither this script nor its imports; ``tests/test_generated_glue.py`` fails when one is stale.
+neither this script nor its imports; ``tests/repository/test_generated_glue.py`` fails when one is stale.
 """
 from __future__ import annotations
 

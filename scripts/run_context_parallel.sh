@@ -19,11 +19,11 @@ echo "[context parallel] 2 workers (--cp 2) on 127.0.0.1:$PORT, logs in $WORK/ms
 DEFAULTS=(--optimizer momentum --lr 0.1)
 status=0
 msrun --worker_num=2 --local_worker_num=2 --master_addr=127.0.0.1 --master_port="$PORT" --join=True \
-  --log_dir=msrun_log "$ROOT/scripts/dsa_context_parallel.py" --cp 2 --save cp "${DEFAULTS[@]}" "$@" || status=$?
+  --log_dir=msrun_log "$ROOT/examples/dsa_context_parallel.py" --cp 2 --save cp "${DEFAULTS[@]}" "$@" || status=$?
 grep -h "\[rank" msrun_log/worker_*.log || true
 [ "$status" -eq 0 ] || exit "$status"
 echo "[context parallel] the same training in one process on the whole sequences" >&2
-"$PY" "$ROOT/scripts/dsa_context_parallel.py" --save one "${DEFAULTS[@]}" "$@" | tee one.log
+"$PY" "$ROOT/examples/dsa_context_parallel.py" --save one "${DEFAULTS[@]}" "$@" | tee one.log
 "$PY" - msrun_log/worker_0.log one.log <<'PY'
 import re, sys
 def losses(path):

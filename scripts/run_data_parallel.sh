@@ -11,6 +11,6 @@ export PATH="$(dirname "$PY"):$PATH" MS_WORKER_IP=127.0.0.1
 echo "[data parallel] 2 workers on 127.0.0.1:$PORT, logs in $WORK/msrun_log" >&2
 status=0
 msrun --worker_num=2 --local_worker_num=2 --master_addr=127.0.0.1 --master_port="$PORT" --join=True \
-  --log_dir=msrun_log "$ROOT/scripts/dsa_data_parallel.py" "$@" || status=$?
+  --log_dir=msrun_log "$ROOT/examples/dsa_data_parallel.py" "$@" || status=$?
 grep -h "\[rank" msrun_log/worker_*.log || true
 exit "$status"

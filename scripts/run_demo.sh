@@ -7,4 +7,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh"
 WORK="$(mktemp -d)"
 cd "$WORK"
-exec "$PY" "$ROOT/scripts/dsa_demo.py" "$@"
+exec "$PY" "$ROOT/examples/dsa_demo.py" "$@"

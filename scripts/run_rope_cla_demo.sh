@@ -5,4 +5,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh"
 WORK="$(mktemp -d)"
 cd "$WORK"
-exec "$PY" "$ROOT/scripts/rope_cla_demo.py" "$@"
+exec "$PY" "$ROOT/examples/rope_cla_demo.py" "$@"

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests" / "ascend"), str(ROOT)]
 
 from _sfa_data import make_case  # noqa: E402
 from _util import TOLERANCES, quantize, rel_l2  # noqa: E402

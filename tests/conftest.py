@@ -1,12 +1,18 @@
-"""Test setup: run in a temporary directory (GRAPH failures write rank_0/ into the cwd), on CPU."""
+"""Test setup: run in a temporary directory (GRAPH failures write rank_0/ into the cwd), on CPU.
+
+The shared helpers live in tests/support/ (``_util``, ``_paths``, oracles, case makers, workers):
+put on sys.path here, so every test folder imports them by module name."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import mindspore as ms
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 ms.set_device("CPU")
 
 

@@ -1,0 +1,517 @@
+"""The Ascend op_host OpDefs and kernel entry points use exactly the names, order, attributes
+and dtypes of ms_grad_ops._specs.OP_SPECS, the table the MindSpore reg_info is built from.
+
+The op_host sources need the CANN toolkit (absent here), so they are compiled against
+tests/cann_stub and the OpDefs they register are compared with the table, and the rest is checked
+by parsing: a renamed input in either place fails this test instead of failing on a device.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from _paths import ROOT
+
+from ms_grad_ops._specs import OP_SPECS
+
+ASCENDC = ROOT / "ascendc"
+OPS = ("rope", "rope_grad", "cla_gate_merge", "cla_gate_backward", "sparse_flash_attention",
+       "sparse_flash_attention_grad", "sparse_lightning_indexer_grad_kl_loss", "lightning_indexer",
+       "lightning_indexer_grad")
+GE_DTYPES = {"DT_FLOAT16": "float16", "DT_BF16": "bfloat16", "DT_FLOAT": "float32", "DT_INT32": "int32",
+             "DT_INT64": "int64"}
+ATTR_TYPES = {"String": "str", "Int": "int", "Float": "float", "Bool": "bool", "ListInt": "listInt"}
+
+PARAM = re.compile(r'this->(Input|Output)\("(\w+)"\)\s*\.ParamType\((REQUIRED|OPTIONAL)\)\s*'
+                   r'\.DataType\(\{([^}]*)\}\)\s*\.Format\(\{([^}]*)\}\)')
+ATTR = re.compile(r'this->Attr\("(\w+)"\)\s*\.AttrType\(OPTIONAL\)\s*\.(\w+)\(([^)]*)\)')
+KERNEL = re.compile(r'extern "C" __global__ __aicore__ void (\w+)\(([^)]*)\)')
+
+
+def opdef(driver: Path, op: str) -> dict[str, object]:
+    # The OpDef the compiled op_host source registers (common/op_host_def.h over the generated
+    # <op>_def.h), printed by the stub driver in the syntax of a hand-written OpDef.
+    src = subprocess.run([str(driver)], input=f"{OP_SPECS[op].op_type} def", capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    params = PARAM.findall(src)
+    cls = re.search(r"class (\w+) : public OpDef", src)
+    added = re.search(r"OP_ADD\((\w+)\);", src)
+    return {
+        "class": cls.group(1) if cls else None,
+        "op_add": added.group(1) if added else None,
+        "inputs": tuple(name for kind, name, _, _, _ in params if kind == "Input"),
+        "outputs": tuple(name for kind, name, _, _, _ in params if kind == "Output"),
+        "input_params": tuple(param for kind, _, param, _, _ in params if kind == "Input"),
+        "output_params": tuple(param for kind, _, param, _, _ in params if kind == "Output"),
+        "dtypes": [[GE_DTYPES[d.strip().removeprefix("ge::")] for d in dts.split(",")] for *_, dts, _ in params],
+        "formats": [[f.strip() for f in fmts.split(",")] for *_, fmts in params],
+        "attrs": ATTR.findall(src),
+        "socs": re.findall(r'AddConfig\("(\w+)"\)', src),
+    }
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_opdef_names_match_spec(driver: Path, op: str) -> None:
+    spec, d = OP_SPECS[op], opdef(driver, op)
+    assert d["class"] == spec.op_type and d["op_add"] == spec.op_type
+    assert d["inputs"] == spec.inputs
+    assert d["outputs"] == spec.outputs
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_opdef_attrs_match_spec(driver: Path, op: str) -> None:
+    spec = OP_SPECS[op]
+    cpp_bool = {"false": "False", "true": "True"}
+    attrs = [(name, ATTR_TYPES[kind], str(float(v)) if kind == "Float" else cpp_bool.get(v, v))
+             for name, kind, value in opdef(driver, op)["attrs"] for v in [value.strip().strip('"')]]
+    assert attrs == [(a.name, a.type, str(a.default)) for a in spec.attrs]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_opdef_dtype_combinations_are_spec_combinations(driver: Path, op: str) -> None:
+    spec, d = OP_SPECS[op], opdef(driver, op)
+    columns = list(zip(*d["dtypes"]))  # one combination per column, over inputs then outputs
+    assert len({len(row) for row in d["dtypes"]}) == 1, "every DataType list needs the same length"
+    assert all(len(row) == len(d["dtypes"][0]) for row in d["formats"])
+    assert all(f == "ge::FORMAT_ND" for row in d["formats"] for f in row)
+    assert len(columns) == len(set(columns)) and set(columns) == set(spec.ascend_dtypes)  # the Ascend reg_info's
+    assert set(columns) <= set(spec.dtypes)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_opdef_registers_supported_socs(driver: Path, op: str) -> None:
+    socs = opdef(driver, op)["socs"]
+    assert {"ascend910b", "ascend910_93"} <= set(socs)  # Atlas A2 / A3
+    if op.startswith("cla_gate"):
+        assert "ascend950" in socs  # the seed op's own target
+
+
+def test_op_host_and_kernel_exist_for_every_packaged_op() -> None:
+    # The ops the custom op package builds: every Ascend-registered op.
+    packaged = {name for name, spec in OP_SPECS.items() if spec.ascend_dtypes}
+    assert packaged == set(OPS)
+    for op in OPS:
+        assert all((ASCENDC / op / part / f"{op}.cpp").is_file() for part in ("op_host", "op_kernel")), op
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_kernel_entry_matches_spec(op: str) -> None:
+    spec = OP_SPECS[op]
+    src = (ASCENDC / op / "op_kernel" / f"{op}.cpp").read_text()
+    entries = KERNEL.findall(src)
+    assert len(entries) == 1
+    name, params = entries[0]
+    assert name == op  # CANN derives the kernel symbol from the snake_case op name
+    names = tuple(p.split()[-1] for p in params.replace("\n", " ").split(","))
+    assert names == (*spec.inputs, *spec.outputs, "workspace", "tiling")
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_op_host_calls_the_shared_rules(op: str) -> None:
+    # Shape rules live once (infer_shape/<op>.h, called by the op's generated Def in
+    # common/op_host_table.h) and tiling once (<op>_tiling.h, called by op_host/<op>.cpp).
+    src = (ASCENDC / op / "op_host" / f"{op}.cpp").read_text()
+    assert f'#include "../{op}_tiling.h"' in src and '#include "../../common/op_host_table.h"' in src
+    table = (ASCENDC / "common" / "op_host_table.h").read_text()
+    assert f'#include "../../infer_shape/{op}.h"' in table
+    definition = table[table.index(f"\nstruct {OP_SPECS[op].op_type}Def {{"):]
+    assert f"mgo::infer::{op}(" in definition[:definition.index("\n};")]
+
+
+HOST_NAME = re.compile(r'static constexpr const char\* kOpType = "(\w+)";')
+HOST_OPTIONAL = re.compile(r"static constexpr std::array<bool, (\d+)> kOptional\{([^}]*)\};")
+
+
+def host_struct(op: str) -> tuple[str, tuple[bool, ...]]:
+    """(kOpType, kOptional) of the table struct the op's adapter reads (infer_shape/op_table.h)."""
+    table = (ASCENDC.parent / "infer_shape" / "op_table.h").read_text()
+    src = table[table.index(f"\nstruct {OP_SPECS[op].op_type} {{"):]
+    src = src[:src.index("\n};")]
+    name = HOST_NAME.findall(src)
+    (size, flags), = HOST_OPTIONAL.findall(src)
+    optional = tuple(f.strip() == "true" for f in flags.split(",")) if flags.strip() else (False,) * int(size)
+    assert len(name) == 1 and len(optional) == int(size)
+    return name[0], optional
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_op_host_instantiates_the_shared_adapter(driver: Path, op: str) -> None:
+    # One adapter for every op: the op source registers the template's instances (through the one
+    # OpDef body, common/op_host_def.h) and holds no graph-engine context code of its own (that
+    # would be a copy of the adapter).
+    src = (ASCENDC / op / "op_host" / f"{op}.cpp").read_text()
+    assert f'#include "{op}_def.h"' in src
+    src += (ASCENDC / op / "op_host" / f"{op}_def.h").read_text()
+    spec, d = OP_SPECS[op], opdef(driver, op)
+    name, optional = host_struct(op)
+    assert '#include "../../common/op_host_adapter.h"' in src
+    assert f"struct {spec.op_type}Host : {spec.op_type}Def {{" in src
+    assert f"mgo::op_host::DefineOp<mgo::op_host::{spec.op_type}Host>(*this)" in src
+    define = (ASCENDC / "common" / "op_host_def.h").read_text()
+    for adapter in ("InferShape", "InferDataType", "Tiling"):
+        assert f"({adapter}<Op>)" in define
+    assert "Context" not in src, "context handling belongs in common/op_host_adapter.h"
+    assert name == spec.op_type
+    # OPTIONAL in the OpDef exactly for the spec's optional inputs, and the adapter reads them so.
+    assert d["input_params"] == tuple("OPTIONAL" if i in spec.optional else "REQUIRED" for i in spec.inputs)
+    assert tuple("OPTIONAL" if o else "REQUIRED" for o in optional) == d["input_params"]
+    assert set(d["output_params"]) == {"REQUIRED"}
+
+
+ATTR_FIELD = re.compile(r"&Table::Attrs::(\w+)")
+FIELD_TYPES = {"int64_t": "int", "double": "float", "std::string": "str", "bool": "bool"}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_op_host_reads_attributes_in_opdef_order(op: str) -> None:
+    # ReadAttrs<Op> (common/op_host_adapter.h) reads attribute i, named kAttrNames[i], into the
+    # Table::Attrs field kAttrs[i] (common/op_host_table.h) with the reader of that field's C++ type.
+    defs = (ASCENDC / "common" / "op_host_table.h").read_text()
+    defs = defs[defs.index(f"\nstruct {OP_SPECS[op].op_type}Def {{"):]
+    fields = ATTR_FIELD.findall(defs[:defs.index("\n};")])
+    table = (ASCENDC.parent / "infer_shape" / "op_table.h").read_text()
+    table = table[table.index(f"\nstruct {OP_SPECS[op].op_type} {{"):]
+    table = table[:table.index("\n};")]
+    types = dict((name, FIELD_TYPES[t]) for t, name in re.findall(r"^    ([\w:]+) (\w+) = ", table, flags=re.M))
+    names = re.findall(r'"(\w+)"', re.search(r"kAttrNames\{([^}]*)\}", table).group(1))
+    reads = [(i, names[i], types[field]) for i, field in enumerate(fields) if field == names[i]]
+    assert len(fields) == len(names) == len(reads)
+    assert reads == [(i, a.name, a.type) for i, a in enumerate(OP_SPECS[op].attrs)]
+
+
+# ---------------------------------------------------------------- the adapters, run
+# tests/cann_stub declares the documented CANN op_host API subset the sources use (not CANN
+# itself). Compiled against it, the real op_host sources run: their infer adapters must agree with
+# the pybind11 rules (the same infer_shape/ headers), and their tiling adapters must hand the
+# pure tiling the shapes and attributes of the inputs.
+GE_CODES = {"float16": 1, "bfloat16": 27, "float32": 0, "int32": 3, "int64": 9}
+GE_NAMES = {code: name for name, code in GE_CODES.items()}
+ATTR_KINDS = {"str": "s", "int": "i", "float": "f", "bool": "b"}
+SYS_WORKSPACE = 16 * 1024 * 1024  # what the stub platform reports
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cxx = shutil.which("g++")
+    assert cxx, "g++ is required"
+    out = tmp_path_factory.mktemp("op_host")
+    stub = Path(__file__).resolve().parent / "cann_stub"
+    unit = out / "driver.cpp"  # every op_host source in one program, as CANN links them
+    unit.write_text("".join(f'#include "{ASCENDC / op / "op_host" / op}.cpp"\n' for op in OPS)
+                    + f'#include "{stub / "op_host_driver.cpp"}"\n')
+    result = subprocess.run([cxx, "-std=c++17", "-O0", "-Wall", "-Wextra", "-Werror", f"-I{stub}", str(unit), "-o",
+                             str(out / "driver")], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    return out / "driver"
+
+
+Input = tuple[list[int], str] | None  # (shape, dtype), None = omitted OPTIONAL input
+
+
+def run_adapter(driver: Path, op: str, step: str, inputs: list[Input], attrs: dict[str, object]) -> tuple[str, str]:
+    spec = OP_SPECS[op]
+    words = [spec.op_type, step, str(len(spec.attrs))]
+    for i, a in enumerate(spec.attrs):
+        value = attrs[a.name]
+        words += [str(i), ATTR_KINDS[a.type], str(int(value)) if a.type == "bool" else str(value)]
+    words.append(str(len(inputs)))
+    for x in inputs:
+        shape, dtype = x if x is not None else ([0], "float16")
+        words += ["0" if x is None else "1", str(GE_CODES[dtype]), str(len(shape)), *map(str, shape)]
+    result = subprocess.run([str(driver)], input=" ".join(words), capture_output=True, text=True, timeout=30,
+                            check=True)
+    return result.stdout.strip(), result.stderr.strip()
+
+
+def rules(op: str, inputs: list[Input], attrs: dict[str, object]) -> tuple[list, list]:
+    """The pybind11 rules on the same inputs, an omitted one being the Python placeholder."""
+    from ms_grad_ops import _validate
+
+    # The placeholder has its slot's dtype: int32 for lengths, query's for the float inputs.
+    slot = {name: "int32" if name.startswith("actual_seq_lengths") else inputs[0][1] for name in OP_SPECS[op].inputs}
+    shapes = [x[0] if x is not None else [0] for x in inputs]
+    dtypes = [x[1] if x is not None else slot[name] for x, name in zip(inputs, OP_SPECS[op].inputs)]
+    return getattr(_validate, op)(shapes, dtypes, *(attrs[a.name] for a in OP_SPECS[op].attrs))
+
+
+def adapter_infer(driver: Path, op: str, inputs: list[Input], attrs: dict[str, object]) -> tuple[list, list]:
+    out, err = run_adapter(driver, op, "shape", inputs, attrs)
+    assert out.startswith("ok "), err
+    words = list(map(int, out.split()[1:]))
+    shapes = []
+    pos = 1
+    for _ in range(words[0]):
+        shapes.append(words[pos + 1:pos + 1 + words[pos]])
+        pos += 1 + words[pos]
+    # InferDataType gets dtypes only, as in CANN (shapes unknown).
+    out, err = run_adapter(driver, op, "dtype", [None if x is None else ([-2], x[1]) for x in inputs], attrs)
+    assert out.startswith("ok "), err
+    return shapes, [GE_NAMES[int(c)] for c in out.split()[2:]]
+
+
+def tiling(driver: Path, op: str, inputs: list[Input], attrs: dict[str, object]) -> dict[str, float]:
+    out, err = run_adapter(driver, op, "tiling", inputs, attrs)
+    assert out.startswith("ok "), err
+    return {k: float(v) for k, v in (w.split("=") for w in out.split()[1:])}
+
+
+def defaults(op: str, **changes: object) -> dict[str, object]:
+    return {**{a.name: a.default for a in OP_SPECS[op].attrs}, **changes}
+
+
+def sfa_inputs(op: str, layout: str, dtype: str, *, rope: bool, lengths: bool, value: bool = True,
+               omit: bool = True, lens_dtype: str = "int32") -> list[Input]:
+    """Inputs of the SFA ops: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10, T2 = 14), N1 = 4, N2 = 2,
+    D = 32, Dr = 16, K = 3. `omit`: absent inputs omitted (CANN) rather than placeholders."""
+    lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
+    q, k = ([*lead_q, 4, 32], dtype), ([*lead_k, 2, 32], dtype)
+    absent: Input = None if omit else ([0], dtype)
+    qr, kr = (([*lead_q, 4, 16], dtype), ([*lead_k, 2, 16], dtype)) if rope else (absent, absent)
+    lq, lkv = (([2], lens_dtype), ([2], lens_dtype)) if lengths else (None if omit else ([0], "int32"),) * 2
+    idx = ([*lead_q, 2, 3], "int32")
+    v = k if value else absent
+    if op == "sparse_flash_attention":
+        return [q, k, v, idx, qr, kr, lq, lkv]
+    stats = ([2, 2, 5, 2] if layout == "BSND" else [2, 10, 2], "float32")
+    return [q, k, v, idx, q, q, stats, stats, lq, lkv, qr, kr]
+
+
+SFA_OPS = ("sparse_flash_attention", "sparse_flash_attention_grad")
+SFA_CASES = [("TND", True, True), ("TND", False, True), ("TND", True, False), ("BSND", True, False),
+             ("BSND", False, False)]
+
+
+def adapter_cases() -> list[tuple[str, list[Input], dict[str, object]]]:
+    cases = [("rope", [([6, 256], "float16")] * 2 + [([16, 128], "float16")] * 2 + [([2], "int32")], defaults("rope")),
+             ("rope_grad", [([6, 384], "bfloat16")] * 2 + [([9, 128], "bfloat16")] * 2 + [([3], "int32")],
+              defaults("rope_grad", mode="vjp")),
+             ("cla_gate_merge", [([5, 3, 128], "float16")] * 2 + [([5, 3], "float16")] * 2, defaults("cla_gate_merge")),
+             ("cla_gate_backward", [([5, 3, 128], "bfloat16")] * 3 + [([5, 3], "bfloat16")] * 2,
+              defaults("cla_gate_backward"))]
+    for op in SFA_OPS:
+        for layout, rope, lengths in SFA_CASES:
+            cases.append((op, sfa_inputs(op, layout, "bfloat16", rope=rope, lengths=lengths),
+                          defaults(op, layout=layout, scale_value=0.125, sparse_block_size=2, sparse_mode=0)))
+    return cases
+
+
+@pytest.mark.parametrize("case", adapter_cases(), ids=lambda c: c[0])
+def test_infer_adapters_agree_with_the_rules(driver: Path, case: tuple) -> None:
+    op, inputs, attrs = case
+    assert adapter_infer(driver, op, inputs, attrs) == tuple(rules(op, inputs, attrs))
+
+
+@pytest.mark.parametrize("op", SFA_OPS)
+def test_infer_adapters_pass_unknown_dims_through(driver: Path, op: str) -> None:
+    # GRAPH compile with dynamic shapes: -1 dims and -2 (unknown rank) reach the rules unchanged.
+    inputs = sfa_inputs(op, "TND", "float16", rope=True, lengths=True)
+    inputs[0] = ([-1, 4, 32], "float16")
+    inputs[3] = ([-2], "int32")
+    attrs = defaults(op, layout="TND")
+    assert adapter_infer(driver, op, inputs, attrs) == tuple(rules(op, inputs, attrs))
+
+
+@pytest.mark.parametrize("op", SFA_OPS)
+def test_omitted_optional_inputs_are_the_placeholder(driver: Path, op: str) -> None:
+    # CANN omits an absent OPTIONAL input; the Python layer passes a zero-size placeholder. The
+    # adapter must give both the same outputs, dtypes included (an absent input's gradient is
+    # empty, in query's dtype).
+    attrs = defaults(op, layout="TND")
+    omitted = adapter_infer(driver, op, sfa_inputs(op, "TND", "bfloat16", rope=False, lengths=False, value=False),
+                            attrs)
+    placeholder = sfa_inputs(op, "TND", "bfloat16", rope=False, lengths=False, value=False, omit=False)
+    assert omitted[0] == adapter_infer(driver, op, placeholder, attrs)[0] == rules(op, placeholder, attrs)[0]
+    assert omitted[1] == rules(op, placeholder, attrs)[1]
+
+
+@pytest.mark.parametrize("op", SFA_OPS)
+def test_infer_adapter_errors_are_the_rules_errors(driver: Path, op: str) -> None:
+    inputs = sfa_inputs(op, "TND", "float16", rope=True, lengths=True)
+    inputs[1] = ([14, 3, 32], "float16")  # N1 = 4 is not a multiple of N2 = 3
+    attrs = defaults(op, layout="TND")
+    with pytest.raises(ValueError) as raised:
+        rules(op, inputs, attrs)
+    out, err = run_adapter(driver, op, "shape", inputs, attrs)
+    assert out == "failed"
+    assert err == f"[ms_grad_ops] {OP_SPECS[op].op_type}: {raised.value}"
+
+
+@pytest.mark.parametrize("op", SFA_OPS)
+@pytest.mark.parametrize("layout, rope, lengths", SFA_CASES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_sfa_tiling_adapter_passes_the_inputs(driver: Path, op: str, layout: str, rope: bool, lengths: bool,
+                                               dtype: str) -> None:
+    grad = op.endswith("_grad")
+    attrs = defaults(op, layout=layout, scale_value=0.125, sparse_block_size=2, sparse_mode=0,
+                     **({"deterministic": True} if grad else {}))
+    t = tiling(driver, op, sfa_inputs(op, layout, dtype, rope=rope, lengths=lengths), attrs)
+    # TND without lengths is one sequence: the pure tiling lays it out as BSND with B = 1.
+    as_bsnd = layout == "BSND" or not lengths
+    batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
+    expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n1": 4,
+                "n2": 2, "d": 32, "dr": 16 if rope else 0, "has_rope": int(rope), "k": 3, "block_size": 2,
+                "sparse_mode": 0, "scale": 0.125, "deterministic": int(grad), "has_value": 1, "seq_lens_int64": 0}
+    assert {key: t[key] for key in expected} == expected
+    assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype]
+    assert t["block_dim"] == t["used_aic"] >= 1
+    assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
+    assert t["schedule_mode"] == int(grad)  # the grad's SyncAll needs every core started at once
+
+
+@pytest.mark.parametrize("op", SFA_OPS)
+@pytest.mark.parametrize("omit", [True, False])
+def test_sfa_tiling_adapter_value_absent_and_int64_lengths(driver: Path, op: str, omit: bool) -> None:
+    # value=None (key is value) and int64 lengths are tiling fields the kernels read; an omitted
+    # input and the placeholder tile alike.
+    attrs = defaults(op, layout="TND")
+    inputs = sfa_inputs(op, "TND", "bfloat16", rope=True, lengths=True, value=False, omit=omit, lens_dtype="int64")
+    t = tiling(driver, op, inputs, attrs)
+    assert (t["has_value"], t["seq_lens_int64"], t["layout"], t["batch"]) == (0, 1, 1, 2)
+
+
+@pytest.mark.parametrize("op", SFA_OPS)
+def test_sfa_tiling_adapter_refuses_other_dtypes(driver: Path, op: str) -> None:
+    inputs = sfa_inputs(op, "TND", "float32", rope=True, lengths=True)
+    out, err = run_adapter(driver, op, "tiling", inputs, defaults(op, layout="TND"))
+    assert out == "failed" and err.endswith("the kernel takes float16 or bfloat16 inputs only")
+
+
+def sli_inputs(layout: str, dtype: str, wdtype: str, *, rope: bool, lengths: bool, omit: bool = True) -> list[Input]:
+    """Inputs of sparse_lightning_indexer_grad_kl_loss: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10,
+    T2 = 14), N1 = 4, D = 32, Dr = 16, Nidx = 2, Didx = 16, K = 3."""
+    lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
+    absent: Input = None if omit else ([0], dtype)
+    qr, kr = (([*lead_q, 4, 16], dtype), ([*lead_k, 1, 16], dtype)) if rope else (absent, absent)
+    lq, lk = (([2], "int32"), ([2], "int32")) if lengths else (None if omit else ([0], "int32"),) * 2
+    stats = ([2, 1, 5, 4] if layout == "BSND" else [1, 10, 4], "float32")
+    return [([*lead_q, 4, 32], dtype), ([*lead_k, 1, 32], dtype), ([*lead_q, 2, 16], dtype),
+            ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype), ([*lead_q, 1, 3], "int32"), stats, stats, qr, kr, lq,
+            lk]
+
+
+SLI = "sparse_lightning_indexer_grad_kl_loss"
+
+
+@pytest.mark.parametrize("layout, rope, lengths", SFA_CASES)
+@pytest.mark.parametrize("dtype, wdtype", [("float16", "float16"), ("bfloat16", "float32")])
+def test_sli_adapters_pass_the_inputs(driver: Path, layout: str, rope: bool, lengths: bool, dtype: str,
+                                      wdtype: str) -> None:
+    attrs = defaults(SLI, layout=layout, scale_value=0.25, sparse_mode=0, deterministic=True)
+    inputs = sli_inputs(layout, dtype, wdtype, rope=rope, lengths=lengths)
+    assert adapter_infer(driver, SLI, inputs, attrs) == rules(SLI, inputs, attrs)
+    t = tiling(driver, SLI, inputs, attrs)
+    as_bsnd = layout == "BSND" or not lengths  # TND without lengths: one sequence, BSND with B = 1
+    batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
+    expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n1": 4,
+                "d": 32, "dr": 16 if rope else 0, "has_rope": int(rope), "n_idx": 2, "d_idx": 16, "k": 3,
+                "sparse_mode": 0, "scale": 0.25, "deterministic": 1}
+    assert {key: t[key] for key in expected} == expected
+    assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype] + (10 if wdtype == "float32" else 0)
+    assert t["block_dim"] == t["used_aic"] >= 1
+    assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
+    assert t["schedule_mode"] == 1  # SyncAll between the passes needs every core started at once
+    placeheld = sli_inputs(layout, dtype, wdtype, rope=rope, lengths=lengths, omit=False)
+    assert tiling(driver, SLI, placeheld, attrs) == t, "an omitted input and the placeholder tile alike"
+
+
+def test_sli_tiling_adapter_refuses_other_dtypes(driver: Path) -> None:
+    out, err = run_adapter(driver, SLI, "tiling", sli_inputs("TND", "float32", "float32", rope=True, lengths=True),
+                           defaults(SLI, layout="TND"))
+    assert out == "failed" and err.endswith("the kernel takes float16 or bfloat16 inputs only")
+
+
+@pytest.mark.parametrize("layout, lengths", [("TND", True), ("TND", False), ("BSND", False)])
+@pytest.mark.parametrize("dtype, wdtype", [("float16", "float16"), ("bfloat16", "float32")])
+def test_lightning_indexer_adapters_pass_the_inputs(driver: Path, layout: str, lengths: bool, dtype: str,
+                                                    wdtype: str) -> None:
+    lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
+    lens: list[Input] = [([2], "int32"), ([2], "int32")] if lengths else [None, None]
+    inputs: list[Input] = [([*lead_q, 2, 16], dtype), ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype), *lens]
+    attrs = defaults("lightning_indexer", sparse_count=6, layout=layout, sparse_mode=0)
+    assert adapter_infer(driver, "lightning_indexer", inputs, attrs) == rules("lightning_indexer", inputs, attrs)
+    t = tiling(driver, "lightning_indexer", inputs, attrs)
+    as_bsnd = layout == "BSND" or not lengths
+    batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
+    expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n_idx": 2,
+                "d_idx": 16, "k": 6, "sparse_mode": 0}
+    assert {key: t[key] for key in expected} == expected
+    assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype] + (10 if wdtype == "float32" else 0)
+    assert t["block_dim"] == t["used_aic"] >= 1 and t["schedule_mode"] == 0
+    assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
+
+
+LIG = "lightning_indexer_grad"
+
+
+def lig_inputs(layout: str, dtype: str, wdtype: str, *, lengths: bool, omit: bool = True) -> list[Input]:
+    """Inputs of lightning_indexer_grad: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10, T2 = 14), Nidx = 2,
+    Didx = 16, K = 3."""
+    lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
+    lens: list[Input] = [([2], "int32"), ([2], "int32")] if lengths else [None if omit else ([0], "int32")] * 2
+    return [([*lead_q, 2, 16], dtype), ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype),
+            ([*lead_q, 1, 3], "int32"), ([*lead_q, 1, 3], "float32"), *lens]
+
+
+@pytest.mark.parametrize("layout, lengths", [("TND", True), ("TND", False), ("BSND", False)])
+@pytest.mark.parametrize("dtype, wdtype", [("float16", "float16"), ("bfloat16", "float32")])
+def test_lightning_indexer_grad_adapters_pass_the_inputs(driver: Path, layout: str, lengths: bool, dtype: str,
+                                                         wdtype: str) -> None:
+    inputs = lig_inputs(layout, dtype, wdtype, lengths=lengths)
+    attrs = defaults(LIG, layout=layout, sparse_mode=0)
+    assert adapter_infer(driver, LIG, inputs, attrs) == rules(LIG, inputs, attrs)
+    t = tiling(driver, LIG, inputs, attrs)
+    as_bsnd = layout == "BSND" or not lengths
+    batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
+    expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n_idx": 2,
+                "d_idx": 16, "k": 3, "sparse_mode": 0}
+    assert {key: t[key] for key in expected} == expected
+    assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype] + (10 if wdtype == "float32" else 0)
+    assert t["block_dim"] == t["used_aic"] >= 1
+    assert t["schedule_mode"] == 0, "no SyncAll: the cores need not start together"
+    assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
+    placeheld = lig_inputs(layout, dtype, wdtype, lengths=lengths, omit=False)
+    assert tiling(driver, LIG, placeheld, attrs) == t, "an omitted input and the placeholder tile alike"
+
+
+@pytest.mark.parametrize(("step", "slot", "bad", "error"), [("shape", 4, ([10, 1, 4], "float32"), ValueError),
+                                                             ("dtype", 4, ([10, 1, 3], "float16"), TypeError)])
+def test_lightning_indexer_grad_adapter_errors(driver: Path, step: str, slot: int, bad: Input, error: type) -> None:
+    # d_values must have sparse_indices' shape (InferShape) and be float32 (InferDataType, which
+    # sees dtypes only): the adapters log the rules' own message.
+    inputs = lig_inputs("TND", "float16", "float16", lengths=True)
+    inputs[slot] = bad
+    attrs = defaults(LIG, layout="TND")
+    with pytest.raises(error) as raised:
+        rules(LIG, inputs, attrs)
+    sent = inputs if step == "shape" else [None if x is None else ([-2], x[1]) for x in inputs]
+    out, err = run_adapter(driver, LIG, step, sent, attrs)
+    assert out == "failed" and err == f"[ms_grad_ops] LightningIndexerGrad: {raised.value}"
+
+
+def test_lightning_indexer_grad_tiling_refuses_other_dtypes(driver: Path) -> None:
+    attrs = defaults(LIG, layout="TND")
+    out, err = run_adapter(driver, LIG, "tiling", lig_inputs("TND", "float32", "float32", lengths=True), attrs)
+    assert out == "failed" and err.endswith("the kernel takes float16 or bfloat16 inputs only")
+
+
+@pytest.mark.parametrize("mode, key", [("atb", 1), ("vjp", 11)])
+def test_rope_grad_tiling_adapter_reads_mode(driver: Path, mode: str, key: int) -> None:
+    t = tiling(driver, "rope_grad", adapter_cases()[1][1], defaults("rope_grad", mode=mode))
+    assert t["tiling_key"] == key  # 10 * mode + dtype (bfloat16 = 1)
+    assert (t["tokens"], t["hidden"], t["max_seq_len"], t["batch"]) == (6, 384, 9, 3)
+    assert t["block_dim"] == t["used_cores"] == 6 and t["workspace"] == SYS_WORKSPACE
+
+
+def test_missing_attribute_is_a_clear_failure(driver: Path) -> None:
+    spec = OP_SPECS["cla_gate_backward"]
+    inputs = adapter_cases()[3][1]
+    words = [spec.op_type, "shape", "0", str(len(inputs))]
+    for shape, dtype in inputs:
+        words += ["1", str(GE_CODES[dtype]), str(len(shape)), *map(str, shape)]
+    result = subprocess.run([str(driver)], input=" ".join(words), capture_output=True, text=True, timeout=30,
+                            check=True)
+    assert result.stdout.strip() == "failed"
+    assert result.stderr.strip() == "[ms_grad_ops] ClaGateBackward: attribute 'input_attn_layout' is missing"

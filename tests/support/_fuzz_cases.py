@@ -1,0 +1,328 @@
+"""Fuzz cases of the nine ops, run inside the fuzz worker process (tests/support/_fuzz_worker.py).
+
+A case is a JSON-able dict made by the hypothesis strategies of tests/all_ops/test_fuzz_ops.py:
+``{"op", "kind": "valid" | "malformed", "mode": "pynative" | "graph", "seed", "cfg": {...},
+"mutation": [...]}``. :func:`run` builds the inputs from it (NumPy, seeded), calls the functional
+op and returns ``(ok, detail)``:
+- valid: the outputs must match the float64 reference (shape, dtype-aware tolerance, NaN-free);
+- malformed: the call must raise ValueError / TypeError / RuntimeError whose message names the
+  op; returning normally is a silent acceptance, any other exception a failure.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import mindspore as ms
+import numpy as np
+from _util import OpCell, quantize, rel_l2, to_ms, to_np
+from mindspore import Tensor
+
+from ms_grad_ops import ops
+from ms_grad_ops import reference as ref
+from ms_grad_ops._specs import OP_SPECS
+
+TOL = {"elementwise": {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2},
+       "attention": {"float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}}
+MS_DTYPES = {"float16": ms.float16, "bfloat16": ms.bfloat16, "float32": ms.float32, "float64": ms.float64,
+             "int8": ms.int8, "uint8": ms.uint8, "int16": ms.int16, "int32": ms.int32, "int64": ms.int64,
+             "bool": ms.bool_, "complex64": ms.complex64}
+
+
+class Call:
+    """One op call: positional tensors (graph inputs in GRAPH mode) and keyword arguments."""
+
+    def __init__(self, op: str, tensors: dict[str, Any], kwargs: dict[str, Any]) -> None:
+        self.op, self.tensors, self.kwargs = op, tensors, kwargs
+
+    def run(self, mode: str) -> Any:
+        fn = getattr(ops, self.op)
+        args = [to_tensor(v) for v in self.tensors.values()]
+        kw = {k: to_tensor(v) if isinstance(v, _Arr) else v for k, v in self.kwargs.items()}
+        if mode == "graph":
+            ms.set_context(mode=ms.GRAPH_MODE)
+            try:
+                out = OpCell(fn, kw)(*args)
+                return _sync(out)
+            finally:
+                ms.set_context(mode=ms.PYNATIVE_MODE)
+        return _sync(fn(*args, **kw))
+
+
+class _Arr:
+    """An array with the dtype its tensor gets (float arrays hold already-quantized values)."""
+
+    def __init__(self, a: np.ndarray, dtype: str) -> None:
+        self.a, self.dtype = a, dtype
+
+
+def to_tensor(v: Any) -> Any:
+    if not isinstance(v, _Arr):
+        return v
+    if v.dtype in ("float16", "bfloat16", "float32"):
+        return to_ms(v.a, v.dtype)
+    return Tensor(np.asarray(v.a).astype(np.complex64 if v.dtype == "complex64" else np.float64 if
+                                          v.dtype == "float64" else v.a.dtype), MS_DTYPES[v.dtype]) \
+        if v.dtype in ("complex64", "float64") else Tensor(np.asarray(v.a), MS_DTYPES[v.dtype])
+
+
+def _sync(out: Any) -> list:
+    outs = out if isinstance(out, tuple) else (out,)
+    return [None if o is None else (to_np(o) if o.dtype != ms.int32 else o.asnumpy()) for o in outs]
+
+
+def _fl(rng: np.random.Generator, shape: tuple, dtype: str, scale: float = 1.0) -> _Arr:
+    return _Arr(quantize(scale * rng.standard_normal(shape), dtype), dtype)
+
+
+def _lens(values: list[int] | None, how: str) -> Any:
+    if values is None:
+        return None
+    if how == "list":
+        return list(values)
+    return _Arr(np.asarray(values, np.int32 if how == "int32" else np.int64), how)
+
+
+# ---------------------------------------------------------------- builders: cfg -> (Call, reference outputs, family)
+def build_rope(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
+    lens, msl, heads, dt, cdt = c["lens"], c["max_seq_len"], c["heads"], c["dtype"], c["cos_dtype"]
+    t = sum(lens)
+    names = OP_SPECS[op].inputs[:2]
+    x0, x1 = _fl(rng, (t, 128 * heads), dt), _fl(rng, (t, 128 * heads), dt)
+    cos, sin = _fl(rng, (msl, 128), cdt), _fl(rng, (msl, 128), cdt)
+    kwargs: dict[str, Any] = {}
+    if op == "rope_grad":
+        kwargs["mode"] = c["mode"]
+    lens_arg = _lens(lens, c["lens_as"])
+    tensors = {names[0]: x0, names[1]: x1, "cos": cos, "sin": sin}
+    if isinstance(lens_arg, _Arr):
+        tensors["q_seq_len"] = lens_arg
+    else:
+        kwargs["q_seq_len"] = lens_arg
+    call = Call(op, tensors, kwargs)
+
+    def reference() -> list:
+        f = ref.rope if op == "rope" else ref.rope_grad
+        return list(f(x0.a, x1.a, cos.a, sin.a, lens, **({"mode": c["mode"]} if op == "rope_grad" else {})))
+    return call, reference
+
+
+def build_cla(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
+    t, n, d, dt = c["t"], c["n"], c["d"], c["dtype"]
+    og, ol = _fl(rng, (t, n, d), dt), _fl(rng, (t, n, d), dt)
+    zg, zl = _fl(rng, (t, n), dt, c["zscale"]), _fl(rng, (t, n), dt, c["zscale"])
+    tensors = {"global_attn": og, "local_attn": ol, "global_gate_logits": zg, "local_gate_logits": zl}
+    if op == "cla_gate_backward":
+        tensors = {"grad_merged": _fl(rng, (t, n, d), dt), **tensors}
+    call = Call(op, tensors, {})
+
+    def reference() -> list:
+        f = ref.cla_gate_merge if op == "cla_gate_merge" else ref.cla_gate_backward
+        out = f(*(x.a for x in tensors.values()))
+        return list(out) if isinstance(out, tuple) else [out]
+    return call, reference
+
+
+def _geometry(c: dict) -> tuple[list[tuple[int, int]], tuple, tuple]:
+    """(S1_b, S2_b) per batch and the token prefixes of query and key tensors."""
+    if c["layout"] == "TND":
+        return list(zip(c["lens_q"], c["lens_kv"])), (sum(c["lens_q"]),), (sum(c["lens_kv"]),)
+    return [(c["s1"], c["s2"])] * c["b"], (c["b"], c["s1"]), (c["b"], c["s2"])
+
+
+def _indices(rng: np.random.Generator, batches: list, n2: int, k: int, bs: int, tok: tuple) -> np.ndarray:
+    """Block indices local to each batch, -1 anywhere (about 30 %), K possibly above the visible count."""
+    out = []
+    for s1, s2 in batches:
+        nb = -(-s2 // bs)
+        for _ in range(s1 * n2):
+            r = rng.integers(0, nb, k) if nb else np.full(k, -1)
+            out.append(np.where(rng.random(k) < 0.3, -1, r))
+    return np.asarray(out, np.int32).reshape(*tok, n2, k) if out else np.zeros((*tok, n2, k), np.int32)
+
+
+def _ref_lens(c: dict) -> tuple:
+    if c["layout"] == "BSND":
+        return None, None
+    return list(np.cumsum(c["lens_q"])), list(np.cumsum(c["lens_kv"]))
+
+
+def _call_lens(c: dict) -> tuple:
+    if c["layout"] == "BSND" or c["lens_as"] == "none":
+        return None, None
+    cq, ck = _ref_lens(c)
+    return _lens(cq, c["lens_as"]), _lens(ck, c["lens_as"])
+
+
+def build_sfa(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
+    batches, tq, tk = _geometry(c)
+    n2, g, d, dr, dt, bs = c["n2"], c["g"], c["d"], c["dr"], c["dtype"], c["bs"]
+    n1 = n2 * g
+    q, k = _fl(rng, (*tq, n1, d), dt), _fl(rng, (*tk, n2, d), dt)
+    v = None if c["value_none"] else _fl(rng, (*tk, n2, d), dt)
+    qr = _fl(rng, (*tq, n1, dr), dt) if dr else None
+    kr = _fl(rng, (*tk, n2, dr), dt) if dr else None
+    idx = _Arr(_indices(rng, batches, n2, c["k"], bs, tq), "int32")
+    lq, lk = _call_lens(c)
+    rq, rk = _ref_lens(c)
+    attrs = {"scale_value": c["scale"], "sparse_block_size": bs, "layout": c["layout"], "sparse_mode": c["mode"]}
+    vv = k if v is None else v
+    fwd = ref.sparse_flash_attention(q.a, k.a, vv.a, idx.a, None if qr is None else qr.a, None if kr is None else kr.a,
+                                     rq, rk, **attrs)
+    if op == "sparse_flash_attention":
+        call = Call(op, {"query": q, "key": k, "value": v, "sparse_indices": idx},
+                    {"query_rope": qr, "key_rope": kr, "actual_seq_lengths_query": lq, "actual_seq_lengths_kv": lk,
+                     **attrs})
+        return call, (lambda: list(fwd))
+    out = _Arr(quantize(fwd[0], dt), dt)
+    smax = _Arr(fwd[1].astype(np.float32).astype(np.float64), "float32")
+    ssum = _Arr(fwd[2].astype(np.float32).astype(np.float64), "float32")
+    d_out = _fl(rng, out.a.shape, dt)
+    call = Call(op, {"query": q, "key": k, "value": v, "sparse_indices": idx, "d_out": d_out, "out": out,
+                     "softmax_max": smax, "softmax_sum": ssum},
+                {"actual_seq_lengths_query": lq, "actual_seq_lengths_kv": lk, "query_rope": qr, "key_rope": kr,
+                 **attrs})
+
+    def reference() -> list:
+        g_ = ref.sparse_flash_attention_grad(q.a, k.a, vv.a, idx.a, d_out.a, out.a, smax.a, ssum.a, rq, rk,
+                                             None if qr is None else qr.a, None if kr is None else kr.a, **attrs)
+        g_ = list(g_)
+        if v is None:
+            g_[1], g_[2] = g_[1] + g_[2], None
+        return g_
+    return call, reference
+
+
+def _small_ints(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    """Values exact in every float dtype, so float32 and float64 scores agree (ties included)."""
+    return rng.integers(-2, 3, shape).astype(np.float64) * 0.5
+
+
+def build_indexer(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
+    batches, tq, tk = _geometry(c)
+    dt, wdt, nidx, didx = c["dtype"], c["wdtype"], c["nidx"], c["didx"]
+    qi, ki = _Arr(_small_ints(rng, (*tq, nidx, didx)), dt), _Arr(_small_ints(rng, (*tk, 1, didx)), dt)
+    w = _Arr(_small_ints(rng, (*tq, nidx)), wdt)
+    lq, lk = _call_lens(c)
+    rq, rk = _ref_lens(c)
+    if op == "lightning_indexer":
+        attrs = {"sparse_count": c["k"], "layout": c["layout"], "sparse_mode": c["mode"]}
+        call = Call(op, {"query_index": qi, "key_index": ki, "weights": w},
+                    {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk, **attrs})
+        return call, (lambda: list(ref.lightning_indexer(qi.a, ki.a, w.a, rq, rk, **attrs)))
+    n1, d, dr = c["n1"], c["d"], c["dr"]
+    q, k = _fl(rng, (*tq, n1, d), dt), _fl(rng, (*tk, 1, d), dt)
+    qr = _fl(rng, (*tq, n1, dr), dt) if dr else None
+    kr = _fl(rng, (*tk, 1, dr), dt) if dr else None
+    qi = _fl(rng, (*tq, nidx, didx), dt, 0.5)
+    ki = _fl(rng, (*tk, 1, didx), dt)
+    w = _fl(rng, (*tq, nidx), wdt, 1 / np.sqrt(nidx))
+    si = _Arr(_token_indices(rng, batches, c["k"], tq), "int32")
+    attrs = {"scale_value": c["scale"], "layout": c["layout"], "sparse_mode": c["mode"]}
+    mx, sm = ref.attention_softmax_stats(q.a, k.a, si.a, None if qr is None else qr.a, None if kr is None else kr.a,
+                                         rq, rk, **attrs)
+    mx, sm = _Arr(mx.astype(np.float32).astype(np.float64), "float32"), _Arr(sm.astype(np.float32), "float32")
+    call = Call(op, {"query": q, "key": k, "query_index": qi, "key_index": ki, "weights": w, "sparse_indices": si,
+                     "softmax_max": mx, "softmax_sum": sm},
+                {"query_rope": qr, "key_rope": kr, "actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk,
+                 **attrs})
+
+    def reference() -> list:
+        out = ref.sparse_lightning_indexer_grad_kl_loss(
+            q.a, k.a, qi.a, ki.a, w.a, si.a, mx.a, sm.a.astype(np.float64), None if qr is None else qr.a,
+            None if kr is None else kr.a, rq, rk, **attrs)
+        return [out[0], out[1], out[2], np.asarray([out[3]])]
+    return call, reference
+
+
+def _token_indices(rng: np.random.Generator, batches: list, k: int, tok: tuple) -> np.ndarray:
+    out = []
+    for s1, s2 in batches:
+        for _ in range(s1):
+            r = rng.permutation(max(s2, 1))[:k] if s2 else np.zeros(0, np.int64)
+            r = np.concatenate([r, np.full(k - r.size, -1)]) if r.size < k else r
+            out.append(rng.permutation(np.where(rng.random(k) < 0.25, -1, r)))
+    return np.asarray(out, np.int32).reshape(*tok, 1, k) if out else np.zeros((*tok, 1, k), np.int32)
+
+
+def build_indexer_grad(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
+    """lightning_indexer_grad: random indices with duplicates, -1 anywhere and (mode 3) keys the
+    mask hides; NaN in d_values at -1 slots (never read)."""
+    batches, tq, tk = _geometry(c)
+    dt, wdt, nidx, didx, k = c["dtype"], c["wdtype"], c["nidx"], c["didx"], c["k"]
+    qi, ki = _fl(rng, (*tq, nidx, didx), dt, 0.5), _fl(rng, (*tk, 1, didx), dt)
+    w = _fl(rng, (*tq, nidx), wdt, 1 / np.sqrt(nidx))
+    rows = [np.where(rng.random(k) < 0.25, -1, rng.integers(0, s2, k)) if s2 else np.full(k, -1)
+            for s1, s2 in batches for _ in range(s1)]
+    idx = np.asarray(rows, np.int32).reshape(*tq, 1, k)
+    dv = rng.standard_normal(idx.shape)
+    dv[idx == -1] = np.nan
+    si, dvals = _Arr(idx, "int32"), _Arr(dv.astype(np.float32).astype(np.float64), "float32")
+    lq, lk = _call_lens(c)
+    rq, rk = _ref_lens(c)
+    attrs = {"layout": c["layout"], "sparse_mode": c["mode"]}
+    call = Call(op, {"query_index": qi, "key_index": ki, "weights": w, "sparse_indices": si, "d_values": dvals},
+                {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk, **attrs})
+    return call, (lambda: list(ref.lightning_indexer_grad(qi.a, ki.a, w.a, si.a, dvals.a, rq, rk, **attrs)))
+
+
+BUILDERS = {"rope": build_rope, "rope_grad": build_rope, "cla_gate_merge": build_cla, "cla_gate_backward": build_cla,
+            "sparse_flash_attention": build_sfa, "sparse_flash_attention_grad": build_sfa,
+            "lightning_indexer": build_indexer, "lightning_indexer_grad": build_indexer_grad,
+            "sparse_lightning_indexer_grad_kl_loss": build_indexer}
+FAMILY = {"rope": "elementwise", "rope_grad": "elementwise", "cla_gate_merge": "elementwise",
+          "cla_gate_backward": "elementwise"}
+
+
+# ---------------------------------------------------------------- checks
+def _compare(op: str, c: dict, got: list, want: list) -> str | None:
+    fam = FAMILY.get(op, "attention")
+    dt = c["dtype"]
+    if op == "lightning_indexer":
+        if not np.array_equal(got[0], want[0]):
+            return f"indices differ:\n{got[0]}\n{want[0]}"
+        fin = np.isfinite(want[1])
+        if not (np.array_equal(fin, np.isfinite(got[1])) and np.allclose(got[1][fin], want[1][fin], rtol=1e-6)):
+            return "values differ"
+        return None
+    if len(got) != len(want):
+        return f"{len(got)} outputs, reference {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if w is None or g is None:
+            if (w is None) != (g is None):
+                return f"output {i}: {g is None=} but reference {w is None=}"
+            continue
+        w = np.asarray(w, np.float64)
+        if g.shape != w.shape:
+            return f"output {i}: shape {g.shape} != {w.shape}"
+        if not np.isfinite(g).all():
+            return f"output {i}: non-finite values"
+        tol = TOL[fam]["float32" if (op.startswith("sparse_") and i > 0 and op == "sparse_flash_attention")
+                       else dt]
+        err = rel_l2(g, w)
+        scale = max(np.abs(w).max(), 1e-2)  # near-zero outputs (a loss of 0) compare absolutely
+        if err > tol and np.abs(g - w).max() > tol * scale:
+            return f"output {i}: relative L2 error {err:.3g} > {tol:g} ({dt})"
+    return None
+
+
+def run(case: dict) -> tuple[bool, str]:
+    """Runs one case; (ok, what happened)."""
+    op, c = case["op"], case["cfg"]
+    rng = np.random.default_rng(case["seed"])
+    call, reference = BUILDERS[op](op, rng, c)
+    if case["kind"] == "valid":
+        got = call.run(case["mode"])
+        problem = _compare(op, c, got, reference())
+        return problem is None, problem or "matches the reference"
+    from _fuzz_mutations import mutate
+    what = mutate(call, case["mutation"], c)
+    try:
+        call.run(case["mode"])
+    except (ValueError, TypeError, RuntimeError) as e:
+        msg = str(e)
+        if op not in msg:
+            return False, f"{what}: {type(e).__name__} without the op name: {msg[:300]}"
+        return True, f"{what}: {type(e).__name__}: {msg.splitlines()[0][:200] if msg else ''}"
+    except Exception as e:  # noqa: BLE001 - any other exception type is a finding
+        return False, f"{what}: {type(e).__name__}: {str(e)[:300]}"
+    return False, f"{what}: silently accepted"
