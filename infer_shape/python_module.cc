@@ -57,7 +57,7 @@ PYBIND11_MODULE(_validate, m) {
   });
   // Each binding takes (shapes, dtypes), then every attribute of the op in ms_grad_ops/_specs.py,
   // in spec order and under the spec's names, also those its rule ignores: callers pass the
-  // primitive's attributes as they are, so the two lists cannot drift (tests/test_custom_backend.py).
+  // primitive's attributes as they are, so the two lists cannot drift (tests/all_ops/test_custom_backend.py).
   const py::arg shapes("shapes"), dtypes("dtypes");
   m.def("rope", [](const std::vector<Shape>& s, const std::vector<std::string>& t) {
     return outputs(mgo::infer::rope(descs(s, t), {}));

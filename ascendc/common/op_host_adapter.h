@@ -3,9 +3,9 @@
 // (ascendc/<op>/<op>_tiling.h), so an op's op_host source only declares what differs.
 //
 // NOT COMPILED WITH CANN IN THIS REPOSITORY'S CI (no CANN toolkit here); scripts/build_ascend.sh
-// compiles it where ASCEND_HOME_PATH is set. tests/test_ascendc_op_host.py holds every op_host
+// compiles it where ASCEND_HOME_PATH is set. tests/ascend/test_ascendc_op_host.py holds every op_host
 // source to ms_grad_ops/_specs.py by parsing, and compiles and runs the adapters against
-// tests/cann_stub (the documented API subset used here, not CANN).
+// tests/ascend/cann_stub (the documented API subset used here, not CANN).
 //
 // An op is a struct `Op` (the op's hand-written `<OpType>Host` of ascendc/<op>/op_host/<op>.cpp,
 // derived from its generated `<OpType>Def` of op_host_table.h, which gives Table, kAttrs, Infer):

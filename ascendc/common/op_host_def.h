@@ -11,8 +11,8 @@
 //   Infer     the shape rule (infer_shape/<op>.h).
 // The shared adapter (op_host_adapter.h) runs the Host.
 //
-// CANN-only like op_host_adapter.h; tests/test_ascendc_op_host.py registers every op against
-// tests/cann_stub and compares the registered OpDef with ms_grad_ops/_specs.py.
+// CANN-only like op_host_adapter.h; tests/ascend/test_ascendc_op_host.py registers every op against
+// tests/ascend/cann_stub and compares the registered OpDef with ms_grad_ops/_specs.py.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
 // What the op_host descriptions of LightningIndexer and SparseLightningIndexerGradKLLoss share:
 // the token geometry the pure tilings take, read from a query-side and a key-side input.
-// CANN-only like op_host_adapter.h; tests/test_ascendc_op_host.py runs it against tests/cann_stub.
+// CANN-only like op_host_adapter.h; tests/ascend/test_ascendc_op_host.py runs it against tests/ascend/cann_stub.
 #pragma once
 
 #include <cstdint>

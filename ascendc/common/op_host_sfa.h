@@ -1,6 +1,6 @@
 // What the op_host descriptions of SparseFlashAttention and SparseFlashAttentionGrad share: the
 // pure SFA tiling (sfa_tiling_common.h) called from their inputs (by the table's slots) and attributes.
-// CANN-only like op_host_adapter.h; tests/test_ascendc_op_host.py runs it against tests/cann_stub.
+// CANN-only like op_host_adapter.h; tests/ascend/test_ascendc_op_host.py runs it against tests/ascend/cann_stub.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 and dtypes of ms_grad_ops._specs.OP_SPECS, the table the MindSpore reg_info is built from.
 
 The op_host sources need the CANN toolkit (absent here), so they are compiled against
-tests/cann_stub and the OpDefs they register are compared with the table, and the rest is checked
+tests/ascend/cann_stub and the OpDefs they register are compared with the table, and the rest is checked
 by parsing: a renamed input in either place fails this test instead of failing on a device.
 """
 from __future__ import annotations
@@ -183,7 +183,7 @@ def test_op_host_reads_attributes_in_opdef_order(op: str) -> None:
 
 
 # ---------------------------------------------------------------- the adapters, run
-# tests/cann_stub declares the documented CANN op_host API subset the sources use (not CANN
+# tests/ascend/cann_stub declares the documented CANN op_host API subset the sources use (not CANN
 # itself). Compiled against it, the real op_host sources run: their infer adapters must agree with
 # the pybind11 rules (the same infer_shape/ headers), and their tiling adapters must hand the
 # pure tiling the shapes and attributes of the inputs.
