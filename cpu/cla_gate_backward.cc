@@ -2,21 +2,16 @@
 // dO_g = G*s_g, dO_l = G*s_l, dz_g = (sum_d G*O_g) * s_g * (1 - s_g), likewise dz_l, with s
 // recomputed in float32 and the D-sum in float32 per (token, head) row; s * (1 - s) is evaluated
 // as s * sigmoid(-z) (no cancellation for large z).
-#include "../infer_shape/cla_gate_backward.h"
-
 #include <cmath>
 #include <vector>
 
 #include "aot.h"
-#include "aot_adapter.h"
 #include "cla_gate_common.h"
 #include "convert.h"
+#include "op_kernels.h"
 #include "parallel.h"
 #include "simd256.h"
 #include "simd512.h"
-
-using mgo::aot::AotExtra;
-using mgo::aot::TypeId;
 
 namespace mgo::cpu {
 namespace {
@@ -125,17 +120,19 @@ void backward_rows_avx2(const T* g, const T* og, const T* ol, const float* sg, c
 
 template <typename T>
 void backward(const aot::KernelArgs& args) {
-  const T* g = args.as<const T>(0);
-  const T* og = args.as<const T>(1);
-  const T* ol = args.as<const T>(2);
-  const T* zg = args.as<const T>(3);
-  const T* zl = args.as<const T>(4);
-  T* d_og = args.as<T>(5);
-  T* d_ol = args.as<T>(6);
-  T* d_zg = args.as<T>(7);
-  T* d_zl = args.as<T>(8);
-  const int64_t d = args.dim(1, 2);
-  const int64_t rows = args.numel(3);
+  using In = table::ClaGateBackward::In;
+  using OutParam = table::ClaGateBackward::OutParam;
+  const T* g = args.as<const T>(In::kGradMerged);
+  const T* og = args.as<const T>(In::kGlobalAttn);
+  const T* ol = args.as<const T>(In::kLocalAttn);
+  const T* zg = args.as<const T>(In::kGlobalGateLogits);
+  const T* zl = args.as<const T>(In::kLocalGateLogits);
+  T* d_og = args.as<T>(OutParam::kGradGlobalAttn);
+  T* d_ol = args.as<T>(OutParam::kGradLocalAttn);
+  T* d_zg = args.as<T>(OutParam::kGradGlobalGateLogits);
+  T* d_zl = args.as<T>(OutParam::kGradLocalGateLogits);
+  const int64_t d = args.dim(In::kGlobalAttn, 2);
+  const int64_t rows = args.numel(In::kGlobalGateLogits);
   const int64_t block = cla_rows_per_block(d);
   const int64_t n_blocks = (rows + block - 1) / block;
   const Isa isa = cpu_isa();
@@ -177,31 +174,13 @@ void backward(const aot::KernelArgs& args) {
   }
 }
 
-struct ClaGateBackwardOp {
-  static constexpr int kInputs = 5;
-  static infer::InferResult Infer(const std::vector<infer::TensorDesc>& in, AotExtra* extra) {
-    return infer::cla_gate_backward(in, {extra->GetAttrStr("input_attn_layout")});
-  }
-  static void Run(const aot::KernelArgs& args, AotExtra*) {
-    dispatch_float(args.dtype(0), [&](auto tag) {
-      backward<decltype(tag)>(args);
-      return 0;
-    });
-  }
-};
-
 }  // namespace
+
+void kernels::cla_gate_backward(const aot::KernelArgs& args, const table::ClaGateBackward::Attrs& /*TND only*/) {
+  dispatch_float(args.dtype(table::ClaGateBackward::In::kGradMerged), [&](auto tag) {
+    backward<decltype(tag)>(args);
+    return 0;
+  });
+}
+
 }  // namespace mgo::cpu
-
-using mgo::cpu::ClaGateBackwardOp;
-
-extern "C" std::vector<std::vector<int64_t>> ClaGateBackwardInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
-  return mgo::aot::InferShape<ClaGateBackwardOp>(ndims, shapes, extra);
-}
-extern "C" std::vector<TypeId> ClaGateBackwardInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::InferType<ClaGateBackwardOp>(types, extra);
-}
-extern "C" int ClaGateBackward(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
-                               void* extra) {
-  return mgo::aot::Launch<ClaGateBackwardOp>(nparam, params, ndims, shapes, dtypes, extra);
-}

@@ -1,20 +1,15 @@
 // CPU AOT kernel of `cla_gate_merge` (docs/contract.md section 2):
 // merged = sigmoid(z_g)[..., None] * O_g + sigmoid(z_l)[..., None] * O_l, float32 arithmetic.
-#include "../infer_shape/cla_gate_merge.h"
-
 #include <cmath>
 #include <vector>
 
 #include "aot.h"
-#include "aot_adapter.h"
 #include "cla_gate_common.h"
 #include "convert.h"
+#include "op_kernels.h"
 #include "parallel.h"
 #include "simd256.h"
 #include "simd512.h"
-
-using mgo::aot::AotExtra;
-using mgo::aot::TypeId;
 
 namespace mgo::cpu {
 namespace {
@@ -74,13 +69,14 @@ void merge_rows_avx2(const T* og, const T* ol, const float* sg, const float* sl,
 
 template <typename T>
 void merge(const aot::KernelArgs& args) {
-  const T* og = args.as<const T>(0);
-  const T* ol = args.as<const T>(1);
-  const T* zg = args.as<const T>(2);
-  const T* zl = args.as<const T>(3);
-  T* out = args.as<T>(4);
-  const int64_t d = args.dim(0, 2);
-  const int64_t rows = args.numel(2);
+  using In = table::ClaGateMerge::In;
+  const T* og = args.as<const T>(In::kGlobalAttn);
+  const T* ol = args.as<const T>(In::kLocalAttn);
+  const T* zg = args.as<const T>(In::kGlobalGateLogits);
+  const T* zl = args.as<const T>(In::kLocalGateLogits);
+  T* out = args.as<T>(table::ClaGateMerge::OutParam::kMerged);
+  const int64_t d = args.dim(In::kGlobalAttn, 2);
+  const int64_t rows = args.numel(In::kGlobalGateLogits);
   const int64_t block = cla_rows_per_block(d);
   const int64_t n_blocks = (rows + block - 1) / block;
   const Isa isa = cpu_isa();
@@ -112,31 +108,13 @@ void merge(const aot::KernelArgs& args) {
   }
 }
 
-struct ClaGateMergeOp {
-  static constexpr int kInputs = 4;
-  static infer::InferResult Infer(const std::vector<infer::TensorDesc>& in, AotExtra*) {
-    return infer::cla_gate_merge(in, {});
-  }
-  static void Run(const aot::KernelArgs& args, AotExtra*) {
-    dispatch_float(args.dtype(0), [&](auto tag) {
-      merge<decltype(tag)>(args);
-      return 0;
-    });
-  }
-};
-
 }  // namespace
+
+void kernels::cla_gate_merge(const aot::KernelArgs& args, const table::ClaGateMerge::Attrs& /*no attributes*/) {
+  dispatch_float(args.dtype(table::ClaGateMerge::In::kGlobalAttn), [&](auto tag) {
+    merge<decltype(tag)>(args);
+    return 0;
+  });
+}
+
 }  // namespace mgo::cpu
-
-using mgo::cpu::ClaGateMergeOp;
-
-extern "C" std::vector<int64_t> ClaGateMergeInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
-  return mgo::aot::InferShapeOne<ClaGateMergeOp>(ndims, shapes, extra);
-}
-extern "C" TypeId ClaGateMergeInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::InferTypeOne<ClaGateMergeOp>(types, extra);
-}
-extern "C" int ClaGateMerge(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
-                            void* extra) {
-  return mgo::aot::Launch<ClaGateMergeOp>(nparam, params, ndims, shapes, dtypes, extra);
-}

@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../infer_shape/op_table.h"
 #include "lightning_indexer_common.h"
 
 namespace mgo::cpu {
@@ -35,6 +36,14 @@ constexpr int64_t kScorePad = 64;
 struct ScoreArgs {
   int query_index, key_index, weights, d_query_index, d_weights;
 };
+
+// The ScoreArgs of `Op` (table::LightningIndexerGrad or table::SparseLightningIndexerGradKLLoss: the
+// two name these tensors alike, in different slots).
+template <class Op>
+constexpr ScoreArgs score_args_of() {
+  return {Op::In::kQueryIndex, Op::In::kKeyIndex, Op::In::kWeights, Op::OutParam::kDQueryIndex,
+          Op::OutParam::kDWeights};
+}
 
 // Rows gathered ahead of the one being copied: selected key rows are scattered through memory, and
 // without the hint each row's copy waits on its first cache misses.

@@ -9,8 +9,6 @@
 // [Nidx, Didx] x [Didx, kBlock] (fixed shape, so oneDNN's bf16 primitive is reused), then the
 // ReLU-weighted head sum; selection is nth_element + sort of integer rank keys: O(S2 + K log K)
 // per row.
-#include "../infer_shape/lightning_indexer.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -19,23 +17,16 @@
 #include <type_traits>
 #include <utility>
 
-#include "aot_adapter.h"
 #include "lightning_indexer_common.h"
-
-using mgo::aot::AotExtra;
-using mgo::aot::TypeId;
+#include "op_kernels.h"
 
 namespace {
 
-constexpr const char* kOp = "lightning_indexer";
+using Li = mgo::table::LightningIndexer;
+using In = Li::In;
+using OutParam = Li::OutParam;
+
 constexpr int64_t kBlock = 512;
-
-enum Arg { kQueryIndex, kKeyIndex, kWeights, kLensQ, kLensK, kIndices, kValues };
-
-mgo::infer::InferResult rules(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
-  return mgo::infer::lightning_indexer(
-      in, {extra->GetAttrInt("sparse_count"), extra->GetAttrStr("layout"), extra->GetAttrInt("sparse_mode")});
-}
 
 // Rank key of (score, index): larger is better. Descending score with NaN ranked as -inf (below
 // every number) and -0 equal to +0, ties to the lower index: the score's bits mapped to an
@@ -65,15 +56,15 @@ template <typename X, typename Op, typename W>
 void run(const mgo::aot::KernelArgs& args, const mgo::cpu::RowPlan& plan, bool bsnd, int64_t k) {
   using mgo::gemm::Trans;
   const int r = bsnd ? 4 : 3;
-  const int64_t t1 = mgo::cpu::token_count(args, kQueryIndex, bsnd);
-  const int64_t t2 = mgo::cpu::token_count(args, kKeyIndex, bsnd);
-  const int64_t nidx = args.dim(kQueryIndex, r - 2);
-  const int64_t didx = args.dim(kQueryIndex, r - 1);
-  const X* qi = args.as<const X>(kQueryIndex);
-  const X* ki_raw = args.as<const X>(kKeyIndex);
-  const W* weights = args.as<const W>(kWeights);
-  int32_t* out_idx = args.as<int32_t>(kIndices);
-  float* out_val = args.as<float>(kValues);
+  const int64_t t1 = mgo::cpu::token_count(args, In::kQueryIndex, bsnd);
+  const int64_t t2 = mgo::cpu::token_count(args, In::kKeyIndex, bsnd);
+  const int64_t nidx = args.dim(In::kQueryIndex, r - 2);
+  const int64_t didx = args.dim(In::kQueryIndex, r - 1);
+  const X* qi = args.as<const X>(In::kQueryIndex);
+  const X* ki_raw = args.as<const X>(In::kKeyIndex);
+  const W* weights = args.as<const W>(In::kWeights);
+  int32_t* out_idx = args.as<int32_t>(OutParam::kSparseIndices);
+  float* out_val = args.as<float>(OutParam::kSparseValues);
 
   // Keys whose storage is the operand type are used in place; others are converted once.
   std::vector<Op> ki_conv;
@@ -126,45 +117,17 @@ void run(const mgo::aot::KernelArgs& args, const mgo::cpu::RowPlan& plan, bool b
       });
     }
   }
-  error.rethrow(kOp);
+  error.rethrow(Li::kName);
 }
-
-// One launch: the rules again on the real tensors, then the kernel.
-void launch(const mgo::aot::KernelArgs& args, AotExtra* extra) {
-  rules(mgo::aot::input_descs(args, 5), extra);
-  const bool bsnd = extra->GetAttrStr("layout") == "BSND";
-  const int64_t k = extra->GetAttrInt("sparse_count");
-  const mgo::cpu::RowPlan plan =
-      mgo::cpu::plan_rows(kOp, args, bsnd, kQueryIndex, kKeyIndex, kLensQ, kLensK, extra->GetAttrInt("sparse_mode"));
-  mgo::cpu::dispatch_float(args.dtype(kQueryIndex), [&](auto x_tag) {
-    using X = decltype(x_tag);
-    mgo::cpu::dispatch_float(args.dtype(kWeights), [&](auto w_tag) {
-      return mgo::cpu::with_operand<X>([&](auto, auto op) {
-        run<X, decltype(op), decltype(w_tag)>(args, plan, bsnd, k);
-        return 0;
-      });
-    });
-    return 0;
-  });
-}
-
-struct LightningIndexerOp {
-  static constexpr int kInputs = 5;
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
-    return rules(in, extra);
-  }
-  static void Run(const mgo::aot::KernelArgs& args, AotExtra* extra) { launch(args, extra); }
-};
 
 }  // namespace
 
-extern "C" std::vector<std::vector<int64_t>> LightningIndexerInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
-  return mgo::aot::InferShape<LightningIndexerOp>(ndims, shapes, extra);
-}
-extern "C" std::vector<TypeId> LightningIndexerInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::InferType<LightningIndexerOp>(types, extra);
-}
-extern "C" int LightningIndexer(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
-                                void* extra) {
-  return mgo::aot::Launch<LightningIndexerOp>(nparam, params, ndims, shapes, dtypes, extra);
+void mgo::cpu::kernels::lightning_indexer(const aot::KernelArgs& args, const table::LightningIndexer::Attrs& attrs) {
+  const bool bsnd = attrs.layout == "BSND";
+  const int64_t k = attrs.sparse_count;
+  const RowPlan plan = plan_rows(Li::kName, args, bsnd, In::kQueryIndex, In::kKeyIndex, In::kActualSeqLengthsQuery,
+                                 In::kActualSeqLengthsKey, attrs.sparse_mode);
+  dispatch_indexer(args, In::kQueryIndex, In::kWeights, [&](auto x, auto op, auto w) {
+    run<decltype(x), decltype(op), decltype(w)>(args, plan, bsnd, k);
+  });
 }

@@ -86,6 +86,23 @@ inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 // Bytes of all tensors of a launch (inputs and outputs): the yardstick for scratch memory.
 int64_t io_bytes(const aot::KernelArgs& args);
 
+// Calls fn(X{}, Op{}, W{}) with X the storage dtype of parameter `x_arg` (query_index, or query),
+// Op its GEMM operand type on this CPU (operand.h) and W the storage dtype of `w_arg` (weights): the
+// dispatch of the three indexer kernels.
+template <typename Fn>
+void dispatch_indexer(const aot::KernelArgs& args, int x_arg, int w_arg, Fn&& fn) {
+  dispatch_float(args.dtype(x_arg), [&](auto x_tag) {
+    using X = decltype(x_tag);
+    dispatch_float(args.dtype(w_arg), [&](auto w_tag) {
+      return with_operand<X>([&](auto, auto op) {
+        fn(x_tag, op, w_tag);
+        return 0;
+      });
+    });
+    return 0;
+  });
+}
+
 // Token-dims product of a [tokens..., N, D] tensor (T, or B*S).
 inline int64_t token_count(const aot::KernelArgs& args, int i, bool bsnd) {
   return bsnd ? args.dim(i, 0) * args.dim(i, 1) : args.dim(i, 0);

@@ -10,29 +10,19 @@
 // dI = d_values of the slot (other slots are never read, so a NaN there does not propagate;
 // duplicate indices each count), then the score backward of indexer_score_backward.h, shared with
 // the KL kernel, which also makes the key gradient bitwise independent of the thread count.
-#include "../infer_shape/lightning_indexer_grad.h"
-
 #include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
 
-#include "aot_adapter.h"
 #include "indexer_score_backward.h"
-
-using mgo::aot::AotExtra;
-using mgo::aot::TypeId;
+#include "op_kernels.h"
 
 namespace {
 
-constexpr const char* kOp = "lightning_indexer_grad";
-constexpr int kInputCount = 7;
-
-enum Arg { kQueryIndex, kKeyIndex, kWeights, kSparse, kDValues, kLensQ, kLensK, kDQueryIndex, kDKeyIndex, kDWeights };
-
-mgo::infer::InferResult rules(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
-  return mgo::infer::lightning_indexer_grad(in, {extra->GetAttrStr("layout"), extra->GetAttrInt("sparse_mode")});
-}
+using Lig = mgo::table::LightningIndexerGrad;
+using In = Lig::In;
+using OutParam = Lig::OutParam;
 
 struct Sizes {
   int64_t t1, t2, nidx, didx, k;
@@ -43,7 +33,7 @@ class RowKernel {
  public:
   RowKernel(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPlan& plan)
       : a_(args), z_(z), plan_(plan),
-        sb_(args, {kQueryIndex, kKeyIndex, kWeights, kDQueryIndex, kDWeights}, z.nidx, z.didx, z.k) {
+        sb_(args, mgo::cpu::score_args_of<Lig>(), z.nidx, z.didx, z.k) {
     order_.reserve(static_cast<size_t>(z.k));
     di_.resize(static_cast<size_t>(z.k));
   }
@@ -64,12 +54,12 @@ class RowKernel {
   // on every run): their key rows into sb_.keys() and their d_values into di_.
   void collect_visible(int64_t t) {
     order_.clear();
-    const int32_t* idx = a_.as<const int32_t>(kSparse) + t * z_.k;
+    const int32_t* idx = a_.as<const int32_t>(In::kSparseIndices) + t * z_.k;
     for (int64_t s = 0; s < z_.k; ++s) {
       if (idx[s] >= 0 && idx[s] < plan_.limit[t]) order_.emplace_back(plan_.key_base[t] + idx[s], s);
     }
     std::sort(order_.begin(), order_.end());
-    const float* dv = a_.as<const float>(kDValues) + t * z_.k;
+    const float* dv = a_.as<const float>(In::kDValues) + t * z_.k;
     std::vector<int64_t>& keys = sb_.keys();
     keys.clear();
     for (size_t i = 0; i < order_.size(); ++i) {
@@ -89,54 +79,27 @@ class RowKernel {
 template <typename X, typename Op, typename W>
 void run(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPlan& plan) {
   mgo::cpu::run_rows_with_key_grads<X>(
-      kOp, args, z.t1, z.t2, z.didx, kDKeyIndex,
+      Lig::kName, args, z.t1, z.t2, z.didx, OutParam::kDKeyIndex,
       [&] { return std::make_unique<RowKernel<X, Op, W>>(args, z, plan); },
       [](RowKernel<X, Op, W>& kernel, int64_t t, float* acc) { kernel.row(t, acc); });
 }
 
-// One launch: the rules again on the real tensors, then the kernel.
-void launch(const mgo::aot::KernelArgs& args, AotExtra* extra) {
-  rules(mgo::aot::input_descs(args, kInputCount), extra);
-  const bool bsnd = extra->GetAttrStr("layout") == "BSND";
-  const int r = bsnd ? 4 : 3;
-  Sizes z{};
-  z.t1 = mgo::cpu::token_count(args, kQueryIndex, bsnd);
-  z.t2 = mgo::cpu::token_count(args, kKeyIndex, bsnd);
-  z.nidx = args.dim(kQueryIndex, r - 2);
-  z.didx = args.dim(kQueryIndex, r - 1);
-  z.k = args.dim(kSparse, r - 1);
-  const mgo::cpu::RowPlan plan = mgo::cpu::plan_rows(kOp, args, bsnd, kQueryIndex, kKeyIndex, kLensQ, kLensK,
-                                                     extra->GetAttrInt("sparse_mode"));
-  mgo::cpu::check_sparse_indices(kOp, args.as<const int32_t>(kSparse), z.t1, z.k, plan);
-  mgo::cpu::dispatch_float(args.dtype(kQueryIndex), [&](auto x_tag) {
-    using X = decltype(x_tag);
-    mgo::cpu::dispatch_float(args.dtype(kWeights), [&](auto w_tag) {
-      return mgo::cpu::with_operand<X>([&](auto, auto op) {
-        run<X, decltype(op), decltype(w_tag)>(args, z, plan);
-        return 0;
-      });
-    });
-    return 0;
-  });
-}
-
-struct LightningIndexerGradOp {
-  static constexpr int kInputs = kInputCount;
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
-    return rules(in, extra);
-  }
-  static void Run(const mgo::aot::KernelArgs& args, AotExtra* extra) { launch(args, extra); }
-};
-
 }  // namespace
 
-extern "C" std::vector<std::vector<int64_t>> LightningIndexerGradInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
-  return mgo::aot::InferShape<LightningIndexerGradOp>(ndims, shapes, extra);
-}
-extern "C" std::vector<TypeId> LightningIndexerGradInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::InferType<LightningIndexerGradOp>(types, extra);
-}
-extern "C" int LightningIndexerGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
-                                    void* extra) {
-  return mgo::aot::Launch<LightningIndexerGradOp>(nparam, params, ndims, shapes, dtypes, extra);
+void mgo::cpu::kernels::lightning_indexer_grad(const aot::KernelArgs& args,
+                                               const table::LightningIndexerGrad::Attrs& attrs) {
+  const bool bsnd = attrs.layout == "BSND";
+  const int r = bsnd ? 4 : 3;
+  Sizes z{};
+  z.t1 = token_count(args, In::kQueryIndex, bsnd);
+  z.t2 = token_count(args, In::kKeyIndex, bsnd);
+  z.nidx = args.dim(In::kQueryIndex, r - 2);
+  z.didx = args.dim(In::kQueryIndex, r - 1);
+  z.k = args.dim(In::kSparseIndices, r - 1);
+  const RowPlan plan = plan_rows(Lig::kName, args, bsnd, In::kQueryIndex, In::kKeyIndex, In::kActualSeqLengthsQuery,
+                                 In::kActualSeqLengthsKey, attrs.sparse_mode);
+  check_sparse_indices(Lig::kName, args.as<const int32_t>(In::kSparseIndices), z.t1, z.k, plan);
+  dispatch_indexer(args, In::kQueryIndex, In::kWeights, [&](auto x, auto op, auto w) {
+    run<decltype(x), decltype(op), decltype(w)>(args, z, plan);
+  });
 }

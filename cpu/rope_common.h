@@ -82,22 +82,27 @@ void apply_half_mix_avx2(const X* in, X* out, int64_t heads, const HalfMix& mix)
 std::vector<int32_t> rope_positions(const char* op, const aot::KernelArgs& args, int lens_index, int64_t n_tokens,
                                     int64_t max_seq_len);
 
-// Runs `make_mix(cos_row, sin_row, mix)` per token and applies it to inputs 0 and 1, writing
-// outputs 5 and 6. Inputs: x0, x1 [T, hidden], cos, sin [max_seq_len, 128], q_seq_len [B].
+// Kernel parameter positions of the two ops (table::Rope / table::RopeGrad): inputs x0, x1
+// [T, hidden], cos, sin [max_seq_len, 128], q_seq_len [B]; outputs y0, y1 like x0.
+struct RopeSlots {
+  int x0, x1, cos, sin, lens, y0, y1;
+};
+
+// Runs `make_mix(cos_row, sin_row, mix)` per token and applies it to x0 and x1, writing y0 and y1.
 template <typename MakeMix>
-void run_rope_family(const char* op, const aot::KernelArgs& args, MakeMix make_mix) {
-  const int64_t n_tokens = args.dim(0, 0);
-  const int64_t hidden = args.dim(0, 1);
+void run_rope_family(const char* op, const aot::KernelArgs& args, const RopeSlots& slots, MakeMix make_mix) {
+  const int64_t n_tokens = args.dim(slots.x0, 0);
+  const int64_t hidden = args.dim(slots.x0, 1);
   const int64_t heads = hidden / kRopeHead;
-  const std::vector<int32_t> pos = rope_positions(op, args, 4, n_tokens, args.dim(2, 0));
-  dispatch_float(args.dtype(0), [&](auto x_tag) {
+  const std::vector<int32_t> pos = rope_positions(op, args, slots.lens, n_tokens, args.dim(slots.cos, 0));
+  dispatch_float(args.dtype(slots.x0), [&](auto x_tag) {
     using X = decltype(x_tag);
-    dispatch_float(args.dtype(2), [&](auto c_tag) {
+    dispatch_float(args.dtype(slots.cos), [&](auto c_tag) {
       using C = decltype(c_tag);
-      const X* x[2] = {args.as<const X>(0), args.as<const X>(1)};
-      X* y[2] = {args.as<X>(5), args.as<X>(6)};
-      const C* cos = args.as<const C>(2);
-      const C* sin = args.as<const C>(3);
+      const X* x[2] = {args.as<const X>(slots.x0), args.as<const X>(slots.x1)};
+      X* y[2] = {args.as<X>(slots.y0), args.as<X>(slots.y1)};
+      const C* cos = args.as<const C>(slots.cos);
+      const C* sin = args.as<const C>(slots.sin);
       const Isa isa = cpu_isa();
 #pragma omp parallel if (worth_parallel(n_tokens * hidden))
       {

@@ -2,14 +2,10 @@
 // `rope` (`mode="vjp"`).
 #include "../infer_shape/rope_grad.h"
 
-#include "aot_adapter.h"
+#include "op_kernels.h"
 #include "rope_common.h"
 
-using mgo::aot::AotExtra;
-using mgo::aot::TypeId;
-using mgo::cpu::HalfMix;
-using mgo::cpu::kRopeHalf;
-
+namespace mgo::cpu {
 namespace {
 
 // ATB: g * (cos + cat(sin_hi, -sin_lo)), element-wise.
@@ -34,26 +30,17 @@ void vjp_mix(const float* c, const float* s, HalfMix& m) {
   }
 }
 
-struct RopeGradOp {
-  static constexpr int kInputs = 5;
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
-    return mgo::infer::rope_grad(in, {extra->GetAttrStr("mode")});
-  }
-  static void Run(const mgo::aot::KernelArgs& args, AotExtra* extra) {
-    const auto mode = mgo::infer::parse_rope_grad_mode(extra->GetAttrStr("mode"));
-    mgo::cpu::run_rope_family("rope_grad", args, mode == mgo::infer::RopeGradMode::kAtb ? atb_mix : vjp_mix);
-  }
-};
-
 }  // namespace
 
-extern "C" std::vector<std::vector<int64_t>> RopeGradInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
-  return mgo::aot::InferShape<RopeGradOp>(ndims, shapes, extra);
+namespace kernels {
+
+void rope_grad(const aot::KernelArgs& args, const table::RopeGrad::Attrs& attrs) {
+  using Op = table::RopeGrad;
+  const RopeSlots slots{Op::In::kQGrad, Op::In::kKGrad, Op::In::kCos, Op::In::kSin, Op::In::kQSeqLen,
+                        Op::OutParam::kQGradOut, Op::OutParam::kKGradOut};
+  const auto mode = infer::parse_rope_grad_mode(attrs.mode);
+  run_rope_family(Op::kName, args, slots, mode == infer::RopeGradMode::kAtb ? atb_mix : vjp_mix);
 }
-extern "C" std::vector<TypeId> RopeGradInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::InferType<RopeGradOp>(types, extra);
-}
-extern "C" int RopeGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
-                        void* extra) {
-  return mgo::aot::Launch<RopeGradOp>(nparam, params, ndims, shapes, dtypes, extra);
-}
+
+}  // namespace kernels
+}  // namespace mgo::cpu

@@ -6,30 +6,23 @@
 // forms a [T, K, D] gather or a [T, S2] score matrix. Groups depend on the indices only and are
 // independent, so any schedule is deterministic. Absent optional inputs are zero-size placeholders: value (key is value), the
 // rope pair, the lengths.
-#include "../infer_shape/sparse_flash_attention.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <vector>
 
-#include "aot_adapter.h"
+#include "op_kernels.h"
 #include "sparse_flash_attention_common.h"
 #include "sparse_flash_attention_groups.h"
-
-using mgo::aot::AotExtra;
-using mgo::aot::TypeId;
 
 namespace mgo::cpu::sfa {
 namespace {
 
-constexpr const char* kOp = "sparse_flash_attention";
+constexpr const char* kOp = table::SparseFlashAttention::kName;
 
 using Sfa = table::SparseFlashAttention;
 using OutParam = Sfa::OutParam;
-constexpr int kInputs = 8;
-static_assert(kInputs == Sfa::kNumInputs);
 constexpr Slots kSlots = slots_of<Sfa>();
 
 // One thread's tiles and the work of one row group (sparse_flash_attention_groups.h).
@@ -166,19 +159,7 @@ void forward(const aot::KernelArgs& args, const Problem& p, const std::vector<in
   if (failed) throw std::runtime_error(std::string(kOp) + ": " + error);
 }
 
-// The attributes, read from AotExtra by their table names.
-table::SparseFlashAttention::Attrs read_attrs(AotExtra* extra) {
-  table::SparseFlashAttention::Attrs a;
-  a.scale_value = extra->GetAttrFloat("scale_value");
-  a.sparse_block_size = extra->GetAttrInt("sparse_block_size");
-  a.layout = extra->GetAttrStr("layout");
-  a.sparse_mode = extra->GetAttrInt("sparse_mode");
-  return a;
-}
-
-void run(const aot::KernelArgs& args, AotExtra* extra) {
-  const auto attrs = read_attrs(extra);
-  infer::sparse_flash_attention(aot::input_descs(args, kInputs), attrs);
+void run(const aot::KernelArgs& args, const table::SparseFlashAttention::Attrs& attrs) {
   const Problem p = make_problem(kOp, args, attrs, kSlots);
   const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(kSlots.idx));
   dispatch_float(args.dtype(kSlots.q), [&](auto tag) {
@@ -189,26 +170,10 @@ void run(const aot::KernelArgs& args, AotExtra* extra) {
   });
 }
 
-struct SparseFlashAttentionOp {
-  static constexpr int kInputs = sfa::kInputs;
-  static infer::InferResult Infer(const std::vector<infer::TensorDesc>& in, AotExtra* extra) {
-    return infer::sparse_flash_attention(in, read_attrs(extra));
-  }
-  static void Run(const aot::KernelArgs& args, AotExtra* extra) { run(args, extra); }
-};
-
 }  // namespace
 }  // namespace mgo::cpu::sfa
 
-using mgo::cpu::sfa::SparseFlashAttentionOp;
-
-extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
-  return mgo::aot::InferShape<SparseFlashAttentionOp>(ndims, shapes, extra);
-}
-extern "C" std::vector<TypeId> SparseFlashAttentionInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::InferType<SparseFlashAttentionOp>(types, extra);
-}
-extern "C" int SparseFlashAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
-                                    void* extra) {
-  return mgo::aot::Launch<SparseFlashAttentionOp>(nparam, params, ndims, shapes, dtypes, extra);
+void mgo::cpu::kernels::sparse_flash_attention(const aot::KernelArgs& args,
+                                               const table::SparseFlashAttention::Attrs& attrs) {
+  sfa::run(args, attrs);
 }

@@ -17,30 +17,23 @@
 // Shared latent KV (value absent: key is value): dV is added to dK in the same float32 partition
 // buffers, so d_key = dK + dV is rounded once and d_value is absent (zero-size). Absent ropes give
 // absent rope gradients.
-#include "../infer_shape/sparse_flash_attention_grad.h"
-
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
 
-#include "aot_adapter.h"
+#include "op_kernels.h"
 #include "sparse_flash_attention_common.h"
 #include "sparse_flash_attention_groups.h"
-
-using mgo::aot::AotExtra;
-using mgo::aot::TypeId;
 
 namespace mgo::cpu::sfa {
 namespace {
 
-constexpr const char* kOp = "sparse_flash_attention_grad";
+constexpr const char* kOp = table::SparseFlashAttentionGrad::kName;
 constexpr int64_t kMaxPartitions = 8;
 
 using Grad = table::SparseFlashAttentionGrad;
 using In = Grad::In;
 using OutParam = Grad::OutParam;
-constexpr int kInputs = 12;
-static_assert(kInputs == Grad::kNumInputs);
 constexpr Slots kSlots = slots_of<Grad>();
 
 // Contiguous query rows [r0, r1) and the key rows [k0, k1) they can reach.
@@ -294,22 +287,7 @@ void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<i
   if (failed) throw std::runtime_error(std::string(kOp) + ": " + error);
 }
 
-// The attributes, read from AotExtra by their table names.
-table::SparseFlashAttentionGrad::Attrs read_attrs(AotExtra* extra) {
-  table::SparseFlashAttentionGrad::Attrs a;
-  a.scale_value = extra->GetAttrFloat("scale_value");
-  a.sparse_block_size = extra->GetAttrInt("sparse_block_size");
-  a.layout = extra->GetAttrStr("layout");
-  a.sparse_mode = extra->GetAttrInt("sparse_mode");
-  a.pre_tokens = extra->GetAttrInt("pre_tokens");
-  a.next_tokens = extra->GetAttrInt("next_tokens");
-  a.deterministic = extra->GetAttrBool("deterministic");
-  return a;
-}
-
-void run(const aot::KernelArgs& args, AotExtra* extra) {
-  const auto attrs = read_attrs(extra);
-  infer::sparse_flash_attention_grad(aot::input_descs(args, kInputs), attrs);
+void run(const aot::KernelArgs& args, const table::SparseFlashAttentionGrad::Attrs& attrs) {
   const Problem p = make_problem(kOp, args, attrs, kSlots);
   const std::vector<int64_t> counts = validate_indices(kOp, p, args.as<const int32_t>(kSlots.idx));
   dispatch_float(args.dtype(kSlots.q), [&](auto tag) {
@@ -320,26 +298,10 @@ void run(const aot::KernelArgs& args, AotExtra* extra) {
   });
 }
 
-struct SparseFlashAttentionGradOp {
-  static constexpr int kInputs = sfa::kInputs;
-  static infer::InferResult Infer(const std::vector<infer::TensorDesc>& in, AotExtra* extra) {
-    return infer::sparse_flash_attention_grad(in, read_attrs(extra));
-  }
-  static void Run(const aot::KernelArgs& args, AotExtra* extra) { run(args, extra); }
-};
-
 }  // namespace
 }  // namespace mgo::cpu::sfa
 
-using mgo::cpu::sfa::SparseFlashAttentionGradOp;
-
-extern "C" std::vector<std::vector<int64_t>> SparseFlashAttentionGradInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
-  return mgo::aot::InferShape<SparseFlashAttentionGradOp>(ndims, shapes, extra);
-}
-extern "C" std::vector<TypeId> SparseFlashAttentionGradInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::InferType<SparseFlashAttentionGradOp>(types, extra);
-}
-extern "C" int SparseFlashAttentionGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
-                                        void* extra) {
-  return mgo::aot::Launch<SparseFlashAttentionGradOp>(nparam, params, ndims, shapes, dtypes, extra);
+void mgo::cpu::kernels::sparse_flash_attention_grad(const aot::KernelArgs& args,
+                                                    const table::SparseFlashAttentionGrad::Attrs& attrs) {
+  sfa::run(args, attrs);
 }

@@ -7,37 +7,24 @@
 //   SxT = key_index x query_index^T, I = relu(SxT) . w, y = softmax(I), loss_t, dI = y - p
 //   then the score backward of indexer_score_backward.h (shared with lightning_indexer_grad), which
 //   also makes the key gradient deterministic.
-#include "../infer_shape/sparse_lightning_indexer_grad_kl_loss.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <type_traits>
 
-#include "aot_adapter.h"
 #include "indexer_score_backward.h"
-
-using mgo::aot::AotExtra;
-using mgo::aot::TypeId;
+#include "op_kernels.h"
 
 namespace {
 
-constexpr const char* kOp = "sparse_lightning_indexer_grad_kl_loss";
+using Sli = mgo::table::SparseLightningIndexerGradKLLoss;
+using In = Sli::In;
+using OutParam = Sli::OutParam;
+
 // Keys per teacher (main-attention) GEMM block, a multiple of mgo::cpu::kScorePad.
 constexpr int64_t kTeacherBlock = 256;
 constexpr float kLogFloor = 1e-8f;
-
-enum Arg {
-  kQuery, kKey, kQueryIndex, kKeyIndex, kWeights, kSparse, kMax, kSum, kQueryRope, kKeyRope, kLensQ, kLensK,
-  kDQueryIndex, kDKeyIndex, kDWeights, kLoss
-};
-
-mgo::infer::InferResult rules(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
-  return mgo::infer::sparse_lightning_indexer_grad_kl_loss(
-      in, {extra->GetAttrFloat("scale_value"), extra->GetAttrStr("layout"), extra->GetAttrInt("sparse_mode"),
-           extra->GetAttrBool("deterministic")});
-}
 
 struct Sizes {
   int64_t t1, t2, n1, d, dr, dq, nidx, didx, k;
@@ -48,7 +35,7 @@ class RowKernel {
  public:
   RowKernel(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPlan& plan, float scale)
       : a_(args), z_(z), plan_(plan), scale_(scale),
-        sb_(args, {kQueryIndex, kKeyIndex, kWeights, kDQueryIndex, kDWeights}, z.nidx, z.didx, z.k) {
+        sb_(args, mgo::cpu::score_args_of<Sli>(), z.nidx, z.didx, z.k) {
     const int64_t kp = mgo::cpu::round_up(z.k, mgo::cpu::kScorePad);
     qt_.resize(static_cast<size_t>(z.n1 * z.dq));
     kt_.resize(static_cast<size_t>(std::min(kp, kTeacherBlock) * z.dq));
@@ -93,7 +80,7 @@ class RowKernel {
   void collect_visible(int64_t t) {
     std::vector<int64_t>& vis = sb_.keys();
     vis.clear();
-    const int32_t* idx = a_.as<const int32_t>(kSparse) + t * z_.k;
+    const int32_t* idx = a_.as<const int32_t>(In::kSparseIndices) + t * z_.k;
     for (int64_t s = 0; s < z_.k; ++s) {
       if (idx[s] >= 0 && idx[s] < plan_.limit[t]) vis.push_back(plan_.key_base[t] + idx[s]);
     }
@@ -103,14 +90,14 @@ class RowKernel {
   // p[0, n) from the recomputed main-attention probabilities.
   void teacher(int64_t t, int64_t n, int64_t np) {
     using mgo::gemm::Trans;
-    const X* q = a_.as<const X>(kQuery) + t * z_.n1 * z_.d;
-    const X* qr = a_.as<const X>(kQueryRope) + t * z_.n1 * z_.dr;
+    const X* q = a_.as<const X>(In::kQuery) + t * z_.n1 * z_.d;
+    const X* qr = a_.as<const X>(In::kQueryRope) + t * z_.n1 * z_.dr;
     for (int64_t h = 0; h < z_.n1; ++h) {
       mgo::cpu::to_operand(q + h * z_.d, qt_.data() + h * z_.dq, z_.d);
       if (z_.dr) mgo::cpu::to_operand(qr + h * z_.dr, qt_.data() + h * z_.dq + z_.d, z_.dr);
     }
-    const float* mx = a_.as<const float>(kMax) + t * z_.n1;
-    const float* sm = a_.as<const float>(kSum) + t * z_.n1;
+    const float* mx = a_.as<const float>(In::kSoftmaxMax) + t * z_.n1;
+    const float* sm = a_.as<const float>(In::kSoftmaxSum) + t * z_.n1;
     std::fill(p_.begin(), p_.begin() + n, 0.0f);
     // Blocks of kTeacherBlock keys: the gathered block stays in L2 for its GEMM (a whole row of
     // 2048 x 576 bf16 keys does not), and p[j] still sums the heads in order 0..N1-1.
@@ -118,16 +105,16 @@ class RowKernel {
       const int64_t nb = std::min(kTeacherBlock, n - b0);
       const int64_t nbp = std::min(kTeacherBlock, np - b0);
       int64_t ld = nbp;
-      if (const Op* kb = sb_.rows_in_place(kKey, z_.d, b0, nb)) {  // in place: key and rope as two GEMMs
+      if (const Op* kb = sb_.rows_in_place(In::kKey, z_.d, b0, nb)) {  // in place: key and rope as two GEMMs
         ld = nb;
         mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.n1, nb, z_.d, scale_, qt_.data(), z_.dq, kb, z_.d, 0.0f,
                      s_.data(), ld);
         if (z_.dr) {
           mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.n1, nb, z_.dr, scale_, qt_.data() + z_.d, z_.dq,
-                       sb_.rows_in_place(kKeyRope, z_.dr, b0, nb), z_.dr, 1.0f, s_.data(), ld);
+                       sb_.rows_in_place(In::kKeyRope, z_.dr, b0, nb), z_.dr, 1.0f, s_.data(), ld);
         }
       } else {
-        sb_.gather(a_.as<const X>(kKey), z_.d, a_.as<const X>(kKeyRope), z_.dr, b0, nb, kt_.data());
+        sb_.gather(a_.as<const X>(In::kKey), z_.d, a_.as<const X>(In::kKeyRope), z_.dr, b0, nb, kt_.data());
         std::fill(kt_.begin() + nb * z_.dq, kt_.begin() + nbp * z_.dq, Op{});
         mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.n1, nbp, z_.dq, scale_, qt_.data(), z_.dq, kt_.data(), z_.dq,
                      0.0f, s_.data(), ld);
@@ -153,62 +140,35 @@ template <typename X, typename Op, typename W>
 void run(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPlan& plan, float scale) {
   std::vector<double> row_loss(static_cast<size_t>(z.t1), 0.0);
   mgo::cpu::run_rows_with_key_grads<X>(
-      kOp, args, z.t1, z.t2, z.didx, kDKeyIndex,
+      Sli::kName, args, z.t1, z.t2, z.didx, OutParam::kDKeyIndex,
       [&] { return std::make_unique<RowKernel<X, Op, W>>(args, z, plan, scale); },
       [&](RowKernel<X, Op, W>& kernel, int64_t t, float* acc) { row_loss[t] = kernel.row(t, acc); });
   double loss = 0.0;
   for (double l : row_loss) loss += l;
-  *args.as<float>(kLoss) = static_cast<float>(loss);
+  *args.as<float>(OutParam::kLoss) = static_cast<float>(loss);
 }
-
-// One launch: the rules again on the real tensors, then the kernel.
-void launch(const mgo::aot::KernelArgs& args, AotExtra* extra) {
-  rules(mgo::aot::input_descs(args, 12), extra);
-  const bool bsnd = extra->GetAttrStr("layout") == "BSND";
-  const int r = bsnd ? 4 : 3;
-  Sizes z{};
-  z.t1 = mgo::cpu::token_count(args, kQuery, bsnd);
-  z.t2 = mgo::cpu::token_count(args, kKey, bsnd);
-  z.n1 = args.dim(kQuery, r - 2);
-  z.d = args.dim(kQuery, r - 1);
-  z.dr = args.numel(kQueryRope) > 0 ? args.dim(kQueryRope, r - 1) : 0;
-  z.dq = z.d + z.dr;
-  z.nidx = args.dim(kQueryIndex, r - 2);
-  z.didx = args.dim(kQueryIndex, r - 1);
-  z.k = args.dim(kSparse, r - 1);
-  const mgo::cpu::RowPlan plan =
-      mgo::cpu::plan_rows(kOp, args, bsnd, kQuery, kKey, kLensQ, kLensK, extra->GetAttrInt("sparse_mode"));
-  mgo::cpu::check_sparse_indices(kOp, args.as<const int32_t>(kSparse), z.t1, z.k, plan);
-  const float scale = extra->GetAttrFloat("scale_value");
-  mgo::cpu::dispatch_float(args.dtype(kQuery), [&](auto x_tag) {
-    using X = decltype(x_tag);
-    mgo::cpu::dispatch_float(args.dtype(kWeights), [&](auto w_tag) {
-      return mgo::cpu::with_operand<X>([&](auto, auto op) {
-        run<X, decltype(op), decltype(w_tag)>(args, z, plan, scale);
-        return 0;
-      });
-    });
-    return 0;
-  });
-}
-
-struct SparseLightningIndexerGradKLLossOp {
-  static constexpr int kInputs = 12;
-  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, AotExtra* extra) {
-    return rules(in, extra);
-  }
-  static void Run(const mgo::aot::KernelArgs& args, AotExtra* extra) { launch(args, extra); }
-};
 
 }  // namespace
 
-extern "C" std::vector<std::vector<int64_t>> SparseLightningIndexerGradKLLossInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
-  return mgo::aot::InferShape<SparseLightningIndexerGradKLLossOp>(ndims, shapes, extra);
-}
-extern "C" std::vector<TypeId> SparseLightningIndexerGradKLLossInferType(std::vector<TypeId> types, AotExtra* extra) {
-  return mgo::aot::InferType<SparseLightningIndexerGradKLLossOp>(types, extra);
-}
-extern "C" int SparseLightningIndexerGradKLLoss(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void*,
-                                                void* extra) {
-  return mgo::aot::Launch<SparseLightningIndexerGradKLLossOp>(nparam, params, ndims, shapes, dtypes, extra);
+void mgo::cpu::kernels::sparse_lightning_indexer_grad_kl_loss(
+    const aot::KernelArgs& args, const table::SparseLightningIndexerGradKLLoss::Attrs& attrs) {
+  const bool bsnd = attrs.layout == "BSND";
+  const int r = bsnd ? 4 : 3;
+  Sizes z{};
+  z.t1 = token_count(args, In::kQuery, bsnd);
+  z.t2 = token_count(args, In::kKey, bsnd);
+  z.n1 = args.dim(In::kQuery, r - 2);
+  z.d = args.dim(In::kQuery, r - 1);
+  z.dr = args.numel(In::kQueryRope) > 0 ? args.dim(In::kQueryRope, r - 1) : 0;
+  z.dq = z.d + z.dr;
+  z.nidx = args.dim(In::kQueryIndex, r - 2);
+  z.didx = args.dim(In::kQueryIndex, r - 1);
+  z.k = args.dim(In::kSparseIndices, r - 1);
+  const RowPlan plan = plan_rows(Sli::kName, args, bsnd, In::kQuery, In::kKey, In::kActualSeqLengthsQuery,
+                                 In::kActualSeqLengthsKey, attrs.sparse_mode);
+  check_sparse_indices(Sli::kName, args.as<const int32_t>(In::kSparseIndices), z.t1, z.k, plan);
+  const float scale = static_cast<float>(attrs.scale_value);
+  dispatch_indexer(args, In::kQuery, In::kWeights, [&](auto x, auto op, auto w) {
+    run<decltype(x), decltype(op), decltype(w)>(args, z, plan, scale);
+  });
 }
