@@ -35,7 +35,7 @@ def check_tensor(op: str, arg: str, value: object) -> Tensor:
 def _run_rules(op: str, shapes: tuple, dtypes: tuple, attr_items: tuple) -> bool:
     # constexpr: in GRAPH mode this runs in Python at compile time on the (possibly dynamic,
     # None/-1) shapes, so errors are ValueError/TypeError before the graph runs. Attributes reach
-    # the rules by name (every binding of infer_shape/python_module.cc takes them so).
+    # the rules by name (every binding of the generated infer_shape/python_bindings.h takes them so).
     dims = [[-1 if d is None else int(d) for d in s] for s in shapes]
     getattr(_validate, op)(dims, [dtype_name(t) for t in dtypes], **dict(attr_items))
     return True

@@ -76,7 +76,7 @@ def ascend_infer(spec: OpSpec, attrs: dict[str, object]) -> tuple:
     """(out_shape, out_dtype) callables for an Ascend Custom op, running the ``infer_shape/``
     rules of ``spec`` (shapes with unknown dtypes, then dtypes with unknown shapes)."""
     rules = getattr(_validate, spec.name)
-    # Every binding takes all the spec's attributes under their names (infer_shape/python_module.cc).
+    # Every binding takes all the spec's attributes under their names (the generated infer_shape/python_bindings.h).
     attr_values = {a.name: attrs[a.name] for a in spec.attrs}
     single = len(spec.outputs) == 1
 
