@@ -4,40 +4,67 @@
 //
 // The C symbols that call them, one set per op, are generated from the op table
 // (cpu/entry_points.cc, scripts/glue/cpu.py): a template cannot give its instances C names. Each
-// passes a description `Op` of the op, a struct deriving from its mgo::table struct with
-//   Attrs read(AotExtra*)  its attributes, read by their table names;
-//   kRule                  InferResult (*)(const std::vector<TensorDesc>&, const Attrs&);
-//   kKernel                void (*)(const KernelArgs&, const Attrs&) (params: inputs then outputs).
+// passes a description `Op` of the op, a struct deriving from its mgo::table struct (names, slots,
+// Attrs and kAttrs) with
+//   kRule    InferResult (*)(const std::vector<TensorDesc>&, const Attrs&);
+//   kKernel  void (*)(const KernelArgs&, const Attrs&) (params: inputs then outputs).
 // Errors are exceptions, as before: MindSpore reports what they say.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "aot.h"
 
 namespace mgo::aot {
 
+// One attribute, by name, with AotExtra's getter of the field's C++ type.
+inline void read_attr(AotExtra* extra, const char* name, int64_t& value) { value = extra->GetAttrInt(name); }
+inline void read_attr(AotExtra* extra, const char* name, double& value) { value = extra->GetAttrFloat(name); }
+inline void read_attr(AotExtra* extra, const char* name, bool& value) { value = extra->GetAttrBool(name); }
+inline void read_attr(AotExtra* extra, const char* name, std::string& value) { value = extra->GetAttrStr(name); }
+inline void read_attr(AotExtra* extra, const char* name, std::vector<int64_t>& value) {
+  value = extra->GetAttrIntVec(name);
+}
+
+// Every attribute of op `Op`, read by its table name into its Attrs field.
+template <class Op>
+typename Op::Attrs read_attrs(AotExtra* extra) {
+  typename Op::Attrs attrs;
+  size_t i = 0;
+  std::apply([&](auto... field) { (read_attr(extra, Op::kAttrNames[i++], attrs.*field), ...); }, Op::kAttrs);
+  return attrs;
+}
+
+// What MindSpore's infer functions return: an op with one output uses the single-output forms.
+template <class Op>
+using ShapesOf = std::conditional_t<Op::kNumOutputs == 1, std::vector<int64_t>, std::vector<std::vector<int64_t>>>;
+template <class Op>
+using TypesOf = std::conditional_t<Op::kNumOutputs == 1, TypeId, std::vector<TypeId>>;
+
 // Output shapes of an InferShape call (inputs' shapes known, dtypes unknown).
 template <class Op>
-std::vector<std::vector<int64_t>> InferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
-  return Op::kRule(shape_descs(Op::kNumInputs, ndims, shapes), Op::read(extra)).shapes;
+ShapesOf<Op> InferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+  auto result = Op::kRule(shape_descs(Op::kNumInputs, ndims, shapes), read_attrs<Op>(extra)).shapes;
+  if constexpr (Op::kNumOutputs == 1) {
+    return result.at(0);
+  } else {
+    return result;
+  }
 }
 
 // Output dtypes of an InferType call (inputs' dtypes known, shapes unknown).
 template <class Op>
-std::vector<TypeId> InferType(const std::vector<TypeId>& types, AotExtra* extra) {
-  return type_ids(Op::kRule(type_descs(types), Op::read(extra)));
-}
-
-// The single-output forms MindSpore also accepts (an op with one output registers these).
-template <class Op>
-std::vector<int64_t> InferShapeOne(int* ndims, int64_t** shapes, AotExtra* extra) {
-  return InferShape<Op>(ndims, shapes, extra).at(0);
-}
-template <class Op>
-TypeId InferTypeOne(const std::vector<TypeId>& types, AotExtra* extra) {
-  return InferType<Op>(types, extra).at(0);
+TypesOf<Op> InferType(const std::vector<TypeId>& types, AotExtra* extra) {
+  auto result = type_ids(Op::kRule(type_descs(types), read_attrs<Op>(extra)));
+  if constexpr (Op::kNumOutputs == 1) {
+    return result.at(0);
+  } else {
+    return result;
+  }
 }
 
 // One kernel launch: the rules again on the real tensors (a GRAPH-mode infer may have seen unknown
@@ -45,7 +72,7 @@ TypeId InferTypeOne(const std::vector<TypeId>& types, AotExtra* extra) {
 template <class Op>
 int Launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* extra) {
   const KernelArgs args(nparam, params, ndims, shapes, dtypes);
-  const typename Op::Attrs attrs = Op::read(static_cast<AotExtra*>(extra));
+  const typename Op::Attrs attrs = read_attrs<Op>(static_cast<AotExtra*>(extra));
   std::vector<TensorDesc> in;
   for (int i = 0; i < Op::kNumInputs; ++i) in.push_back(args.desc(i));
   Op::kRule(in, attrs);

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace mgo::table {
@@ -31,6 +32,8 @@ struct Rope {
   struct Attrs {
   };
   static constexpr std::array<const char*, 0> kAttrNames{};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::tuple<>();
 };
 
 // rope_grad
@@ -57,6 +60,8 @@ struct RopeGrad {
     std::string mode = "atb";
   };
   static constexpr std::array<const char*, 1> kAttrNames{"mode"};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::mode);
 };
 
 // cla_gate_merge
@@ -82,6 +87,8 @@ struct ClaGateMerge {
   struct Attrs {
   };
   static constexpr std::array<const char*, 0> kAttrNames{};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::tuple<>();
 };
 
 // cla_gate_backward
@@ -108,6 +115,8 @@ struct ClaGateBackward {
     std::string input_attn_layout = "TND";
   };
   static constexpr std::array<const char*, 1> kAttrNames{"input_attn_layout"};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::input_attn_layout);
 };
 
 // lightning_indexer
@@ -136,6 +145,8 @@ struct LightningIndexer {
     int64_t sparse_mode = 3;
   };
   static constexpr std::array<const char*, 3> kAttrNames{"sparse_count", "layout", "sparse_mode"};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::sparse_count, &Attrs::layout, &Attrs::sparse_mode);
 };
 
 // lightning_indexer_grad
@@ -163,6 +174,8 @@ struct LightningIndexerGrad {
     int64_t sparse_mode = 3;
   };
   static constexpr std::array<const char*, 2> kAttrNames{"layout", "sparse_mode"};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::layout, &Attrs::sparse_mode);
 };
 
 // sparse_lightning_indexer_grad_kl_loss
@@ -192,6 +205,8 @@ struct SparseLightningIndexerGradKLLoss {
     bool deterministic = false;
   };
   static constexpr std::array<const char*, 4> kAttrNames{"scale_value", "layout", "sparse_mode", "deterministic"};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::scale_value, &Attrs::layout, &Attrs::sparse_mode, &Attrs::deterministic);
 };
 
 // sparse_flash_attention
@@ -221,6 +236,8 @@ struct SparseFlashAttention {
     int64_t sparse_mode = 3;
   };
   static constexpr std::array<const char*, 4> kAttrNames{"scale_value", "sparse_block_size", "layout", "sparse_mode"};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::scale_value, &Attrs::sparse_block_size, &Attrs::layout, &Attrs::sparse_mode);
 };
 
 // sparse_flash_attention_grad
@@ -253,6 +270,8 @@ struct SparseFlashAttentionGrad {
     bool deterministic = false;
   };
   static constexpr std::array<const char*, 7> kAttrNames{"scale_value", "sparse_block_size", "layout", "sparse_mode", "pre_tokens", "next_tokens", "deterministic"};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::scale_value, &Attrs::sparse_block_size, &Attrs::layout, &Attrs::sparse_mode, &Attrs::pre_tokens, &Attrs::next_tokens, &Attrs::deterministic);
 };
 
 }  // namespace mgo::table

@@ -8,11 +8,11 @@
 // tests/ascend/cann_stub (the documented API subset used here, not CANN).
 //
 // An op is a struct `Op` (the op's hand-written `<OpType>Host` of ascendc/<op>/op_host/<op>.cpp,
-// derived from its generated `<OpType>Def` of op_host_table.h, which gives Table, kAttrs, Infer):
+// derived from its generated `<OpType>Def` of op_host_table.h, which gives Table and Infer):
 //   Table       mgo::table::<OpType> (infer_shape/op_table.h): kOpType prefixes every logged error,
 //               kOptional says per IR input (OpDef order) whether it is OPTIONAL; an omitted
-//               optional input reaches the rules as AbsentInput();
-//   kAttrs      the Table::Attrs fields in OpDef attribute order (ReadAttrs<Op> below);
+//               optional input reaches the rules as AbsentInput(); kAttrs lists the Attrs
+//               fields in OpDef attribute order (ReadAttrs<Op> below);
 //   Infer       static InferResult Infer(const std::vector<TensorDesc>&, const Table::Attrs&): the rule
 //               (the Def's calls infer_shape/<op>.h; a Host may wrap it);
 //   Tile        static TilingPlan<Data> Tile(const std::vector<TensorDesc>&, tiling::DType,
@@ -69,7 +69,7 @@ inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, in
 inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, double& v) { v = FloatAttr(a, i, name); }
 inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, bool& v) { v = BoolAttr(a, i, name); }
 
-// Every attribute of op `Op` (see op_host_def.h), in OpDef order: Op::kAttrs lists the
+// Every attribute of op `Op` (see op_host_def.h), in OpDef order: Op::Table::kAttrs lists the
 // Table::Attrs fields in the order of Table::kAttrNames, the order DefineOp declares them.
 template <typename Op>
 typename Op::Table::Attrs ReadAttrs(const gert::RuntimeAttrs* attrs) {
@@ -79,7 +79,7 @@ typename Op::Table::Attrs ReadAttrs(const gert::RuntimeAttrs* attrs) {
     ReadAttr(attrs, i, Op::Table::kAttrNames[i], r.*field);
     ++i;
   };
-  std::apply([&](auto... field) { (read(field), ...); }, Op::kAttrs);
+  std::apply([&](auto... field) { (read(field), ...); }, Op::Table::kAttrs);
   return r;
 }
 

@@ -3,8 +3,8 @@
 // where the shape rule needs a CANN-side touch), derived from its generated `<OpType>Def`
 // (op_host_table.h):
 //   Table     mgo::table::<OpType> (infer_shape/op_table.h): input/output/attribute names, which
-//             inputs are OPTIONAL, the attributes' defaults (Table::Attrs{});
-//   kAttrs    the Table::Attrs fields in attribute order (their types pick the setter/reader);
+//             inputs are OPTIONAL, the attributes' defaults (Table::Attrs{}) and fields in
+//             attribute order (Table::kAttrs; their types pick the setter/reader);
 //   kDtypes   the dtype combinations the kernel takes (the table's ascend_dtypes), one per OpDef
 //             column, each over inputs then outputs; every format is ND;
 //   kSocs     the SoCs to register (the table's ascend_socs);
@@ -54,7 +54,7 @@ void DefineOp(ops::OpDef& def) {
   const auto attr = [&def, &a]() -> ops::OpAttrDef& {
     return def.Attr(Table::kAttrNames[a++]).AttrType(ops::OPTIONAL);
   };
-  std::apply([&](auto... field) { (SetDefault(attr(), defaults.*field), ...); }, Op::kAttrs);
+  std::apply([&](auto... field) { (SetDefault(attr(), defaults.*field), ...); }, Op::Table::kAttrs);
   def.SetInferShape(InferShape<Op>).SetInferDataType(InferDataType<Op>);
   def.AICore().SetTiling(Tiling<Op>);
   for (const char* soc : Op::kSocs) def.AICore().AddConfig(soc);

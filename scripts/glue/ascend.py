@@ -38,15 +38,11 @@ def _def(op: object) -> list[str]:
         if attr.type not in ATTR_TYPES:
             raise ValueError(f"{op.name}.{attr.name}: common/op_host_def.h has no {attr.type} attribute")
     n = len(op.inputs) + len(op.outputs)
-    fields = ", ".join(f"&Table::Attrs::{a.name}" for a in op.attrs)
-    attrs = f"std::make_tuple({fields})" if op.attrs else "std::tuple<>()"
     socs = ", ".join(f'"{soc}"' for soc in op.ascend_socs)
     lines = [f"// {op.name}", f"struct {op.op_type}Def {{", f"  using Table = mgo::table::{op.op_type};",
              "  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in,",
              "                                       const Table::Attrs& a) {",
              f"    return mgo::infer::{op.name}(in, a);", "  }",
-             *textwrap.wrap(f"static constexpr auto kAttrs = {attrs};", 104, initial_indent="  ",
-                            subsequent_indent=" " * 49),
              *_comment("Columns over " + ", ".join((*op.inputs, *op.outputs)) + ".", "  "),
              f"  static constexpr std::array<std::array<ge::DataType, {n}>, {len(op.ascend_dtypes)}> kDtypes{{{{"]
     for combination in op.ascend_dtypes:
@@ -58,14 +54,13 @@ def _def(op: object) -> list[str]:
 
 def _table(specs: ModuleType) -> str:
     about = ("What each Ascend op's OpDef declares beyond mgo::table::<OpType> (infer_shape/op_table.h: names, "
-             "OPTIONAL inputs, attribute defaults): Infer, its shape rule (infer_shape/<op>.h); kAttrs, the "
-             "Table::Attrs fields in attribute order (their "
-             "C++ types pick the setter and reader); kDtypes, the dtype combinations the kernel takes "
+             "OPTIONAL inputs, attribute defaults and fields kAttrs): Infer, its shape rule (infer_shape/<op>.h); "
+             "kDtypes, the dtype combinations the kernel takes "
              "(ascend_dtypes), one per OpDef column, each over inputs then outputs; kSocs (ascend_socs). "
              "The op's hand-written <OpType>Host (op_host/<op>.cpp) derives from it and adds Tile; DefineOp "
              "(op_host_def.h) turns the Host into the OpDef. CANN-only, like the adapter.")
     lines = [banner("//").rstrip("\n"), *_comment(about), "#pragma once", "", "#include <array>",
-             "#include <tuple>", "#include <vector>", "", '#include "register/op_def_registry.h"', "",
+             "#include <vector>", "", '#include "register/op_def_registry.h"', "",
              '#include "../../infer_shape/op_table.h"']
     lines += [f'#include "../../infer_shape/{op.name}.h"' for op in specs.OP_SPECS.values() if op.ascend_dtypes]
     lines += ["", "namespace mgo::op_host {", ""]

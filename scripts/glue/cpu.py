@@ -2,10 +2,10 @@
 the C symbols MindSpore looks up (``<OpType>InferShape``, ``<OpType>InferType``, ``<OpType>``).
 
 Each entry point calls the one adapter (``cpu/aot_adapter.h``) with a generated description of the
-op: its table struct (``infer_shape/op_table.h``), its attributes read from ``AotExtra`` by their
-table names, its rule ``mgo::infer::<op>`` (``infer_shape/<op>.h``) and its kernel
+op: its table struct (``infer_shape/op_table.h``, whose ``kAttrs`` the adapter reads the attributes
+through), its rule ``mgo::infer::<op>`` (``infer_shape/<op>.h``) and its kernel
 ``mgo::cpu::kernels::<op>`` (``cpu/<op>.cc``). An op with one output registers MindSpore's
-single-output infer forms (``std::vector<int64_t>`` / ``TypeId``)."""
+single-output infer forms (``std::vector<int64_t>`` / ``TypeId``, chosen by ``ShapesOf``/``TypesOf``)."""
 from __future__ import annotations
 
 from types import ModuleType
@@ -14,11 +14,6 @@ from .common import banner, wrap_call
 
 KERNELS = "cpu/op_kernels.h"
 ENTRY_POINTS = "cpu/entry_points.cc"
-
-# AotExtra's getter of each table attribute type (cpu/aot.h).
-GETTERS = {"int": "GetAttrInt", "float": "GetAttrFloat", "str": "GetAttrStr", "bool": "GetAttrBool",
-           "listInt": "GetAttrIntVec"}
-
 
 def _kernels(ops: list) -> str:
     lines = [banner("//").rstrip("\n"),
@@ -35,56 +30,42 @@ def _kernels(ops: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _glue(op: object) -> list[str]:
-    """The adapter's description of ``op`` (see cpu/aot_adapter.h)."""
-    t = op.op_type
-    lines = [f"// {op.name}",
-             f"struct {t}Glue : mgo::table::{t} {{"]
-    if op.attrs:
-        lines.append("  static Attrs read(AotExtra* extra) {")
-        lines.append("    Attrs a;")
-        lines += [f'    a.{a.name} = extra->{GETTERS[a.type]}("{a.name}");' for a in op.attrs]
-        lines += ["    return a;", "  }"]
-    else:
-        lines.append("  static Attrs read(AotExtra*) { return {}; }")
-    lines += [f"  static constexpr auto kRule = mgo::infer::{op.name};",
-              f"  static constexpr auto kKernel = mgo::cpu::kernels::{op.name};",
-              "};", ""]
-    return lines
-
-
 def _entry_points(op: object) -> list[str]:
-    t, one = op.op_type, "One" if len(op.outputs) == 1 else ""
-    shape_ret = "std::vector<int64_t>" if one else "std::vector<std::vector<int64_t>>"
-    type_ret = "TypeId" if one else "std::vector<TypeId>"
-    shape_head = f'extern "C" {shape_ret} {t}InferShape('
-    type_head = f'extern "C" {type_ret} {t}InferType('
+    """The adapter's description of ``op`` (see cpu/aot_adapter.h) and its three C symbols; every op's
+    block has the same shape (attributes are read through table::<OpType>::kAttrs)."""
+    t = op.op_type
+    shape_head = f'extern "C" ShapesOf<{t}Glue> {t}InferShape('
+    type_head = f'extern "C" TypesOf<{t}Glue> {t}InferType('
     kernel_head = f'extern "C" int {t}('
-    return [*wrap_call(shape_head, ["int* ndims", "int64_t** shapes", "AotExtra* extra"], ") {",
+    return [f"// {op.name}",
+            f"struct {t}Glue : mgo::table::{t} {{",
+            f"  static constexpr auto kRule = mgo::infer::{op.name};",
+            f"  static constexpr auto kKernel = mgo::cpu::kernels::{op.name};",
+            "};",
+            *wrap_call(shape_head, ["int* ndims", "int64_t** shapes", "AotExtra* extra"], ") {",
                        " " * len(shape_head)),
-            f"  return mgo::aot::InferShape{one}<{t}Glue>(ndims, shapes, extra);", "}",
+            f"  return InferShape<{t}Glue>(ndims, shapes, extra);", "}",
             *wrap_call(type_head, ["std::vector<TypeId> types", "AotExtra* extra"], ") {", " " * len(type_head)),
-            f"  return mgo::aot::InferType{one}<{t}Glue>(types, extra);", "}",
+            f"  return InferType<{t}Glue>(types, extra);", "}",
             *wrap_call(kernel_head, ["int nparam", "void** params", "int* ndims", "int64_t** shapes",
                                      "const char** dtypes", "void* /*stream*/", "void* extra"], ") {",
                        " " * len(kernel_head)),
-            f"  return mgo::aot::Launch<{t}Glue>(nparam, params, ndims, shapes, dtypes, extra);", "}", ""]
+            f"  return Launch<{t}Glue>(nparam, params, ndims, shapes, dtypes, extra);", "}", ""]
 
 
 def _entry_file(ops: list) -> str:
     lines = [banner("//").rstrip("\n"),
              "// The C symbols MindSpore's CPU AOT looks up by name for every op of the table: <OpType>InferShape,",
              "// <OpType>InferType and the kernel <OpType>. Each forwards to the one adapter (aot_adapter.h) with",
-             "// the op's description <OpType>Glue: its table struct, its attributes read from AotExtra by their",
-             "// table names, its rule mgo::infer::<op> (infer_shape/<op>.h) and its kernel mgo::cpu::kernels::<op>",
-             "// (cpu/<op>.cc). An op with one output uses MindSpore's single-output infer forms.",
+             "// the op's description <OpType>Glue: its table struct (names, slots, attributes), its rule",
+             "// mgo::infer::<op> (infer_shape/<op>.h) and its kernel mgo::cpu::kernels::<op> (cpu/<op>.cc). An op",
+             "// with one output uses MindSpore's single-output infer forms (ShapesOf/TypesOf).",
              "#include <cstdint>", "#include <vector>", ""]
     lines += [f'#include "../infer_shape/{name}.h"' for name in sorted(op.name for op in ops)]
     lines += ['#include "aot_adapter.h"', '#include "op_kernels.h"', "",
-              "using mgo::aot::AotExtra;", "using mgo::aot::TypeId;", "", "namespace {", ""]
-    for op in ops:
-        lines += _glue(op)
-    lines += ["}  // namespace", ""]
+              "using mgo::aot::AotExtra;", "using mgo::aot::InferShape;", "using mgo::aot::InferType;",
+              "using mgo::aot::Launch;", "using mgo::aot::ShapesOf;", "using mgo::aot::TypeId;",
+              "using mgo::aot::TypesOf;", ""]
     for op in ops:
         lines += _entry_points(op)
     return "\n".join(lines).rstrip("\n") + "\n"

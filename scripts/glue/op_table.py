@@ -43,13 +43,17 @@ def _op(op: object) -> list[str]:
     lines += [f"    {cpp_type(a)} {a.name} = {cpp_literal(a)};" for a in op.attrs]
     lines.append("  };")
     lines += _names("Attr", tuple(a.name for a in op.attrs))
+    lines.append("  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).")
+    fields = ", ".join(f"&Attrs::{a.name}" for a in op.attrs)
+    lines.append(f"  static constexpr auto kAttrs = std::make_tuple({fields});" if op.attrs
+                 else "  static constexpr auto kAttrs = std::tuple<>();")
     lines.append("};")
     return lines
 
 
 def generate(specs: ModuleType) -> dict[str, str]:
     lines = [banner("//").rstrip("\n"), "#pragma once", "", "#include <array>", "#include <cstdint>",
-             "#include <string>", "#include <vector>", "", "namespace mgo::table {", ""]
+             "#include <string>", "#include <tuple>", "#include <vector>", "", "namespace mgo::table {", ""]
     for op in specs.OP_SPECS.values():
         lines += _op(op) + [""]
     lines.append("}  // namespace mgo::table")

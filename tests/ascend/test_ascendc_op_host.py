@@ -161,20 +161,18 @@ def test_op_host_instantiates_the_shared_adapter(driver: Path, op: str) -> None:
     assert set(d["output_params"]) == {"REQUIRED"}
 
 
-ATTR_FIELD = re.compile(r"&Table::Attrs::(\w+)")
+ATTR_FIELD = re.compile(r"&Attrs::(\w+)")
 FIELD_TYPES = {"int64_t": "int", "double": "float", "std::string": "str", "bool": "bool"}
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_op_host_reads_attributes_in_opdef_order(op: str) -> None:
     # ReadAttrs<Op> (common/op_host_adapter.h) reads attribute i, named kAttrNames[i], into the
-    # Table::Attrs field kAttrs[i] (common/op_host_table.h) with the reader of that field's C++ type.
-    defs = (ASCENDC / "common" / "op_host_table.h").read_text()
-    defs = defs[defs.index(f"\nstruct {OP_SPECS[op].op_type}Def {{"):]
-    fields = ATTR_FIELD.findall(defs[:defs.index("\n};")])
+    # Table::Attrs field Table::kAttrs[i] (infer_shape/op_table.h) with the reader of that field's C++ type.
     table = (ASCENDC.parent / "infer_shape" / "op_table.h").read_text()
     table = table[table.index(f"\nstruct {OP_SPECS[op].op_type} {{"):]
     table = table[:table.index("\n};")]
+    fields = ATTR_FIELD.findall(re.search(r"kAttrs = std::[\w<>]+\(([^;]*)\);", table).group(1))
     types = dict((name, FIELD_TYPES[t]) for t, name in re.findall(r"^    ([\w:]+) (\w+) = ", table, flags=re.M))
     names = re.findall(r'"(\w+)"', re.search(r"kAttrNames\{([^}]*)\}", table).group(1))
     reads = [(i, names[i], types[field]) for i, field in enumerate(fields) if field == names[i]]
