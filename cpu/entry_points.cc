@@ -32,14 +32,17 @@ struct RopeGlue : mgo::table::Rope {
   static constexpr auto kRule = mgo::infer::rope;
   static constexpr auto kKernel = mgo::cpu::kernels::rope;
 };
-extern "C" ShapesOf<RopeGlue> RopeInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+extern "C" ShapesOf<RopeGlue> RopeInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
   return InferShape<RopeGlue>(ndims, shapes, extra);
 }
-extern "C" TypesOf<RopeGlue> RopeInferType(std::vector<TypeId> types, AotExtra* extra) {
+extern "C" TypesOf<RopeGlue> RopeInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
   return InferType<RopeGlue>(types, extra);
 }
-extern "C" int Rope(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
-                    void* extra) {
+extern "C" int Rope(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
   return Launch<RopeGlue>(nparam, params, ndims, shapes, dtypes, extra);
 }
 
@@ -48,14 +51,17 @@ struct RopeGradGlue : mgo::table::RopeGrad {
   static constexpr auto kRule = mgo::infer::rope_grad;
   static constexpr auto kKernel = mgo::cpu::kernels::rope_grad;
 };
-extern "C" ShapesOf<RopeGradGlue> RopeGradInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+extern "C" ShapesOf<RopeGradGlue> RopeGradInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
   return InferShape<RopeGradGlue>(ndims, shapes, extra);
 }
-extern "C" TypesOf<RopeGradGlue> RopeGradInferType(std::vector<TypeId> types, AotExtra* extra) {
+extern "C" TypesOf<RopeGradGlue> RopeGradInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
   return InferType<RopeGradGlue>(types, extra);
 }
-extern "C" int RopeGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
-                        void* extra) {
+extern "C" int RopeGrad(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
   return Launch<RopeGradGlue>(nparam, params, ndims, shapes, dtypes, extra);
 }
 
@@ -64,14 +70,17 @@ struct ClaGateMergeGlue : mgo::table::ClaGateMerge {
   static constexpr auto kRule = mgo::infer::cla_gate_merge;
   static constexpr auto kKernel = mgo::cpu::kernels::cla_gate_merge;
 };
-extern "C" ShapesOf<ClaGateMergeGlue> ClaGateMergeInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+extern "C" ShapesOf<ClaGateMergeGlue> ClaGateMergeInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
   return InferShape<ClaGateMergeGlue>(ndims, shapes, extra);
 }
-extern "C" TypesOf<ClaGateMergeGlue> ClaGateMergeInferType(std::vector<TypeId> types, AotExtra* extra) {
+extern "C" TypesOf<ClaGateMergeGlue> ClaGateMergeInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
   return InferType<ClaGateMergeGlue>(types, extra);
 }
-extern "C" int ClaGateMerge(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-                            void* /*stream*/, void* extra) {
+extern "C" int ClaGateMerge(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
   return Launch<ClaGateMergeGlue>(nparam, params, ndims, shapes, dtypes, extra);
 }
 
@@ -80,14 +89,17 @@ struct ClaGateBackwardGlue : mgo::table::ClaGateBackward {
   static constexpr auto kRule = mgo::infer::cla_gate_backward;
   static constexpr auto kKernel = mgo::cpu::kernels::cla_gate_backward;
 };
-extern "C" ShapesOf<ClaGateBackwardGlue> ClaGateBackwardInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+extern "C" ShapesOf<ClaGateBackwardGlue> ClaGateBackwardInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
   return InferShape<ClaGateBackwardGlue>(ndims, shapes, extra);
 }
-extern "C" TypesOf<ClaGateBackwardGlue> ClaGateBackwardInferType(std::vector<TypeId> types, AotExtra* extra) {
+extern "C" TypesOf<ClaGateBackwardGlue> ClaGateBackwardInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
   return InferType<ClaGateBackwardGlue>(types, extra);
 }
-extern "C" int ClaGateBackward(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-                               void* /*stream*/, void* extra) {
+extern "C" int ClaGateBackward(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
   return Launch<ClaGateBackwardGlue>(nparam, params, ndims, shapes, dtypes, extra);
 }
 
@@ -96,14 +108,17 @@ struct LightningIndexerGlue : mgo::table::LightningIndexer {
   static constexpr auto kRule = mgo::infer::lightning_indexer;
   static constexpr auto kKernel = mgo::cpu::kernels::lightning_indexer;
 };
-extern "C" ShapesOf<LightningIndexerGlue> LightningIndexerInferShape(int* ndims, int64_t** shapes, AotExtra* extra) {
+extern "C" ShapesOf<LightningIndexerGlue> LightningIndexerInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
   return InferShape<LightningIndexerGlue>(ndims, shapes, extra);
 }
-extern "C" TypesOf<LightningIndexerGlue> LightningIndexerInferType(std::vector<TypeId> types, AotExtra* extra) {
+extern "C" TypesOf<LightningIndexerGlue> LightningIndexerInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
   return InferType<LightningIndexerGlue>(types, extra);
 }
-extern "C" int LightningIndexer(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-                                void* /*stream*/, void* extra) {
+extern "C" int LightningIndexer(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
   return Launch<LightningIndexerGlue>(nparam, params, ndims, shapes, dtypes, extra);
 }
 
@@ -112,15 +127,17 @@ struct LightningIndexerGradGlue : mgo::table::LightningIndexerGrad {
   static constexpr auto kRule = mgo::infer::lightning_indexer_grad;
   static constexpr auto kKernel = mgo::cpu::kernels::lightning_indexer_grad;
 };
-extern "C" ShapesOf<LightningIndexerGradGlue> LightningIndexerGradInferShape(int* ndims, int64_t** shapes,
-                                                                             AotExtra* extra) {
+extern "C" ShapesOf<LightningIndexerGradGlue> LightningIndexerGradInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
   return InferShape<LightningIndexerGradGlue>(ndims, shapes, extra);
 }
-extern "C" TypesOf<LightningIndexerGradGlue> LightningIndexerGradInferType(std::vector<TypeId> types, AotExtra* extra) {
+extern "C" TypesOf<LightningIndexerGradGlue> LightningIndexerGradInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
   return InferType<LightningIndexerGradGlue>(types, extra);
 }
-extern "C" int LightningIndexerGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-                                    void* /*stream*/, void* extra) {
+extern "C" int LightningIndexerGrad(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
   return Launch<LightningIndexerGradGlue>(nparam, params, ndims, shapes, dtypes, extra);
 }
 
@@ -129,17 +146,17 @@ struct SparseLightningIndexerGradKLLossGlue : mgo::table::SparseLightningIndexer
   static constexpr auto kRule = mgo::infer::sparse_lightning_indexer_grad_kl_loss;
   static constexpr auto kKernel = mgo::cpu::kernels::sparse_lightning_indexer_grad_kl_loss;
 };
-extern "C" ShapesOf<SparseLightningIndexerGradKLLossGlue> SparseLightningIndexerGradKLLossInferShape(int* ndims,
-                                                                                                     int64_t** shapes,
-                                                                                                     AotExtra* extra) {
+extern "C" ShapesOf<SparseLightningIndexerGradKLLossGlue> SparseLightningIndexerGradKLLossInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
   return InferShape<SparseLightningIndexerGradKLLossGlue>(ndims, shapes, extra);
 }
-extern "C" TypesOf<SparseLightningIndexerGradKLLossGlue> SparseLightningIndexerGradKLLossInferType(std::vector<TypeId> types,
-                                                                                                   AotExtra* extra) {
+extern "C" TypesOf<SparseLightningIndexerGradKLLossGlue> SparseLightningIndexerGradKLLossInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
   return InferType<SparseLightningIndexerGradKLLossGlue>(types, extra);
 }
-extern "C" int SparseLightningIndexerGradKLLoss(int nparam, void** params, int* ndims, int64_t** shapes,
-                                                const char** dtypes, void* /*stream*/, void* extra) {
+extern "C" int SparseLightningIndexerGradKLLoss(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
   return Launch<SparseLightningIndexerGradKLLossGlue>(nparam, params, ndims, shapes, dtypes, extra);
 }
 
@@ -148,15 +165,17 @@ struct SparseFlashAttentionGlue : mgo::table::SparseFlashAttention {
   static constexpr auto kRule = mgo::infer::sparse_flash_attention;
   static constexpr auto kKernel = mgo::cpu::kernels::sparse_flash_attention;
 };
-extern "C" ShapesOf<SparseFlashAttentionGlue> SparseFlashAttentionInferShape(int* ndims, int64_t** shapes,
-                                                                             AotExtra* extra) {
+extern "C" ShapesOf<SparseFlashAttentionGlue> SparseFlashAttentionInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
   return InferShape<SparseFlashAttentionGlue>(ndims, shapes, extra);
 }
-extern "C" TypesOf<SparseFlashAttentionGlue> SparseFlashAttentionInferType(std::vector<TypeId> types, AotExtra* extra) {
+extern "C" TypesOf<SparseFlashAttentionGlue> SparseFlashAttentionInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
   return InferType<SparseFlashAttentionGlue>(types, extra);
 }
-extern "C" int SparseFlashAttention(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-                                    void* /*stream*/, void* extra) {
+extern "C" int SparseFlashAttention(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
   return Launch<SparseFlashAttentionGlue>(nparam, params, ndims, shapes, dtypes, extra);
 }
 
@@ -165,15 +184,16 @@ struct SparseFlashAttentionGradGlue : mgo::table::SparseFlashAttentionGrad {
   static constexpr auto kRule = mgo::infer::sparse_flash_attention_grad;
   static constexpr auto kKernel = mgo::cpu::kernels::sparse_flash_attention_grad;
 };
-extern "C" ShapesOf<SparseFlashAttentionGradGlue> SparseFlashAttentionGradInferShape(int* ndims, int64_t** shapes,
-                                                                                     AotExtra* extra) {
+extern "C" ShapesOf<SparseFlashAttentionGradGlue> SparseFlashAttentionGradInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
   return InferShape<SparseFlashAttentionGradGlue>(ndims, shapes, extra);
 }
-extern "C" TypesOf<SparseFlashAttentionGradGlue> SparseFlashAttentionGradInferType(std::vector<TypeId> types,
-                                                                                   AotExtra* extra) {
+extern "C" TypesOf<SparseFlashAttentionGradGlue> SparseFlashAttentionGradInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
   return InferType<SparseFlashAttentionGradGlue>(types, extra);
 }
-extern "C" int SparseFlashAttentionGrad(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-                                        void* /*stream*/, void* extra) {
+extern "C" int SparseFlashAttentionGrad(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
   return Launch<SparseFlashAttentionGradGlue>(nparam, params, ndims, shapes, dtypes, extra);
 }

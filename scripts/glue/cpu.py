@@ -34,22 +34,21 @@ def _entry_points(op: object) -> list[str]:
     """The adapter's description of ``op`` (see cpu/aot_adapter.h) and its three C symbols; every op's
     block has the same shape (attributes are read through table::<OpType>::kAttrs)."""
     t = op.op_type
-    shape_head = f'extern "C" ShapesOf<{t}Glue> {t}InferShape('
-    type_head = f'extern "C" TypesOf<{t}Glue> {t}InferType('
-    kernel_head = f'extern "C" int {t}('
+    # Parameters always on a line of their own, so every op's block has the same shape.
     return [f"// {op.name}",
             f"struct {t}Glue : mgo::table::{t} {{",
             f"  static constexpr auto kRule = mgo::infer::{op.name};",
             f"  static constexpr auto kKernel = mgo::cpu::kernels::{op.name};",
             "};",
-            *wrap_call(shape_head, ["int* ndims", "int64_t** shapes", "AotExtra* extra"], ") {",
-                       " " * len(shape_head)),
+            f'extern "C" ShapesOf<{t}Glue> {t}InferShape(',
+            "    int* ndims, int64_t** shapes, AotExtra* extra) {",
             f"  return InferShape<{t}Glue>(ndims, shapes, extra);", "}",
-            *wrap_call(type_head, ["std::vector<TypeId> types", "AotExtra* extra"], ") {", " " * len(type_head)),
+            f'extern "C" TypesOf<{t}Glue> {t}InferType(',
+            "    std::vector<TypeId> types, AotExtra* extra) {",
             f"  return InferType<{t}Glue>(types, extra);", "}",
-            *wrap_call(kernel_head, ["int nparam", "void** params", "int* ndims", "int64_t** shapes",
-                                     "const char** dtypes", "void* /*stream*/", "void* extra"], ") {",
-                       " " * len(kernel_head)),
+            f'extern "C" int {t}(',
+            "    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,",
+            "    void* extra) {",
             f"  return Launch<{t}Glue>(nparam, params, ndims, shapes, dtypes, extra);", "}", ""]
 
 
