@@ -30,13 +30,19 @@ def test_entry_points_forward_to_the_adapter(op: str) -> None:
     entries = {name: body for name, body in entry_points((CPU / "entry_points.cc").read_text()).items()
                if name in (f"{spec.op_type}InferShape", f"{spec.op_type}InferType", spec.op_type)}
     assert set(entries) == {f"{spec.op_type}InferShape", f"{spec.op_type}InferType", spec.op_type}
-    single = "One" if len(spec.outputs) == 1 else ""
     glue = f"{spec.op_type}Glue"
-    assert entries[f"{spec.op_type}InferShape"] == \
-        f"return mgo::aot::InferShape{single}<{glue}>(ndims, shapes, extra);"
-    assert entries[f"{spec.op_type}InferType"] == f"return mgo::aot::InferType{single}<{glue}>(types, extra);"
-    assert entries[spec.op_type] == \
-        f"return mgo::aot::Launch<{glue}>(nparam, params, ndims, shapes, dtypes, extra);"
+    assert entries[f"{spec.op_type}InferShape"] == f"return InferShape<{glue}>(ndims, shapes, extra);"
+    assert entries[f"{spec.op_type}InferType"] == f"return InferType<{glue}>(types, extra);"
+    assert entries[spec.op_type] == f"return Launch<{glue}>(nparam, params, ndims, shapes, dtypes, extra);"
+    # The return types MindSpore expects, single-output forms for a one-output op: chosen in the
+    # adapter by the table's output count.
+    generated = (CPU / "entry_points.cc").read_text()
+    assert f'extern "C" ShapesOf<{glue}> {spec.op_type}InferShape(' in generated
+    assert f'extern "C" TypesOf<{glue}> {spec.op_type}InferType(' in generated
+    assert f"struct {glue} : mgo::table::{spec.op_type} {{" in generated
+    adapter = (CPU / "aot_adapter.h").read_text()
+    assert "std::conditional_t<Op::kNumOutputs == 1, std::vector<int64_t>, std::vector<std::vector<int64_t>>>" in adapter
+    assert "std::conditional_t<Op::kNumOutputs == 1, TypeId, std::vector<TypeId>>" in adapter
     src = (CPU / f"{op}.cc").read_text()
     assert '#include "op_kernels.h"' in src
     assert re.search(rf"void (?:[\w:]*::)?{op}\(\s*const aot::KernelArgs& args", src), f"{op}: no kernels::{op}"
