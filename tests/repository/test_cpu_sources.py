@@ -41,8 +41,9 @@ def test_entry_points_forward_to_the_adapter(op: str) -> None:
     assert f'extern "C" TypesOf<{glue}> {spec.op_type}InferType(' in generated
     assert f"struct {glue} : mgo::table::{spec.op_type} {{" in generated
     adapter = (CPU / "aot_adapter.h").read_text()
-    assert "std::conditional_t<Op::kNumOutputs == 1, std::vector<int64_t>, std::vector<std::vector<int64_t>>>" in adapter
-    assert "std::conditional_t<Op::kNumOutputs == 1, TypeId, std::vector<TypeId>>" in adapter
+    one_output = "std::conditional_t<Op::kNumOutputs == 1, "
+    assert one_output + "std::vector<int64_t>, std::vector<std::vector<int64_t>>>" in adapter
+    assert one_output + "TypeId, std::vector<TypeId>>" in adapter
     src = (CPU / f"{op}.cc").read_text()
     assert '#include "op_kernels.h"' in src
     assert re.search(rf"void (?:[\w:]*::)?{op}\(\s*const aot::KernelArgs& args", src), f"{op}: no kernels::{op}"
