@@ -54,7 +54,7 @@ void DefineOp(ops::OpDef& def) {
   const auto attr = [&def, &a]() -> ops::OpAttrDef& {
     return def.Attr(Table::kAttrNames[a++]).AttrType(ops::OPTIONAL);
   };
-  std::apply([&](auto... field) { (SetDefault(attr(), defaults.*field), ...); }, Op::Table::kAttrs);
+  std::apply([&](auto... field) { (SetDefault(attr(), defaults.*field), ...); }, Table::kAttrs);
   def.SetInferShape(InferShape<Op>).SetInferDataType(InferDataType<Op>);
   def.AICore().SetTiling(Tiling<Op>);
   for (const char* soc : Op::kSocs) def.AICore().AddConfig(soc);

@@ -11,7 +11,7 @@ import json
 import textwrap
 from types import ModuleType
 
-from .common import banner
+from .common import banner, wrap_call
 
 PATH = "ms_grad_ops/_bprop_table.py"
 WIDTH = 120
@@ -38,23 +38,10 @@ from mindspore import ops as msops
 '''
 
 
-def _pack(items: list[str], first: str, indent: str, last: str) -> list[str]:
-    """``first + items joined by ", " + last``, items never split, lines at most WIDTH long,
-    continuation lines starting with ``indent``."""
-    lines, line = [], first
-    for i, item in enumerate(items):
-        piece = item + (", " if i < len(items) - 1 else last)
-        if len(line + piece.rstrip()) > WIDTH and line.strip() != first.strip():
-            lines.append(line.rstrip())
-            line = indent
-        line += piece
-    return lines + [line]
-
-
 def _call(head: str, args: list[str], tail: str, indent: int) -> list[str]:
     """``head(arg, arg, ...)tail`` at ``indent``, continuation lines under the first argument."""
     first = " " * indent + head + "("
-    return _pack(args, first, " " * len(first), ")" + tail)
+    return wrap_call(first, args, ")" + tail, " " * len(first), WIDTH)
 
 
 def _param(name: str) -> str:
@@ -112,9 +99,9 @@ def _differentiable(d: object, specs: ModuleType) -> list[str]:
     call = f"        {', '.join(grad.outputs)} = {d.grad}("  # the grad outputs, named as in the table
     sources = [_source(s, fwd) for s in d.inputs]
     one_line = call + ", ".join(sources) + ")"
-    lines += [one_line] if len(one_line) <= WIDTH else [call] + _pack(sources, " " * 12, " " * 12, ")")
+    lines += [one_line] if len(one_line) <= WIDTH else [call] + wrap_call(" " * 12, sources, ")", " " * 12, WIDTH)
     one_line = "        return " + ", ".join(grads) + ("," if len(grads) == 1 else "")  # a bprop returns a tuple
-    lines += [one_line] if len(one_line) <= WIDTH else _pack(grads, " " * 8 + "return (", " " * 16, ")")
+    lines += [one_line] if len(one_line) <= WIDTH else wrap_call(" " * 8 + "return (", grads, ")", " " * 16, WIDTH)
     lines += ["", f"    return {d.forward}_bprop"]
     return lines
 

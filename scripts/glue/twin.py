@@ -1,6 +1,6 @@
 """The structs the twin harness passes between Python and C++, both sides from one description:
 ``harness_args.h`` (included by the ``harness_*.cpp`` entry points) and ``twin_args.py`` (the
-ctypes mirrors ``twin_lib.py`` fills), both in the twin harness folder (``tests/**/ascendc_harness``).
+ctypes mirrors ``twin_lib.py`` fills), both in the twin harness folder (``tests/ascend/ascendc_harness``).
 
 A field group is (kind, names, comment): kind ``int`` is int64_t / ``ctypes.c_int64``, ``float``
 is double / ``ctypes.c_double``. The order is the memory layout on both sides.
@@ -8,23 +8,11 @@ is double / ``ctypes.c_double``. The order is the memory layout on both sides.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 
 from .common import banner
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _harness() -> str:
-    """The twin harness folder (found, not named: tests may be regrouped into subfolders)."""
-    found = [p.parent for p in ROOT.glob("tests/**/ascendc_harness/harness_common.h")]
-    if len(found) != 1:
-        raise RuntimeError(f"expected one tests/**/ascendc_harness/, found {found}")
-    return found[0].relative_to(ROOT).as_posix()
-
-
-HARNESS = _harness()
+HARNESS = "tests/ascend/ascendc_harness"
 HEADER = f"{HARNESS}/harness_args.h"
 MODULE = f"{HARNESS}/twin_args.py"
 CPP = {"int": "int64_t", "float": "double"}
