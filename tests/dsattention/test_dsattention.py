@@ -1,5 +1,7 @@
 """``nn.DSAttention``: every parameter's gradient against the float64 oracle in ``_dsa_oracle``
-(dense attention with mask = selected & causal, the selection taken from the layer's forward)."""
+(dense attention with mask = selected & causal, the selection taken from the layer's forward).
+A gradient sums one term per token and the terms cancel, so its error is measured against the
+terms' magnitude (``_dsa_oracle.term_magnitudes``) where that exceeds the gradient's norm."""
 from __future__ import annotations
 
 import _dsa_oracle as oracle
@@ -26,14 +28,11 @@ def _layer(layout: str, dtype: str) -> mgo.nn.DSAttention:
 def _inputs(layout: str, rng: np.random.Generator) -> tuple[Tensor, object, np.ndarray, np.ndarray]:
     """x, lengths argument, and per flat token its sequence id and position."""
     if layout == "BSND":
-        b, s = 2, 7
-        x = rng.standard_normal((b, s, CFG["dim"]))
-        return Tensor(x.astype(np.float32)), None, np.repeat(np.arange(b), s), np.tile(np.arange(s), b)
+        x = rng.standard_normal((2, 7, CFG["dim"]))
+        return Tensor(x.astype(np.float32)), None, *oracle.tokens(layout, (2, 7))
     lens = [4, 9, 13]
     x = rng.standard_normal((lens[-1], CFG["dim"]))
-    seq = np.repeat(np.arange(len(lens)), np.diff([0, *lens]))
-    pos = np.arange(lens[-1]) - np.array([0, *lens])[seq]
-    return Tensor(x.astype(np.float32)), Tensor(np.array(lens, np.int64)), seq, pos
+    return Tensor(x.astype(np.float32)), Tensor(np.array(lens, np.int64)), *oracle.tokens(layout, lens)
 
 
 class _Objective(nn.Cell):
@@ -82,19 +81,43 @@ def _check_gradients(exec_mode: str, layout: str, dtype: str) -> None:
 
     values = {_short(p.name): p.asnumpy().astype(np.float64) for p in params}
     cfg = {**CFG, **EXTRA, "scale": (CFG["qk_nope_head_dim"] + CFG["qk_rope_head_dim"]) ** -0.5}
-    ref_out, ref_loss, main_grads, kl_grads = oracle.gradients(
-        values, x.asnumpy().reshape(seq.size, -1).astype(np.float64), seq, pos, selected, cfg,
-        d_out.reshape(seq.size, -1), lambda a: quantize(a, dtype))
+    case = (values, x.asnumpy().reshape(seq.size, -1).astype(np.float64), seq, pos, selected, cfg,
+            d_out.reshape(seq.size, -1), lambda a: quantize(a, dtype))
+    ref_out, ref_loss, main_grads, kl_grads = oracle.gradients(*case)
+    main_terms, kl_terms = oracle.term_magnitudes(*case)
     tol = TOLERANCES["attention"][dtype]
     assert (selected >= 0).sum(1).min() >= 1
     assert rel_l2(out.asnumpy().reshape(ref_out.shape), ref_out) <= tol
     assert abs(float(loss.asnumpy()[0]) - ref_loss) <= tol * abs(ref_loss) + 1e-6
     for p, g in zip(params, grads):
         name = _short(p.name)
-        ref = KL_WEIGHT * kl_grads[name] if name.startswith(INDEXER) else main_grads[name]
+        indexer = name.startswith(INDEXER)
+        ref = KL_WEIGHT * kl_grads[name] if indexer else main_grads[name]
+        terms = KL_WEIGHT * kl_terms[name] if indexer else main_terms[name]
         assert np.linalg.norm(ref) > 0, p.name
-        err = rel_l2(g.asnumpy(), ref)
+        err = oracle.rel_l2_of_sum(g.asnumpy(), ref, terms)
         assert err <= tol, f"{p.name}: relative L2 error {err:.3g} > {tol:g} ({layout}, {dtype}, {exec_mode})"
+
+
+def test_gradient_terms_sum_to_the_gradients() -> None:
+    """The oracle's per-token terms (the tolerance scale above) add up to its gradients, and they
+    cancel: for k_norm.beta their magnitude exceeds the gradient more than twice."""
+    rng = np.random.default_rng(11)
+    layer = _layer("TND", "float32")
+    x, lengths, seq, pos = _inputs("TND", rng)
+    values = {_short(p.name): p.asnumpy().astype(np.float64) for p in layer.trainable_params()}
+    cfg = {**CFG, **EXTRA, "scale": 0.3}
+    case = (values, x.asnumpy().astype(np.float64), seq, pos, layer.select(x, lengths).asnumpy().reshape(seq.size, -1),
+            cfg, rng.standard_normal(x.shape))
+    _, _, main, kl = oracle.gradients(*case)
+    main_terms, kl_terms = oracle.gradient_terms(*case)
+    for name, value in values.items():
+        for grads, terms in ((main, main_terms), (kl, kl_terms)):
+            assert terms[name].shape == (seq.size, *value.shape)
+            scale = np.abs(terms[name]).max()
+            np.testing.assert_allclose(terms[name].sum(0), grads[name], rtol=1e-12, atol=1e-12 * scale)
+    magnitude = oracle.term_magnitudes(*case)[1]["k_norm.beta"]
+    assert magnitude > 2 * np.linalg.norm(kl["k_norm.beta"])
 
 
 @pytest.mark.parametrize("layout", ["BSND", "TND"])

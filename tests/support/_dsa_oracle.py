@@ -122,8 +122,16 @@ def backward(root: Var, seed: np.ndarray) -> None:
 
 # -- the layer ----------------------------------------------------------------------------------
 
+def by_weight(spec: str, x: Var, w: Var) -> Var:
+    """``einsum(spec, x, w)`` of per-token activations (axis ``n``) and a weight. A weight with one
+    more, leading axis holds one copy per token (see :func:`term_magnitudes`)."""
+    ins, out = spec.split("->")
+    sx, sw = ins.split(",")
+    return einsum(f"{sx},{'n' * (w.value.ndim > len(sw))}{sw}->{out}", x, w)
+
+
 def dense(x: Var, w: Var) -> Var:
-    return einsum("nk,ok->no", x, w)
+    return by_weight("nk,ok->no", x, w)
 
 
 def rms_norm(x: Var, w: Var, eps: float) -> Var:
@@ -150,6 +158,16 @@ def rope(x: Var, pos: np.ndarray, theta: float, interleaved: bool = True) -> Var
     x0, x1 = x[..., 0::2], x[..., 1::2]
     y0, y1 = x0 * c - x1 * s, x0 * s + x1 * c
     return concat([y0.reshape(n, h, dr // 2, 1), y1.reshape(n, h, dr // 2, 1)], -1).reshape(n, h, dr)
+
+
+def tokens(layout: str, sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """``(seq, pos)`` of every flat token: its sequence id and position in it. ``sizes``: ``(B, S)``
+    for BSND, the cumulative sequence lengths for TND."""
+    if layout == "BSND":
+        b, s = sizes
+        return np.repeat(np.arange(b), s), np.tile(np.arange(s), b)
+    seq = np.repeat(np.arange(len(sizes)), np.diff([0, *sizes]))
+    return seq, np.arange(sizes[-1]) - np.array([0, *sizes])[seq]
 
 
 def visible(seq: np.ndarray, pos: np.ndarray, selected: np.ndarray) -> np.ndarray:
@@ -181,7 +199,7 @@ def forward(p: dict[str, Var], x: np.ndarray, seq: np.ndarray, pos: np.ndarray, 
     xv = Var(x)
     qr = rms_norm(dense(xv, p["wq_a.weight"]), p["q_norm.weight"], cfg["eps"])
     q = dense(qr, p["wq_b.weight"]).reshape(n, h, nope + r)
-    q_lat = einsum("nhd,hdc->nhc", q[..., :nope], p["w_uk"])
+    q_lat = by_weight("nhd,hdc->nhc", q[..., :nope], p["w_uk"])
     q_pe = rope(q[..., nope:], pos, th)
     kv = dense(xv, p["wkv_a.weight"])
     latent = rms_norm(kv[:, :c], p["kv_norm.weight"], cfg["eps"])
@@ -191,7 +209,7 @@ def forward(p: dict[str, Var], x: np.ndarray, seq: np.ndarray, pos: np.ndarray, 
     scores = (einsum("nhc,mc->nhm", q_lat, latent) + einsum("nhr,mr->nhm", q_pe, k_pe)) * cfg["scale"]
     probs = _masked_softmax(scores, mask)
     o = cast(einsum("nhm,mc->nhc", probs, latent), rounding)
-    v = einsum("nhc,hdc->nhd", o, p["w_uv"])
+    v = by_weight("nhc,hdc->nhd", o, p["w_uv"])
     out = dense(v.reshape(n, h * cfg["v_head_dim"]), p["wo.weight"])
 
     # Indexer on detached inputs; teacher = head-averaged attention probabilities (constants).
@@ -225,3 +243,32 @@ def gradients(params: dict[str, np.ndarray], x: np.ndarray, seq: np.ndarray, pos
     backward(kl, np.ones_like(kl.value))
     return (out.value, float(kl.value.reshape(-1)[0]), {k: v.grad for k, v in main.items()},
             {k: v.grad for k, v in idx.items()})
+
+
+def gradient_terms(params: dict[str, np.ndarray], x: np.ndarray, seq: np.ndarray, pos: np.ndarray,
+                   selected: np.ndarray, cfg: dict, d_out: np.ndarray,
+                   rounding: Callable[[np.ndarray], np.ndarray] = lambda a: a) -> tuple[dict, dict]:
+    """``(main, kl)``: every parameter's gradient (of ``sum(out * d_out)``, of the loss) as its
+    terms, one per token: ``[N, *shape]``, summing to :func:`gradients`' result. Found by giving
+    every token its own copy of each parameter, whose gradient is then the token's term."""
+    tiled = {k: np.broadcast_to(v, (x.shape[0], *v.shape)).copy() for k, v in params.items()}
+    _, _, main, kl = gradients(tiled, x, seq, pos, selected, cfg, d_out, rounding)
+    return main, kl
+
+
+def term_magnitudes(*case: object) -> tuple[dict, dict]:
+    """``(main, kl)``: for every parameter, ``||sum_t |c_t| ||`` over the terms ``c_t`` of
+    :func:`gradient_terms` (same arguments).
+
+    The terms cancel (k_norm.beta's to about a ninth of their magnitude), and a sum's rounding error
+    scales with its terms, not with the result: a tolerance relative to the result would hinge on
+    summation order."""
+    return tuple({k: float(np.linalg.norm(np.abs(t).sum(0))) for k, t in terms.items()}
+                 for terms in gradient_terms(*case))
+
+
+def rel_l2_of_sum(got: np.ndarray, ref: np.ndarray, magnitude: float = 0.0) -> float:
+    """``||got - ref||`` relative to ``||ref||`` or, when larger, the terms' magnitude of
+    :func:`term_magnitudes`."""
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), magnitude))
