@@ -124,7 +124,7 @@ def backward(root: Var, seed: np.ndarray) -> None:
 
 def by_weight(spec: str, x: Var, w: Var) -> Var:
     """``einsum(spec, x, w)`` of per-token activations (axis ``n``) and a weight. A weight with one
-    more, leading axis holds one copy per token (see :func:`term_magnitudes`)."""
+    more, leading axis holds one copy per token (see :func:`gradient_terms`)."""
     ins, out = spec.split("->")
     sx, sw = ins.split(",")
     return einsum(f"{sx},{'n' * (w.value.ndim > len(sw))}{sw}->{out}", x, w)
@@ -247,28 +247,18 @@ def gradients(params: dict[str, np.ndarray], x: np.ndarray, seq: np.ndarray, pos
 
 def gradient_terms(params: dict[str, np.ndarray], x: np.ndarray, seq: np.ndarray, pos: np.ndarray,
                    selected: np.ndarray, cfg: dict, d_out: np.ndarray,
-                   rounding: Callable[[np.ndarray], np.ndarray] = lambda a: a) -> tuple[dict, dict]:
-    """``(main, kl)``: every parameter's gradient (of ``sum(out * d_out)``, of the loss) as its
-    terms, one per token: ``[N, *shape]``, summing to :func:`gradients`' result. Found by giving
-    every token its own copy of each parameter, whose gradient is then the token's term."""
+                   rounding: Callable[[np.ndarray], np.ndarray] = lambda a: a) -> tuple[np.ndarray, float, dict, dict]:
+    """:func:`gradients`, with every parameter's gradient as its terms, one per token: ``[N, *shape]``,
+    summing to the gradient. Found by giving every token its own copy of each parameter, whose
+    gradient is then the token's term."""
     tiled = {k: np.broadcast_to(v, (x.shape[0], *v.shape)).copy() for k, v in params.items()}
-    _, _, main, kl = gradients(tiled, x, seq, pos, selected, cfg, d_out, rounding)
-    return main, kl
+    return gradients(tiled, x, seq, pos, selected, cfg, d_out, rounding)
 
 
-def term_magnitudes(*case: object) -> tuple[dict, dict]:
-    """``(main, kl)``: for every parameter, ``||sum_t |c_t| ||`` over the terms ``c_t`` of
-    :func:`gradient_terms` (same arguments).
+def term_magnitude(terms: np.ndarray) -> float:
+    """``||sum_t |c_t| ||`` of a gradient's terms ``[N, *shape]`` (:func:`gradient_terms`).
 
     The terms cancel (k_norm.beta's to about a ninth of their magnitude), and a sum's rounding error
     scales with its terms, not with the result: a tolerance relative to the result would hinge on
     summation order."""
-    return tuple({k: float(np.linalg.norm(np.abs(t).sum(0))) for k, t in terms.items()}
-                 for terms in gradient_terms(*case))
-
-
-def rel_l2_of_sum(got: np.ndarray, ref: np.ndarray, magnitude: float = 0.0) -> float:
-    """``||got - ref||`` relative to ``||ref||`` or, when larger, the terms' magnitude of
-    :func:`term_magnitudes`."""
-    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
-    return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), magnitude))
+    return float(np.linalg.norm(np.abs(terms).sum(0)))

@@ -84,10 +84,12 @@ def to_np(t: Tensor) -> np.ndarray:
         else a.astype(np.float64)
 
 
-def rel_l2(got: np.ndarray, ref: np.ndarray) -> float:
-    """||got - ref|| / ||ref|| (absolute norm when ref is all zero)."""
+def rel_l2(got: np.ndarray, ref: np.ndarray, scale: float = 0.0) -> float:
+    """||got - ref|| / max(||ref||, scale) (absolute norm when both are zero). ``scale``: a larger
+    norm to measure against, e.g. the magnitude of the terms a sum cancels
+    (``_dsa_oracle.term_magnitude``)."""
     got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
-    den = np.linalg.norm(ref)
+    den = max(np.linalg.norm(ref), scale)
     num = np.linalg.norm(got - ref)
     return float(num / den) if den > 0 else float(num)
 

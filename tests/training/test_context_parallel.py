@@ -13,7 +13,7 @@ runs in its own process group, is killed with it on timeout or failure, and the 
 that none is left.
 
 A gradient sums one term per token and the terms cancel, so gradient errors are relative to the
-terms' magnitude from the float64 oracle (``_dsa_oracle.term_magnitudes``); the one-process float32
+terms' magnitude from the float64 oracle (``_dsa_oracle.term_magnitude``); the one-process float32
 gradients must match that oracle within 1e-5 first.
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ import numpy as np
 import psutil
 import pytest
 from _paths import EXAMPLES
+from _util import rel_l2
 from mindspore import Tensor
 from mindspore import ops as msops
 from test_dsa_training import TINY, _Child, _free_port
@@ -108,7 +109,7 @@ class _OneProcess(NamedTuple):
     d_out: np.ndarray
     loss: float                 # the indexer loss
     grads: list[np.ndarray]     # of every trainable parameter, for sum(out * d_out) + indexer_loss
-    terms: dict[str, float]     # each gradient's terms' magnitude (_dsa_oracle.term_magnitudes)
+    terms: dict[str, float]     # each gradient's terms' magnitude (_dsa_oracle.term_magnitude)
 
 
 def _reference(layout: str, sizes: object, init: dict[str, np.ndarray] | None = None, dtype: ms.dtype = ms.float32
@@ -145,18 +146,17 @@ def _terms(attn: mgo.nn.DSAttention, layout: str, sizes: object, x: np.ndarray, 
     cfg = {**worker.CFG, "rope_theta": 10000.0, "eps": 1e-6, "scale": attn.softmax_scale}
     case = ({p.name: p.asnumpy().astype(np.float64) for p in params}, x.astype(np.float64), seq, pos, selected, cfg,
             d_out.astype(np.float64))
-    main, kl = oracle.term_magnitudes(*case)
-    terms = {name: main[name] + kl[name] for name in main}    # a parameter gets one of the two, the other is 0
-    if grads is not None:
-        _, _, main_grads, kl_grads = oracle.gradients(*case)
-        for p, g in zip(params, grads):
-            err = oracle.rel_l2_of_sum(g, main_grads[p.name] + kl_grads[p.name], terms[p.name])
-            assert err <= 1e-5, f"one process vs the float64 oracle: {p.name}: relative L2 {err:.3g}"
-    return terms
+    _, _, main, kl = oracle.gradient_terms(*case)
+    terms = {name: main[name] + kl[name] for name in main}    # of the objective sum(out * d_out) + loss
+    magnitudes = {name: oracle.term_magnitude(t) for name, t in terms.items()}
+    for p, g in zip(params, grads or ()):
+        err = rel_l2(g, terms[p.name].sum(0), magnitudes[p.name])
+        assert err <= 1e-5, f"one process vs the float64 oracle: {p.name}: relative L2 {err:.3g}"
+    return magnitudes
 
 
 def _check(name: str, got: np.ndarray, want: np.ndarray, tol: float = 1e-6, terms: float = 0.0) -> None:
-    err = oracle.rel_l2_of_sum(got, want, terms)
+    err = rel_l2(got, want, terms)
     assert err <= tol, f"{name}: relative L2 {err:.3g} > {tol}"
 
 
