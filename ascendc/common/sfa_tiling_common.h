@@ -35,6 +35,13 @@ struct CubePlatform {
 // Atlas A2 (910B): 24 AIC / 48 AIV, UB 192 KiB, L1 512 KiB, L0A/L0B 64 KiB, L0C 128 KiB.
 inline constexpr CubePlatform kAtlasA2Platform{24, 192 * 1024, 512 * 1024, 64 * 1024, 64 * 1024, 128 * 1024};
 
+// A mixed (cube + vector) kernel may not fill all the UB the platform reports: the framework
+// keeps its last 256 bytes (the Matmul client's message; Atlas A2/A3: ASC_UB_SIZE = 192 KiB - 256).
+inline constexpr uint64_t kMixUbReservedBytes = 256;
+__aicore__ inline constexpr uint64_t MixUbBudget(const CubePlatform& p) {
+  return p.ubBytes > kMixUbReservedBytes ? p.ubBytes - kMixUbReservedBytes : 0;
+}
+
 // Shapes as the op sees them. BSND: batch = B, s1/s2 = S1/S2, t1 = B*S1, t2 = B*S2.
 // TND: batch = entries of actual_seq_lengths_*, s1/s2 unused (0), t1/t2 = T1/T2; batch = 0 means
 // the lengths are absent (zero-size placeholder or no tensor): one sequence of T1 queries and
@@ -425,7 +432,7 @@ inline SfaTilingResult ComputeSfaTiling(SfaKernel kernel, const SfaShape& shape,
   uint32_t tile_rows = m_rows < 64 ? m_rows : 64;
   const auto cols = [&] { return t.keyChunk > block_cols ? t.keyChunk : block_cols; };
   const auto plan = [&] { return PlanSfaUb(grad, t.gatherRows, tile_rows, cols(), t.dk, m_rows); };
-  while (plan().Total() > p.ubBytes) {
+  while (plan().Total() > MixUbBudget(p)) {
     if (t.keyChunk > 128) {
       t.keyChunk /= 2;
     } else if (tile_rows > 8) {

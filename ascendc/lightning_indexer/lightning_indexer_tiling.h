@@ -120,7 +120,7 @@ inline LiTilingResult ComputeLiTiling(const LiShape& shape, uint32_t mode, bool 
   SplitQueryRows(s, SfaAttrs{1.0f, 1, mode, false}, lens, t.aivNum, t.rowStart);
   const uint64_t keys = s.t2 == 0 ? 1 : s.t2;
   t.keyChunk = static_cast<uint32_t>(AlignUp(keys < kLiMaxKeyChunk ? keys : kLiMaxKeyChunk, kLiSortGroup));
-  while (PlanLiUb(t, weights_f32).Total() > p.ubBytes) {
+  while (PlanLiUb(t, weights_f32).Total() > MixUbBudget(p)) {
     if (t.keyChunk <= kLiSortGroup) {
       r.error = "sparse_count does not fit in the unified buffer";
       return r;

@@ -122,7 +122,7 @@ inline LigTilingResult ComputeLigTiling(const LigShape& shape, uint32_t sparse_m
 
   // UB: only the gather tile can shrink; the per-token vectors hold all K slots.
   t.gatherRows = 16;
-  while (PlanLigUb(t, weights_f32).Total() > p.ubBytes) {
+  while (PlanLigUb(t, weights_f32).Total() > MixUbBudget(p)) {
     if (t.gatherRows == 1) {
       r.error = "K slots or these dims do not fit in the unified buffer";
       return r;

@@ -181,7 +181,7 @@ inline SliTilingResult ComputeSliTiling(const SliShape& shape, const SliAttrs& a
   t.keyChunk = static_cast<uint32_t>(AlignUp(s.k < kSliMaxKeyChunk ? s.k : kSliMaxKeyChunk, kCubeAlign));
   t.tileRows = t.n1 < 64 ? t.n1 : 64;
   t.gatherRows = 16;
-  while (PlanSliUb(t, weights_f32).Total() > p.ubBytes) {
+  while (PlanSliUb(t, weights_f32).Total() > MixUbBudget(p)) {
     if (t.keyChunk > 128) {
       t.keyChunk /= 2;
     } else if (t.tileRows > 8) {

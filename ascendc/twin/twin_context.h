@@ -13,12 +13,12 @@
 #include <utility>
 #include <vector>
 
+#include "twin_arch.h"
 #include "twin_error.h"
 
 namespace AscendC::twin {
 
 inline constexpr uint64_t kUbAlign = 32;            // UB addresses and DataCopy lengths
-inline constexpr uint64_t kDefaultUbBytes = 192 * 1024;  // Atlas A2 AI Core vector UB
 inline constexpr int kEventIdsPerType = 8;
 
 // Which core of an AI core runs the code: kVector for vector-only launches (twin_launch.h),
@@ -212,8 +212,9 @@ struct UbDeleter {
 
 class BlockContext {
  public:
-  BlockContext(int64_t block_idx, int64_t block_num, uint64_t tiling_key, uint64_t ub_bytes)
-      : block_idx_(block_idx), block_num_(block_num), tiling_key_(tiling_key),
+  // `ub_bytes`: the UB this core may allocate (the launcher derives it from `spec`).
+  BlockContext(int64_t block_idx, int64_t block_num, uint64_t tiling_key, const ArchSpec& spec, uint64_t ub_bytes)
+      : block_idx_(block_idx), block_num_(block_num), tiling_key_(tiling_key), spec_(&spec),
         ub_capacity_(ub_bytes),
         ub_(static_cast<uint8_t*>(::operator new(ub_bytes, std::align_val_t{64}))) {
     // 0xFF bytes read as NaN in every float type: a kernel reading UB it never filled shows it.
@@ -224,21 +225,49 @@ class BlockContext {
   int64_t BlockIdx() const { return block_idx_; }
   int64_t BlockNum() const { return block_num_; }
   uint64_t TilingKey() const { return tiling_key_; }
+  const ArchSpec& Spec() const { return *spec_; }
   uint64_t UbCapacity() const { return ub_capacity_; }
   uint64_t UbUsed() const { return ub_used_; }
   uint8_t* Ub() const { return ub_.get(); }
 
-  // Bump allocation of UB as TPipe::InitBuffer does; returns the byte offset.
-  uint64_t AllocUb(uint64_t bytes, const char* who) {
+  // Bump allocation of UB as TPipe::InitBuffer does; returns the byte offset. `what` names the
+  // buffer in the message ("TQue VECIN", "TBuf").
+  uint64_t AllocUb(uint64_t bytes, const char* who, const char* what) {
     RequireVector(who);
     const uint64_t rounded = (bytes + kUbAlign - 1) / kUbAlign * kUbAlign;
     Require(ub_used_ + rounded <= ub_capacity_, [&] {
-      return Cat(who, ": unified buffer overflow: ", ub_used_, " bytes in use + ", rounded,
-                 " requested > capacity ", ub_capacity_, " bytes");
+      return Cat(who, ": unified buffer overflow on NPU arch ", spec_->name, ": ", what, " needs ", rounded,
+                 " bytes with ", ub_used_, " in use; capacity ", ub_capacity_, " bytes",
+                 kind == CoreKind::kAiv && ub_capacity_ < spec_->ub ? " (a mixed kernel's AIV: the Matmul keeps "
+                                                                      "the end of UB)" : "");
     });
     const uint64_t offset = ub_used_;
     ub_used_ += rounded;
     return offset;
+  }
+
+  // Buffers a TPipe manages: every TQue buffer and every TBuf counts one (QBUF_MAX_LEN); TQue
+  // buffers also take a per-position event id (2201) or a buffer id (3510).
+  void CountPipeBuffers(int buffers, int queue_position, const char* who, const char* what) {
+    pipe_buffers_ += buffers;
+    Require(pipe_buffers_ <= spec_->max_pipe_buffers, [&] {
+      return Cat(who, ": ", what, " brings the TPipe to ", pipe_buffers_, " buffers; NPU arch ", spec_->name,
+                 " allows at most ", spec_->max_pipe_buffers, " (TQue buffers + TBufs)");
+    });
+    if (queue_position < 0) return;
+    queue_buffers_ += buffers;
+    queue_buffers_at_[queue_position] += buffers;
+    Require(spec_->queue_buffers_per_position == 0 ||
+                queue_buffers_at_[queue_position] <= spec_->queue_buffers_per_position,
+            [&] {
+              return Cat(who, ": ", what, " brings its TPosition to ", queue_buffers_at_[queue_position],
+                         " TQue buffers; NPU arch ", spec_->name, " has ", spec_->queue_buffers_per_position,
+                         " event ids per position, one per TQue buffer (use TBuf or fewer buffers)");
+            });
+    Require(spec_->queue_buffer_ids == 0 || queue_buffers_ <= spec_->queue_buffer_ids, [&] {
+      return Cat(who, ": ", what, " brings the core to ", queue_buffers_, " TQue buffers; NPU arch ", spec_->name,
+                 " has ", spec_->queue_buffer_ids, " buffer ids, one per TQue buffer (use TBuf or fewer buffers)");
+    });
   }
 
   // --- pipe hazards
@@ -323,7 +352,11 @@ class BlockContext {
   int64_t block_idx_;
   int64_t block_num_;
   uint64_t tiling_key_;
+  const ArchSpec* spec_;
   uint64_t ub_capacity_;
+  int pipe_buffers_ = 0;
+  int queue_buffers_ = 0;
+  std::map<int, int> queue_buffers_at_;  // TQue buffers per TPosition
   uint64_t ub_used_ = 0;
   std::unique_ptr<uint8_t, UbDeleter> ub_;
   std::vector<uint8_t> hazards_[static_cast<int>(Hazard::kCount)];

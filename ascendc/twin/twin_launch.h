@@ -42,15 +42,16 @@ inline void CheckBlockEnd(const BlockContext& ctx) {
   if (ctx.live_pipes != 0) fail("TPipe outlived the kernel");
 }
 
+// Runs `kernel` on `block_dim` vector cores of NPU architecture `arch` (its UB capacity and
+// rules, twin_arch.h).
 template <typename Kernel>
-LaunchStats Launch(int64_t block_dim, uint64_t tiling_key, uint64_t ub_bytes, Kernel&& kernel) {
+LaunchStats Launch(int64_t block_dim, uint64_t tiling_key, Arch arch, Kernel&& kernel) {
   Require(block_dim >= 1 && block_dim <= kMaxBlockDim,
           [&] { return Cat("launch with blockDim ", block_dim, " outside [1, ", kMaxBlockDim, "]"); });
-  Require(ub_bytes >= kUbAlign && ub_bytes % kUbAlign == 0,
-          [&] { return Cat("UB size ", ub_bytes, " must be a positive multiple of 32 bytes"); });
+  const ArchSpec& spec = SpecOf(arch);
   LaunchStats stats;
   for (int64_t idx = 0; idx < block_dim; ++idx) {
-    BlockContext ctx(idx, block_dim, tiling_key, ub_bytes);
+    BlockContext ctx(idx, block_dim, tiling_key, spec, spec.ub);
     {
       CurrentBlockGuard guard(ctx);
       try {

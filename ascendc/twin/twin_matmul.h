@@ -110,10 +110,13 @@ class Matmul {
     const uint64_t c = uint64_t(t.baseM) * t.baseN * sizeof(float);
     twin::Require(a * t.dbL0A <= cube.l0a && b * t.dbL0B <= cube.l0b && c * t.dbL0C <= cube.l0c, [&] {
       return twin::Cat("Matmul tiling: L0 blocks A ", a * t.dbL0A, " B ", b * t.dbL0B, " C ", c * t.dbL0C,
-                       " bytes exceed L0A ", cube.l0a, " / L0B ", cube.l0b, " / L0C ", cube.l0c);
+                       " bytes exceed L0A ", cube.l0a, " / L0B ", cube.l0b, " / L0C ", cube.l0c, " of NPU arch ",
+                       cube.arch);
     });
     twin::Require(uint64_t(t.depthA1) * a + uint64_t(t.depthB1) * b <= cube.l1, [&] {
-      return twin::Cat("Matmul tiling: L1 buffers exceed ", cube.l1, " bytes");
+      return twin::Cat("Matmul tiling: L1 buffers of ", uint64_t(t.depthA1) * a + uint64_t(t.depthB1) * b,
+                       " bytes (depthA1 x A block + depthB1 x B block) exceed the ", cube.l1,
+                       " bytes of L1 a mixed kernel has on NPU arch ", cube.arch);
     });
     twin::Require(t.singleCoreM > 0 && t.singleCoreN > 0 && t.singleCoreK > 0 && t.singleCoreM <= t.M &&
                       t.singleCoreN <= t.N && t.singleCoreK <= t.Ka && t.Ka == t.Kb,

@@ -34,14 +34,20 @@ namespace AscendC::twin {
 inline constexpr int kCrossCoreFlags = 16;     // flag ids 0..15
 inline constexpr int kFlagCounterMax = 15;     // a 4-bit counter per flag id
 inline constexpr int kMaxMatmulObjs = 4;       // REGIST_MATMUL_OBJ: at most four objects
+// SyncAll's hardware implementation sets cross-core flags 11..14 (CrossCoreSetFlag API page):
+// a kernel that calls SyncAll must leave them alone.
+inline constexpr int kSyncAllFirstFlag = 11;
+inline constexpr int kSyncAllLastFlag = 14;
 
-// Memory sizes of the cube side, checked by Matmul tilings (Atlas A2 defaults).
+// Memory sizes of the cube side of `spec`, checked by Matmul tilings.
 struct CubeMemory {
-  uint64_t l1 = 512 * 1024;
-  uint64_t l0a = 64 * 1024;
-  uint64_t l0b = 64 * 1024;
-  uint64_t l0c = 128 * 1024;
+  uint64_t l1;
+  uint64_t l0a;
+  uint64_t l0b;
+  uint64_t l0c;
+  const char* arch;
 };
+inline CubeMemory CubeOf(const ArchSpec& spec) { return {spec.l1_mix, spec.l0a, spec.l0b, spec.l0c, spec.name}; }
 
 // Thrown into the other cores' threads when one core failed: not reported.
 struct LaunchAborted {};
@@ -138,6 +144,7 @@ class MixLaunch final : public SyncOracle {
       return Cat("CrossCoreSetFlag(", id, "): flag ids are 0..", kCrossCoreFlags - 1);
     });
     CheckMatmulFlagRange(me, id, "CrossCoreSetFlag");
+    CheckSyncAllFlagRange(me, id, "CrossCoreSetFlag");
     const int64_t core = CoreOf(me);
     const int role = RoleOf(me);
     const auto raise = [&](int target) {
@@ -205,6 +212,7 @@ class MixLaunch final : public SyncOracle {
       return Cat("CrossCoreWaitFlag(", id, "): flag ids are 0..", kCrossCoreFlags - 1);
     });
     CheckMatmulFlagRange(me, id, "CrossCoreWaitFlag");
+    CheckSyncAllFlagRange(me, id, "CrossCoreWaitFlag");
     Agent_& self = agents_[static_cast<size_t>(me)];
     Block(me, [&self, id] { return self.flags[id] > 0; }, [this, me, id] { return FlagWaitText(me, id); });
     --self.flags[id];
@@ -216,6 +224,12 @@ class MixLaunch final : public SyncOracle {
     Require(!(aiv_only && RoleOf(me) == 0), [&] {
       return std::string("SyncAll<true>() (AIV only) called on the AIC; use SyncAll<false>() for all cores");
     });
+    Require(syncall_flag_user_ < 0, [&] {
+      return Cat("SyncAll by ", Name(me), " after ", Name(syncall_flag_user_), " used cross-core flag id ",
+                 syncall_flag_id_, ": SyncAll's hardware implementation owns flag ids ", kSyncAllFirstFlag, "..",
+                 kSyncAllLastFlag);
+    });
+    syncall_used_ = true;
     Barrier& b = aiv_only ? aiv_barrier_ : all_barrier_;
     const int64_t parties = aiv_only ? 2 * cores_ : 3 * cores_;
     JoinInto(b.acc, Clock(me));
@@ -326,6 +340,19 @@ class MixLaunch final : public SyncOracle {
       return Cat(op, "(", id, ") on ", Name(me), ": flag ids [0, ", 2 * objs, ") belong to the ", objs,
                  " registered Matmul object(s)");
     });
+  }
+
+  // Flag ids 11..14 belong to SyncAll in a kernel that calls it (either order is a collision).
+  void CheckSyncAllFlagRange(int me, int id, const char* op) {
+    if (id < kSyncAllFirstFlag || id > kSyncAllLastFlag) return;
+    Require(!syncall_used_, [&] {
+      return Cat(op, "(", id, ") on ", Name(me), ": this kernel calls SyncAll, whose hardware implementation owns "
+                 "flag ids ", kSyncAllFirstFlag, "..", kSyncAllLastFlag);
+    });
+    if (syncall_flag_user_ < 0) {
+      syncall_flag_user_ = me;
+      syncall_flag_id_ = id;
+    }
   }
 
   std::string FlagWaitText(int me, int id) const {
@@ -444,6 +471,9 @@ class MixLaunch final : public SyncOracle {
   Barrier aiv_barrier_;
   Barrier all_barrier_;
   uint32_t barriers_done_ = 0;
+  bool syncall_used_ = false;
+  int syncall_flag_user_ = -1;  // the first core that used a flag id SyncAll owns, and the id
+  int syncall_flag_id_ = -1;
   std::mt19937_64 rng_;
   uint64_t seed_;
   CubeMemory cube_;
@@ -464,15 +494,16 @@ struct MixStats {
   int64_t cores = 0;
 };
 
-// Runs `kernel` as a mixed launch of `block_dim` AI cores (3 threads each). Each core gets a
-// fresh BlockContext (UB only on the AIVs); the end-of-kernel checks of vector launches apply
-// to every core, plus: atomic mode off, every cross-core flag waited.
+// Runs `kernel` as a mixed launch of `block_dim` AI cores (3 threads each) of NPU architecture
+// `arch`. Each core gets a fresh BlockContext (UB only on the AIVs, the arch's mixed-kernel
+// share); the end-of-kernel checks of vector launches apply to every core, plus: atomic mode
+// off, every cross-core flag waited.
 template <typename Kernel>
-MixStats LaunchMix(int64_t block_dim, uint64_t tiling_key, uint64_t ub_bytes, uint64_t seed, Kernel&& kernel,
-                   CubeMemory cube = {}) {
+MixStats LaunchMix(int64_t block_dim, uint64_t tiling_key, Arch arch, uint64_t seed, Kernel&& kernel) {
   Require(block_dim >= 1 && block_dim <= kMaxBlockDim,
           [&] { return Cat("launch with blockDim ", block_dim, " outside [1, ", kMaxBlockDim, "]"); });
-  MixLaunch mix(block_dim, seed, cube);
+  const ArchSpec& spec = SpecOf(arch);
+  MixLaunch mix(block_dim, seed, CubeOf(spec));
   GmRegistry* gm = &GmRegistry::Instance();
   std::vector<uint64_t> peak(static_cast<size_t>(3 * block_dim), 0);
   mix.Run([&](int me) {
@@ -480,7 +511,7 @@ MixStats LaunchMix(int64_t block_dim, uint64_t tiling_key, uint64_t ub_bytes, ui
     const int role = MixLaunch::RoleOf(me);
     const int64_t core = MixLaunch::CoreOf(me);
     const int64_t idx = role == 0 ? core : 2 * core + role - 1;
-    BlockContext ctx(idx, block_dim, tiling_key, role == 0 ? kUbAlign : ub_bytes);
+    BlockContext ctx(idx, block_dim, tiling_key, spec, role == 0 ? kUbAlign : spec.ub_mix);
     ctx.kind = role == 0 ? CoreKind::kAic : CoreKind::kAiv;
     ctx.sub_idx = role == 0 ? 0 : role - 1;
     {
@@ -512,8 +543,14 @@ inline bool TwinIsAiv() { return twin::Current().kind != twin::CoreKind::kAic; }
 inline int64_t GetSubBlockIdx() { return twin::Current().sub_idx; }
 inline int64_t GetTaskRatio() { return twin::Current().kind == twin::CoreKind::kAiv ? 2 : 1; }
 
+// The pipe that sets the flag: modes 0..2 take V, M, MTE1, MTE2, MTE3 or FIX, never S or ALL
+// (CrossCoreSetFlag API page).
 template <uint8_t modeId, pipe_t pipe>
 void CrossCoreSetFlag(uint16_t flagId) {
+  twin::Require(pipe != PIPE_S && pipe != PIPE_ALL, [&] {
+    return twin::Cat("CrossCoreSetFlag<", int{modeId}, ", ", pipe == PIPE_S ? "PIPE_S" : "PIPE_ALL", ">(", flagId,
+                     "): modes 0..2 are set from PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3 or PIPE_FIX");
+  });
   twin::CurrentMix("CrossCoreSetFlag").SetFlag(twin::t_agent, modeId, flagId);
 }
 inline void CrossCoreWaitFlag(uint16_t flagId) {

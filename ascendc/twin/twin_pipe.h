@@ -21,6 +21,15 @@ using QuePosition = TPosition;
 
 namespace twin {
 
+inline const char* PositionName(TPosition pos) {
+  switch (pos) {
+    case TPosition::VECIN: return "VECIN";
+    case TPosition::VECOUT: return "VECOUT";
+    case TPosition::VECCALC: return "VECCALC";
+    default: return "GM";
+  }
+}
+
 // The position-independent part of a queue: its buffers and their states.
 class QueueCore {
  public:
@@ -103,14 +112,7 @@ class QueueCore {
     bool queued;
   };
 
-  const char* PositionName() const {
-    switch (pos_) {
-      case TPosition::VECIN: return "VECIN";
-      case TPosition::VECOUT: return "VECOUT";
-      case TPosition::VECCALC: return "VECCALC";
-      default: return "GM";
-    }
-  }
+  const char* PositionName() const { return twin::PositionName(pos_); }
 
   template <typename T>
   Slot& SlotOf(const LocalTensor<T>& t, const char* op) {
@@ -162,10 +164,15 @@ class TBuf {
     twin::Require(len_ > 0, [] { return std::string("TBuf::Get before pipe.InitBuffer"); });
     return LocalTensor<T>(offset_, static_cast<uint32_t>(len_ / sizeof(T)), nullptr);
   }
+  // The first `count` elements (kernel_tbuf_impl.h: count > 0, whole 32-byte blocks, within
+  // the buffer).
   template <typename T>
   LocalTensor<T> Get(uint32_t count) const {
-    twin::Require(uint64_t{count} * sizeof(T) <= len_, [&] {
-      return twin::Cat("TBuf::Get(", count, ") beyond its ", len_, " bytes");
+    const uint64_t bytes = uint64_t{count} * sizeof(T);
+    twin::Require(len_ > 0, [] { return std::string("TBuf::Get before pipe.InitBuffer"); });
+    twin::Require(count > 0 && bytes % twin::kUbAlign == 0 && bytes <= len_, [&] {
+      return twin::Cat("TBuf::Get(", count, "): ", bytes, " bytes must be a positive multiple of 32 within the "
+                       "buffer's ", len_, " bytes");
     });
     return LocalTensor<T>(offset_, count, nullptr);
   }
@@ -182,6 +189,8 @@ class TBuf {
 
 class TPipe {
  public:
+  static constexpr int kMaxBuffersPerInit = 64;  // QBUF_MAX_LEN
+
   TPipe() {
     auto& ctx = twin::Current();
     twin::Require(ctx.live_pipes == 0, [] { return std::string("a second TPipe on one core"); });
@@ -197,19 +206,33 @@ class TPipe {
     }
   }
 
-  // `num` buffers of `len` bytes each (len rounded up to 32 bytes as on the device).
+  // `num` buffers of `len` bytes each (len rounded up to 32 bytes as on the device). Checked as
+  // kernel_tpipe_impl.h does: 1 <= num <= 64, 0 < len, the buffers within UB, and the pipe's
+  // buffer counts (twin_arch.h).
   template <TPosition Pos, int32_t Depth>
-  void InitBuffer(TQue<Pos, Depth>& que, uint8_t num, uint32_t len) {
+  bool InitBuffer(TQue<Pos, Depth>& que, uint8_t num, uint32_t len) {
+    const char* who = "TPipe::InitBuffer(TQue)";
     auto& ctx = twin::Current();
+    const std::string what = twin::Cat("TQue<", twin::PositionName(Pos), "> of ", int{num}, " x ", len, " bytes");
+    twin::Require(num >= 1 && num <= kMaxBuffersPerInit && len > 0, [&] {
+      return twin::Cat(who, ": ", what, ": num must be in [1, ", kMaxBuffersPerInit, "] and len > 0");
+    });
     const uint64_t rounded = (uint64_t{len} + twin::kUbAlign - 1) / twin::kUbAlign * twin::kUbAlign;
-    const uint64_t offset = ctx.AllocUb(rounded * num, "TPipe::InitBuffer(TQue)");
+    const uint64_t offset = ctx.AllocUb(rounded * num, who, what.c_str());
+    ctx.CountPipeBuffers(num, static_cast<int>(Pos), who, what.c_str());
     que.TwinCore().Init(offset, num, rounded);
+    return true;
   }
   template <TPosition Pos>
-  void InitBuffer(TBuf<Pos>& buf, uint32_t len) {
+  bool InitBuffer(TBuf<Pos>& buf, uint32_t len) {
+    const char* who = "TPipe::InitBuffer(TBuf)";
     auto& ctx = twin::Current();
-    const uint64_t offset = ctx.AllocUb(len, "TPipe::InitBuffer(TBuf)");
+    const std::string what = twin::Cat("TBuf<", twin::PositionName(Pos), "> of ", len, " bytes");
+    twin::Require(len > 0, [&] { return twin::Cat(who, ": ", what, ": len must be > 0"); });
+    const uint64_t offset = ctx.AllocUb(len, who, what.c_str());
+    ctx.CountPipeBuffers(1, -1, who, what.c_str());
     buf.TwinInit(offset, len);
+    return true;
   }
 
   // The lowest event id of this type with no SetFlag pending.

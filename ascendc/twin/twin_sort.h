@@ -23,6 +23,7 @@ void Sort32(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTe
   const char* op = "Sort32";
   twin::Require(repeatTimes >= 0 && repeatTimes <= 255,
                 [&] { return twin::Cat(op, ": repeatTimes ", repeatTimes, " outside [0, 255]"); });
+  if (twin::VecNop(static_cast<uint64_t>(repeatTimes), op)) return;
   const auto n = static_cast<uint32_t>(32 * repeatTimes);
   const float* score = twin::VecSrc(src0, n, op);
   const uint32_t* index = twin::VecSrc(src1, n, op);

@@ -1,6 +1,9 @@
 // Twin of the vector (V pipe) ops the kernels use, in their "first `count` elements" form.
 // Rules checked on every operand: 32-byte aligned UB start, `count` within the tensor, tensor
-// still allocated, and no unsynchronised producer (MTE2 copy-in or scalar SetValue) pending.
+// still allocated, and no unsynchronised producer (MTE2 copy-in or scalar SetValue) pending;
+// between a source and the destination, the address overlap rule of the API's general
+// constraints (docs: SIMD-API/通用说明和约束.md, "通用地址重叠约束"; see CheckOverlap); and
+// count 0, a NOP on 2201 but not guaranteed one on 3510 (each op's API page).
 // Math ops are float-only here because the kernels compute in float32 (Cast first); supporting
 // half arithmetic would let a kernel silently compute in 16 bits.
 #pragma once
@@ -8,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "twin_tensor.h"
 #include "twin_types.h"
@@ -31,11 +35,13 @@ T* VecSrc(const LocalTensor<T>& t, uint32_t count, const char* op) {
   return t.TwinData(op);
 }
 
+// `align`: the destination's start alignment (32 bytes, but one element for a reduction's
+// single result: ReduceRepeat's table of destination alignments).
 template <typename T>
-T* VecDst(const LocalTensor<T>& t, uint32_t count, const char* op) {
+T* VecDst(const LocalTensor<T>& t, uint32_t count, const char* op, uint64_t align = kUbAlign) {
   Current().RequireVector(op);
-  Require(t.TwinUbOffset() % kUbAlign == 0, [&] {
-    return Cat(op, ": destination at UB offset ", t.TwinUbOffset(), " is not 32-byte aligned");
+  Require(t.TwinUbOffset() % align == 0, [&] {
+    return Cat(op, ": destination at UB offset ", t.TwinUbOffset(), " is not ", align, "-byte aligned");
   });
   Require(count <= t.GetSize(), [&] {
     return Cat(op, ": count ", count, " exceeds the destination tensor's ", t.GetSize(), " elements");
@@ -49,6 +55,58 @@ T* VecDst(const LocalTensor<T>& t, uint32_t count, const char* op) {
   return t.TwinData(op);
 }
 
+// Whether an op of `count` elements (or repeats) is a NOP: count 0 is one on 2201; on 3510
+// the op runs as a VF function and count 0 is not guaranteed to be a NOP, so the twin rejects it.
+inline bool VecNop(uint64_t count, const char* op) {
+  Current().RequireVector(op);
+  if (count > 0) return false;
+  const ArchSpec& spec = Current().Spec();
+  Require(spec.zero_count_is_nop, [&] {
+    return Cat(op, ": count 0 on NPU arch ", spec.name, " is not guaranteed to be a NOP (skip the call)");
+  });
+  return true;
+}
+
+// The address overlap rule between a source and the destination of a count-form op, which the
+// hardware runs in repeats of 256 bytes of the wider type: within one repeat a source either
+// starts where the destination starts (complete overlap) or does not touch it, and no repeat's
+// destination overlaps the source of a later repeat (it would overwrite input not yet read).
+// So an in-place Cast float -> half passes and half -> float fails, as Cast's page warns.
+// In-place ops of one type and disjoint operands pass at once; other overlaps are checked per
+// repeat.
+template <typename D, typename S>
+void CheckOverlap(const LocalTensor<D>& dst, const LocalTensor<S>& src, uint32_t count, const char* op) {
+  const uint64_t d0 = dst.TwinUbOffset();
+  const uint64_t s0 = src.TwinUbOffset();
+  if (d0 + uint64_t{count} * sizeof(D) <= s0 || s0 + uint64_t{count} * sizeof(S) <= d0) return;
+  if (d0 == s0 && sizeof(D) == sizeof(S)) return;
+  const uint64_t per = 256 / (sizeof(D) > sizeof(S) ? sizeof(D) : sizeof(S));
+  const uint64_t repeats = (count + per - 1) / per;
+  const auto range = [&](uint64_t base, uint64_t elem, uint64_t r) {
+    const uint64_t end = (r + 1) * per < count ? (r + 1) * per : count;
+    return std::pair<uint64_t, uint64_t>{base + r * per * elem, base + end * elem};
+  };
+  const auto meet = [](std::pair<uint64_t, uint64_t> a, std::pair<uint64_t, uint64_t> b) {
+    return a.first < b.second && b.first < a.second;
+  };
+  for (uint64_t i = 0; i < repeats; ++i) {
+    const auto d = range(d0, sizeof(D), i);
+    const auto own = range(s0, sizeof(S), i);
+    Require(!meet(d, own) || d.first == own.first, [&] {
+      return Cat(op, ": destination UB [", d.first, ", ", d.second, ") partially overlaps the source [", own.first,
+                 ", ", own.second, ") in repeat ", i, " (operands must start together or not overlap)");
+    });
+    for (uint64_t j = i + 1; j < repeats; ++j) {
+      const auto later = range(s0, sizeof(S), j);
+      if (later.first >= d.second) break;
+      Require(!meet(d, later), [&] {
+        return Cat(op, ": destination UB [", d.first, ", ", d.second, ") of repeat ", i, " overlaps the source [",
+                   later.first, ", ", later.second, ") of the later repeat ", j, " (input overwritten before it is read)");
+      });
+    }
+  }
+}
+
 template <typename T>
 constexpr void RequireFloat() {
   static_assert(std::is_same_v<T, float>, "the twin implements vector math in float32 only: Cast first");
@@ -58,17 +116,22 @@ template <typename T, typename F>
 void Binary(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, uint32_t count,
             const char* op, F f) {
   RequireFloat<T>();
+  if (VecNop(count, op)) return;
   const T* pa = VecSrc(a, count, op);
   const T* pb = VecSrc(b, count, op);
   T* pd = VecDst(dst, count, op);
+  CheckOverlap(dst, a, count, op);
+  CheckOverlap(dst, b, count, op);
   for (uint32_t i = 0; i < count; ++i) pd[i] = f(pa[i], pb[i]);
 }
 
 template <typename T, typename F>
 void Unary(const LocalTensor<T>& dst, const LocalTensor<T>& a, uint32_t count, const char* op, F f) {
   RequireFloat<T>();
+  if (VecNop(count, op)) return;
   const T* pa = VecSrc(a, count, op);
   T* pd = VecDst(dst, count, op);
+  CheckOverlap(dst, a, count, op);
   for (uint32_t i = 0; i < count; ++i) pd[i] = f(pa[i]);
 }
 
@@ -105,6 +168,7 @@ void Exp(const LocalTensor<T>& dst, const LocalTensor<T>& a, uint32_t count) {
 template <typename T>
 void Duplicate(const LocalTensor<T>& dst, T scalar, uint32_t count) {
   twin::RequireFloat<T>();
+  if (twin::VecNop(count, "Duplicate")) return;
   T* pd = twin::VecDst(dst, count, "Duplicate");
   for (uint32_t i = 0; i < count; ++i) pd[i] = scalar;
 }
@@ -125,10 +189,10 @@ template <typename T, typename Combine>
 void ReduceRepeats(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work, uint32_t count,
                    const char* op, const char* work_op, Combine combine) {
   RequireFloat<T>();
-  Require(count > 0, [&] { return Cat(op, " of zero elements"); });
+  if (VecNop(count, op)) return;
   const T* ps = VecSrc(src, count, op);
   T* pw = VecDst(work, ReduceSumWorkElems<T>(count), work_op);
-  T* pd = VecDst(dst, 1, op);
+  T* pd = VecDst(dst, 1, op, sizeof(T));
   constexpr uint32_t kPerRepeat = 256 / sizeof(T);
   const uint32_t partials = (count + kPerRepeat - 1) / kPerRepeat;
   for (uint32_t r = 0; r < partials; ++r) {
@@ -192,8 +256,10 @@ void Cast(const LocalTensor<D>& dst, const LocalTensor<S>& src, RoundMode mode, 
   twin::Require(twin::CastSupported<D, S>(mode), [&] {
     return twin::Cat("Cast: round mode ", twin::RoundModeName(mode), " is not supported for this type pair");
   });
+  if (twin::VecNop(count, op)) return;
   const S* ps = twin::VecSrc(src, count, op);
   D* pd = twin::VecDst(dst, count, op);
+  twin::CheckOverlap(dst, src, count, op);
   for (uint32_t i = 0; i < count; ++i) pd[i] = twin::ConvertOne<D, S>(ps[i], mode);
 }
 

@@ -27,7 +27,7 @@ class Struct:
 
 
 _LAYOUT = ("int", "layout", "0 BSND, 1 TND")
-_LAUNCH = ("int", "core_num ub_bytes seed", "AI cores, UB bytes per core, the launch's hand-off seed")
+_LAUNCH = ("int", "core_num ub_bytes seed arch", "AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__")
 
 STRUCTS = (
     Struct("RunInfo", "What every kernel entry point measured, for the Python tests.",

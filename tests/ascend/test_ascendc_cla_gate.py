@@ -1,5 +1,7 @@
 """cla_gate_merge and cla_gate_backward Ascend C kernels, run on the CPU twin, against the
-float64 reference: fp16 and bf16, odd shapes, several core counts and UB sizes.
+float64 reference: fp16 and bf16, odd shapes, several core counts and UB sizes, on both NPU
+architectures the ops' SoCs include (ms_grad_ops/_specs.py: Atlas A2/A3 = 2201 and Ascend 950 =
+3510; the tiling is sized from the UB, which differs: 192 vs 248 KiB).
 
 Outputs start as NaN (poison) and the twin counts writes per byte, so an element a core forgot
 or wrote twice fails the test even when its value happens to look right.
@@ -14,6 +16,7 @@ from ascendc_harness import twin_lib as twin
 from ms_grad_ops.reference import cla_gate_backward, cla_gate_merge
 
 DTYPES = ("float16", "bfloat16")
+ARCHS = (twin.ARCH_A2, twin.ARCH_950)
 # (T, N, D, cores): T=1, one head, N=128, odd T, both Ascend head dims, every target core count.
 CASES = [
     (1, 1, 128, 1),
@@ -35,8 +38,10 @@ def inputs(t: int, n: int, d: int, dtype: str, seed: int, logit_scale: float = 3
     return [twin.from_bits(twin.to_bits(a, dtype), dtype) for a in arrays]
 
 
-def check_run(run: twin.KernelRun, refs: tuple[np.ndarray, ...], dtype: str, ub: int = twin.DEFAULT_UB) -> None:
+def check_run(run: twin.KernelRun, refs: tuple[np.ndarray, ...], dtype: str, ub: int | None = None,
+              arch: int = twin.ARCH_A2) -> None:
     info = run.info
+    ub = twin.platform_ub(arch) if ub is None else ub
     assert info.min_writes == 1 and info.max_writes == 1, "every output byte written exactly once"
     assert info.ub_peak_bytes == info.tiling_ub_bytes <= ub, "the kernel uses exactly the UB its tiling planned"
     tol = TOLERANCES["elementwise"][dtype]
@@ -46,33 +51,50 @@ def check_run(run: twin.KernelRun, refs: tuple[np.ndarray, ...], dtype: str, ub:
         assert err <= tol, f"output {i}: relative L2 error {err:.3g} > {tol:g} ({dtype})"
 
 
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("t,n,d,cores", CASES)
-def test_cla_gate_backward_matches_reference(t: int, n: int, d: int, cores: int, dtype: str) -> None:
+def test_cla_gate_backward_matches_reference(t: int, n: int, d: int, cores: int, dtype: str, arch: int) -> None:
     x = inputs(t, n, d, dtype, seed=t * 1000 + n)
-    run = twin.cla_gate_backward(dtype, *x, core_num=cores)
+    run = twin.cla_gate_backward(dtype, *x, core_num=cores, arch=arch)
     assert run.info.blocks == min(cores, t * n)
-    check_run(run, cla_gate_backward(*x), dtype)
+    check_run(run, cla_gate_backward(*x), dtype, arch=arch)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("t,n,d,cores", CASES)
-def test_cla_gate_merge_matches_reference(t: int, n: int, d: int, cores: int, dtype: str) -> None:
+def test_cla_gate_merge_matches_reference(t: int, n: int, d: int, cores: int, dtype: str, arch: int) -> None:
     og, ol, _, zg, zl = inputs(t, n, d, dtype, seed=t * 1000 + n + 1)
-    run = twin.cla_gate_merge(dtype, og, ol, zg, zl, core_num=cores)
-    check_run(run, (cla_gate_merge(og, ol, zg, zl),), dtype)
+    run = twin.cla_gate_merge(dtype, og, ol, zg, zl, core_num=cores, arch=arch)
+    check_run(run, (cla_gate_merge(og, ol, zg, zl),), dtype, arch=arch)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("ub_kib", [32, 64, 256])
-def test_small_and_large_unified_buffer(ub_kib: int, dtype: str) -> None:
-    # A smaller UB means more, shorter tiles (last one partial); results must not change.
+@pytest.mark.parametrize("ub_kib", [32, 64, None])
+def test_small_and_large_unified_buffer(ub_kib: int | None, dtype: str, arch: int) -> None:
+    # A smaller UB means more, shorter tiles (last one partial); results must not change. None:
+    # all the arch has (on 3510 the tiles grow past what fits 2201).
     x = inputs(97, 9, 256, dtype, seed=5)
-    ub = ub_kib * 1024
-    run = twin.cla_gate_backward(dtype, *x, core_num=8, ub_bytes=ub)
+    ub = twin.platform_ub(arch) if ub_kib is None else ub_kib * 1024
+    run = twin.cla_gate_backward(dtype, *x, core_num=8, ub_bytes=ub, arch=arch)
     check_run(run, cla_gate_backward(*x), dtype, ub)
-    run = twin.cla_gate_merge(dtype, x[1], x[2], x[3], x[4], core_num=8, ub_bytes=ub)
+    run = twin.cla_gate_merge(dtype, x[1], x[2], x[3], x[4], core_num=8, ub_bytes=ub, arch=arch)
     check_run(run, (cla_gate_merge(x[1], x[2], x[3], x[4]),), dtype, ub)
+
+
+@pytest.mark.parametrize("kernel", ["merge", "backward"])
+def test_tiling_for_950_overflows_atlas_a2_ub(kernel: str) -> None:
+    # The tiling sized for Ascend 950's 248 KiB UB, launched on Atlas A2/A3 (192 KiB): the twin
+    # names the rule, the buffer and the sizes instead of corrupting UB.
+    x = inputs(1024, 1, 256, "float16", seed=5)
+    ub = twin.platform_ub(twin.ARCH_950)
+    with pytest.raises(twin.TwinRuleError, match=r"unified buffer overflow on NPU arch 2201.*capacity 196608 bytes"):
+        if kernel == "merge":
+            twin.cla_gate_merge("float16", x[1], x[2], x[3], x[4], core_num=1, ub_bytes=ub)
+        else:
+            twin.cla_gate_backward("float16", *x, core_num=1, ub_bytes=ub)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

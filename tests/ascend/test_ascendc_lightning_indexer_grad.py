@@ -75,7 +75,7 @@ def reference(p: twin.LigProblem) -> tuple[np.ndarray, ...]:
 def check(run: twin.KernelRun, p: twin.LigProblem, want: tuple[np.ndarray, ...] | None = None) -> None:
     info = run.info
     assert info.min_writes == 1 and info.max_writes == 1, "every output byte written exactly once"
-    assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.DEFAULT_UB, "UB footprint = the tiling's plan"
+    assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.ub_bytes_of(mixed=True), "UB = the tiling's plan"
     want = reference(p) if want is None else want
     k, nidx, didx = p.sparse_indices.shape[-1], p.query_index.shape[-2], p.query_index.shape[-1]
     t1 = int(np.prod(p.query_index.shape[:-2]))
@@ -240,7 +240,7 @@ def test_tiling_invariants(cores: int, layout: str, kw: dict) -> None:
         assert starts[0] == 0 and starts[-1] == total and np.all(np.diff(starts) >= 0), "each unit exactly once"
     kb = np.diff(s.key_block_start)
     assert kb.max() - kb.min() <= 1, "key blocks split evenly"
-    assert s.ub_bytes <= twin.DEFAULT_UB and 1 <= s.gather_rows <= 16
+    assert s.ub_bytes <= twin.ub_bytes_of(mixed=True) and 1 <= s.gather_rows <= 16
     assert s.k_pad == -(-k // 16) * 16
     assert s.m_key == s.row_chunk * args.n_idx <= max(128, args.n_idx)
     # workspace: one region per AIV (9 pieces, each 512-aligned), nothing global

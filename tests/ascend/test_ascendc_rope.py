@@ -51,6 +51,7 @@ def reference(variant: str, x1: np.ndarray, x2: np.ndarray, cos: np.ndarray, sin
 
 
 def check_bookkeeping(run: twin.KernelRun, ub: int = twin.DEFAULT_UB) -> None:
+    # Atlas A2/A3 only (ms_grad_ops/_specs.py): the twin runs rope on NPU arch 2201.
     info = run.info
     assert info.min_writes == 1 and info.max_writes == 1, "every output byte written exactly once"
     assert info.ub_peak_bytes == info.tiling_ub_bytes <= ub, "the kernel uses exactly the UB its tiling planned"
@@ -76,7 +77,7 @@ def test_kernel_matches_reference(lens: list[int], hidden: int, cores: int, vari
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("ub_kib", [16, 64, 256])
+@pytest.mark.parametrize("ub_kib", [16, 64, 192])
 def test_unified_buffer_size_changes_tiles_not_results(ub_kib: int, variant: str) -> None:
     lens = [5, 60, 1, 33]
     x1, x2, cos, sin = inputs(lens, 512, "bfloat16", seed=3)
@@ -84,6 +85,15 @@ def test_unified_buffer_size_changes_tiles_not_results(ub_kib: int, variant: str
     run = twin.rope_family(variant, "bfloat16", x1, x2, cos, sin, np.array(lens), core_num=3, ub_bytes=ub)
     check_bookkeeping(run, ub)
     check_values(run, reference(variant, x1, x2, cos, sin, lens), "bfloat16")
+
+
+def test_tiling_larger_than_the_ub_is_a_twin_error() -> None:
+    # A tiling budgeted 256 KiB fills more than Atlas A2/A3's 192 KiB UB: the launch names the
+    # rule, the buffer and the sizes.
+    lens = [5, 60, 1, 33]
+    x1, x2, cos, sin = inputs(lens, 512, "bfloat16", seed=3)
+    with pytest.raises(twin.TwinRuleError, match=r"unified buffer overflow on NPU arch 2201.*TBuf<VECCALC>"):
+        twin.rope_family("rope", "bfloat16", x1, x2, cos, sin, np.array(lens), core_num=3, ub_bytes=256 * 1024)
 
 
 def test_atb_differs_from_vjp() -> None:

@@ -112,7 +112,7 @@ def test_sfa_tiling_invariants(name: str, kernel: str, cores: int) -> None:
         per_aiv = np.add.reduceat(np.append(w, 0), s.row_start[:-1])[: s.aiv] * (counts > 0)
         assert per_aiv.sum() == w.sum()
         assert per_aiv.max() <= w.sum() / s.aiv + w.max(), "an AIV carries more than mean + one row of work"
-    assert 0 < s.ub_bytes <= twin.DEFAULT_UB
+    assert 0 < s.ub_bytes <= twin.ub_bytes_of(mixed=True)
     assert s.key_chunk % 16 == 0 and 16 <= s.key_chunk <= 512
     assert s.ws_delta == s.aiv * s.aiv_ws_bytes
     delta = -(-(t1 * n1 * 4) // 512) * 512 if kernel == "grad" else 0

@@ -1,5 +1,6 @@
-"""The CPU twin of the Ascend C API: every rule it enforces fires on a bad snippet, clean code
-passes, the launcher numbers blocks, and Cast rounds exactly as each RoundMode says."""
+"""The CPU twin of the Ascend C API: every rule it enforces fires on a bad snippet (on the NPU
+arch the snippet is written for), clean code passes, capacities and arch-specific rules follow
+the launch's arch, the launcher numbers blocks, and Cast rounds exactly as each RoundMode says."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +12,22 @@ from ascendc_harness import twin_lib as twin
 EXPECTED_RULES = {
     "alloc_exhausted": "buffers are all in use",
     "cast_unsupported_mode": "not supported",
+    "cast_widening_in_place": "of the later repeat",
+    "count_zero_on_3510": "is not guaranteed to be a NOP",
+    "datacopy_gm_misaligned": "is not aligned to its 2-byte elements",
+    "datacopy_too_many_blocks": "one DataCopy moves at most 65535",
+    "datacopypad_block_count": "must be in [1, 4095]",
+    "datacopypad_padding_too_wide": "exceed 32",
+    "datacopypad_ub_stride_3510": "exceeds 65535",
+    "initbuffer_num_out_of_range": "num must be in [1, 64]",
+    "initbuffer_zero_len": "len must be > 0",
+    "tbuf_get_partial_block": "positive multiple of 32",
+    "too_many_pipe_buffers": "allows at most 64",
+    "too_many_queue_buffers_3510": "buffer ids, one per TQue buffer",
+    "too_many_queue_buffers_per_position": "event ids per position",
+    "ub_overflow_3510": "unified buffer overflow",
+    "vector_overlap_later_repeat": "of the later repeat",
+    "vector_partial_overlap": "partially overlaps the source",
     "copy_in_without_queue_sync": "MTE2 (GM->UB copy) -> V",
     "copy_out_without_queue_sync": "V (vector op) -> MTE3",
     "datacopy_partial_block": "is not a positive multiple of 32",
@@ -34,7 +51,8 @@ EXPECTED_RULES = {
     "vector_unaligned": "is not 32-byte aligned",
     "waitflag_without_setflag": "without a preceding SetFlag",
 }
-CLEAN = ("clean_pipeline", "clean_scalar_sync")
+CLEAN = ("clean_pipeline", "clean_scalar_sync", "clean_datacopypad_padding", "clean_count_zero_on_2201",
+         "clean_reduce_to_unaligned_element")
 
 
 def test_snippet_list_matches() -> None:
@@ -56,10 +74,21 @@ def test_clean_snippet_passes(name: str) -> None:
     assert status == 0, message
 
 
-def test_ub_capacity_is_configurable() -> None:
-    # 200 KiB of queue buffers: over the 192 KiB default, fine with 256 KiB.
-    assert twin.run_snippet("ub_overflow")[0] == 1
-    status, _, message = twin.run_snippet("ub_overflow", ub_bytes=256 * 1024)
+def test_capacities_follow_the_arch() -> None:
+    # 200 KiB of queue buffers: over 2201's 192 KiB UB, within 3510's 248 KiB; 250 KiB is over both.
+    assert twin.ub_bytes_of(twin.ARCH_A2) == 192 * 1024 and twin.ub_bytes_of(twin.ARCH_950) == 248 * 1024
+    assert twin.ub_bytes_of(twin.ARCH_A2, mixed=True) == 192 * 1024 - 256
+    assert twin.run_snippet("ub_overflow", twin.ARCH_A2)[0] == 1
+    status, _, message = twin.run_snippet("ub_overflow", twin.ARCH_950)
+    assert status == 0, message
+    assert twin.run_snippet("ub_overflow_3510", twin.ARCH_A2)[0] == 1
+
+
+@pytest.mark.parametrize("name,arch", [("count_zero_on_3510", twin.ARCH_A2),
+                                       ("too_many_queue_buffers_per_position", twin.ARCH_950)])
+def test_arch_specific_rules_hold_on_their_arch_only(name: str, arch: int) -> None:
+    # Count 0 is a documented NOP on 2201; 3510 has buffer ids instead of 8 event ids per position.
+    status, _, message = twin.run_snippet(name, arch)
     assert status == 0, message
 
 

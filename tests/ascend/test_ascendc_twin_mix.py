@@ -14,6 +14,10 @@ EXPECTED_RULES = {
     "atomic_mode_left_on": "atomic add mode still on",
     "atomic_type_mismatch": "set for another element type",
     "copy_through_without_sync": "MTE2 (GM->UB copy) -> MTE3",
+    "crosscore_flag_from_pipe_s": "modes 0..2 are set from PIPE_V",
+    "flag_collides_with_syncall": "owns flag ids 11..14",
+    "matmul_l0c_2201": "/ L0C 131072",
+    "mix_ub_reserved": "the Matmul keeps the end of UB",
     "flag_collides_with_matmul": "belong to the",
     "flag_counter_overflow": "would exceed 15",
     "flag_id_out_of_range": "flag ids are 0..15",
@@ -63,3 +67,10 @@ def test_deadlock_names_every_waiting_core() -> None:
     _, _, message = twin.run_mix_snippet("wait_without_set")
     for aiv in range(4):
         assert f"AIV {aiv} waits for CrossCoreWaitFlag(8)" in message, message
+
+
+def test_cube_capacity_follows_the_arch() -> None:
+    # A 256 x 256 float32 accumulator (256 KiB) fits Ascend 950's L0C, not Atlas A2/A3's 128 KiB.
+    assert twin.run_mix_snippet("matmul_l0c_2201", arch=twin.ARCH_A2)[0] == 1
+    status, _, message = twin.run_mix_snippet("matmul_l0c_2201", arch=twin.ARCH_950)
+    assert status == 0, message

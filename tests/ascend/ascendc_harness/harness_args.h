@@ -22,7 +22,7 @@ struct SfaArgs {
   int64_t batch, s1, s2, t1, t2, n1, n2, d, dr, k;
   int64_t block_size, sparse_mode, deterministic;
   double scale;
-  int64_t core_num, ub_bytes, seed;  // AI cores, UB bytes per core, the launch's hand-off seed
+  int64_t core_num, ub_bytes, seed, arch;  // AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
   int64_t value_absent, lens_int64;  // value omitted (key is value); int64 lengths
 };
 
@@ -32,7 +32,7 @@ struct SliArgs {
   int64_t batch, s1, s2, t1, t2, n1, d, dr, n_idx, d_idx, k;
   int64_t sparse_mode, deterministic, weights_f32;
   double scale;
-  int64_t core_num, ub_bytes, seed;  // AI cores, UB bytes per core, the launch's hand-off seed
+  int64_t core_num, ub_bytes, seed, arch;  // AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
 };
 
 // The shape and attributes of one lightning_indexer or lightning_indexer_grad call.
@@ -40,7 +40,7 @@ struct IndexerArgs {
   int64_t layout;  // 0 BSND, 1 TND
   int64_t batch, s1, s2, t1, t2, n_idx, d_idx, k;
   int64_t sparse_mode, weights_f32;
-  int64_t core_num, ub_bytes, seed;  // AI cores, UB bytes per core, the launch's hand-off seed
+  int64_t core_num, ub_bytes, seed, arch;  // AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
 };
 
 }  // namespace harness

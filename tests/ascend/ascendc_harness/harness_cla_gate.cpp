@@ -41,8 +41,8 @@ int twin_cla_gate_schedule(int kernel, int64_t t, int64_t n, int64_t d, int64_t 
 
 int twin_cla_gate_backward(int dtype, int64_t t, int64_t n, int64_t d, const void* grad, const void* og,
                            const void* ol, const void* zg, const void* zl, void* dog, void* dol, void* dzg,
-                           void* dzl, int64_t core_num, int64_t ub_bytes, harness::RunInfo* info, char* err,
-                           int64_t err_len) {
+                           void* dzl, int64_t core_num, int64_t ub_bytes, int64_t arch, harness::RunInfo* info,
+                           char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const auto tiling = mgo::tiling::ComputeClaGateBackwardTiling(
         ClaGateShape{static_cast<uint64_t>(t), static_cast<uint64_t>(n), static_cast<uint64_t>(d)},
@@ -67,7 +67,7 @@ int twin_cla_gate_backward(int dtype, int64_t t, int64_t n, int64_t d, const voi
     gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
     auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
     const auto stats = AscendC::twin::Launch(tiling.result.data.usedCoreNum, tiling.tilingKey,
-                                             static_cast<uint64_t>(ub_bytes), [&] {
+                                             harness::ArchOf(arch), [&] {
       cla_gate_backward(u8(grad), u8(og), u8(ol), u8(zg), u8(zl), u8(dog), u8(dol), u8(dzg), u8(dzl), nullptr,
                         tiling_gm.data());
     });
@@ -80,7 +80,7 @@ int twin_cla_gate_backward(int dtype, int64_t t, int64_t n, int64_t d, const voi
 
 int twin_cla_gate_merge(int dtype, int64_t t, int64_t n, int64_t d, const void* og, const void* ol,
                         const void* zg, const void* zl, void* merged, int64_t core_num, int64_t ub_bytes,
-                        harness::RunInfo* info, char* err, int64_t err_len) {
+                        int64_t arch, harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const auto tiling = mgo::tiling::ComputeClaGateMergeTiling(
         ClaGateShape{static_cast<uint64_t>(t), static_cast<uint64_t>(n), static_cast<uint64_t>(d)},
@@ -101,7 +101,7 @@ int twin_cla_gate_merge(int dtype, int64_t t, int64_t n, int64_t d, const void* 
     gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
     auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
     const auto stats = AscendC::twin::Launch(tiling.result.data.usedCoreNum, tiling.tilingKey,
-                                             static_cast<uint64_t>(ub_bytes), [&] {
+                                             harness::ArchOf(arch), [&] {
       cla_gate_merge(u8(og), u8(ol), u8(zg), u8(zl), u8(merged), nullptr, tiling_gm.data());
     });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),

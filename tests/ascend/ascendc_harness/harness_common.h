@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,14 @@ int Guarded(char* err, int64_t err_len, Body&& body) {
     CopyMessage(e.what(), err, err_len);
     return kOtherError;
   }
+}
+
+// The NPU architecture a Python call names (__NPU_ARCH__: 2201 or 3510).
+inline AscendC::twin::Arch ArchOf(int64_t arch) {
+  if (!AscendC::twin::ValidArch(arch)) {
+    throw std::invalid_argument("NPU arch " + std::to_string(arch) + " is not modelled (2201 or 3510)");
+  }
+  return static_cast<AscendC::twin::Arch>(arch);
 }
 
 // Registers GM buffers for one launch and forgets them afterwards, also on exceptions.

@@ -75,7 +75,7 @@ int twin_lightning_indexer(int dtype, const LiArgs* a, const void* qi, const voi
     gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
     auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
     const auto stats = AscendC::twin::LaunchMix(
-        tiling.result.data.usedAicNum, tiling.tilingKey, static_cast<uint64_t>(a->ub_bytes),
+        tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
           lightning_indexer(u8(qi), u8(ki), u8(w), tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr,
                             u8(indices), u8(values), ws.data(), tiling_gm.data());
@@ -93,7 +93,7 @@ int twin_sort32(const float* scores, const uint32_t* indices, int64_t groups, ui
                 int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const auto n = static_cast<uint32_t>(32 * groups);
-    AscendC::twin::Launch(1, 0, mgo::tiling::kDefaultUbBytes, [&] {
+    AscendC::twin::Launch(1, 0, AscendC::twin::Arch::k2201, [&] {
       using namespace AscendC;
       TPipe pipe;
       TBuf<TPosition::VECCALC> s, i, d;

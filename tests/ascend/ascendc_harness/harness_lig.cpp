@@ -83,7 +83,7 @@ int twin_lightning_indexer_grad(int dtype, const IndexerArgs* a, const void* qi,
     gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
     auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
     const auto stats = AscendC::twin::LaunchMix(
-        tiling.result.data.usedAicNum, tiling.tilingKey, static_cast<uint64_t>(a->ub_bytes),
+        tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
           lightning_indexer_grad(u8(qi), u8(ki), u8(w), u8(idx), u8(d_values), tnd ? u8(lens_q) : nullptr,
                                  tnd ? u8(lens_kv) : nullptr, u8(dqi), u8(dki), u8(dw), ws.data(), tiling_gm.data());

@@ -46,6 +46,7 @@ struct Snippet {
   std::string expect;  // empty: must run clean
   std::function<void(MixGm&)> body;
   std::function<bool(const MixGm&)> check = nullptr;  // clean snippets: the result is right
+  twin::Arch arch = twin::Arch::k2201;               // the arch the snippet is written for
 };
 
 using A16 = MatmulType<TPosition::GM, CubeFormat::ND, half>;
@@ -123,7 +124,7 @@ void FillGm(const GlobalTensor<float>& dst, float value, uint32_t n) {
 // AIVs -> AIC (mode 2) and AIV0 <-> AIV1 (mode 1).
 void CleanSync(MixGm& gm) {
   if ASCEND_IS_AIC {
-    CrossCoreSetFlag<2, PIPE_S>(3);
+    CrossCoreSetFlag<2, PIPE_FIX>(3);
     CrossCoreWaitFlag(4);
     return;
   }
@@ -145,7 +146,7 @@ void CleanSync(MixGm& gm) {
     CrossCoreWaitFlag(5);
     for (uint32_t i = 0; i < 256; ++i) gm.Out().SetValue(512 + 256 * core + i, gm.Out().GetValue(256 * core + i));
   }
-  CrossCoreSetFlag<2, PIPE_S>(4);
+  CrossCoreSetFlag<2, PIPE_MTE3>(4);
 }
 
 bool CleanSyncRight(const MixGm& gm) {
@@ -188,6 +189,39 @@ std::map<std::string, Snippet> Snippets() {
     Matmul<A16, B16T, C32> mm;
     const TCubeTiling t = Tiling16(256, 16, 256, 256);  // 2 x 128 KiB A blocks > 64 KiB L0A
     REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
+  }};
+  // 256 x 256 float32 accumulator: fits 3510's 256 KiB L0C, not 2201's 128 KiB.
+  s["matmul_l0c_2201"] = {"/ L0C 131072", [](MixGm&) {
+    TPipe pipe;
+    Matmul<A16, B16T, C32> mm;
+    TCubeTiling t = Tiling16(256, 256, 16);
+    t.baseM = t.baseN = 256;
+    REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
+    if ASCEND_IS_AIV {
+      mm.End();
+    }
+  }};
+  s["mix_ub_reserved"] = {"the Matmul keeps the end of UB", [](MixGm&) {
+    if ASCEND_IS_AIC {
+      return;
+    }
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 192 * 1024);  // all of 2201's UB: a mixed kernel has 256 bytes less
+  }};
+  s["crosscore_flag_from_pipe_s"] = {"modes 0..2 are set from PIPE_V", [](MixGm&) {
+    if ASCEND_IS_AIC {
+      CrossCoreSetFlag<2, PIPE_S>(3);
+    } else {
+      CrossCoreWaitFlag(3);
+    }
+  }};
+  s["flag_collides_with_syncall"] = {"owns flag ids 11..14", [](MixGm&) {
+    SyncAll<false>();
+    if ASCEND_IS_AIV {
+      CrossCoreSetFlag<1, PIPE_MTE3>(12);
+      CrossCoreWaitFlag(12);
+    }
   }};
   s["matmul_beyond_single_shape"] = {"outside the tiling's singleCore shape", [](MixGm& gm) {
     WithMatmul<Matmul<A16, B16T, C32>>(gm, Tiling16(16, 16, 32), [](auto& mm, MixGm& g) {
@@ -356,9 +390,10 @@ int twin_mix_snippet_names(char* buf, int64_t len) {
   return harness::kOk;
 }
 
-// Runs one snippet on a 2-core mixed launch with scheduling `seed`; 0 = clean, 1 = a rule
-// fired (message in err), 2 = wrong result of a clean snippet, 4 = unknown name.
-int twin_mix_snippet(const char* name, int64_t seed, char* expect, int64_t expect_len, char* err,
+// Runs one snippet on a 2-core mixed launch of NPU arch `arch` (0: the arch the snippet is
+// written for) with scheduling `seed`; 0 = clean, 1 = a rule fired (message in err), 2 = wrong
+// result of a clean snippet, 4 = unknown name.
+int twin_mix_snippet(const char* name, int64_t seed, int64_t arch, char* expect, int64_t expect_len, char* err,
                      int64_t err_len) {
   const auto all = Snippets();
   const auto it = all.find(name);
@@ -370,7 +405,8 @@ int twin_mix_snippet(const char* name, int64_t seed, char* expect, int64_t expec
     scope.Input(gm.in.data(), kN * sizeof(half), "in");
     scope.Output(gm.out.data(), kN * sizeof(float), "out");
     scope.Workspace(gm.ws.data(), kN * sizeof(float), "workspace");
-    twin::LaunchMix(kCores, 0, twin::kDefaultUbBytes, static_cast<uint64_t>(seed), [&] { it->second.body(gm); });
+    twin::LaunchMix(kCores, 0, arch == 0 ? it->second.arch : harness::ArchOf(arch), static_cast<uint64_t>(seed),
+                    [&] { it->second.body(gm); });
     if (it->second.check && !it->second.check(gm)) throw std::runtime_error(std::string(name) + ": wrong result");
     return harness::kOk;
   });

@@ -38,8 +38,8 @@ int twin_rope_schedule(int64_t n_tokens, int64_t hidden, int64_t max_seq, int64_
 // variant: 0 rope (forward), 1 rope_grad mode "atb", 2 rope_grad mode "vjp".
 int twin_rope_family(int variant, int dtype, int64_t n_tokens, int64_t hidden, int64_t max_seq, int64_t batch,
                      const void* x1, const void* x2, const void* cos, const void* sin, const int32_t* seq_len,
-                     void* y1, void* y2, int64_t core_num, int64_t ub_bytes, harness::RunInfo* info, char* err,
-                     int64_t err_len) {
+                     void* y1, void* y2, int64_t core_num, int64_t ub_bytes, int64_t arch, harness::RunInfo* info,
+                     char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const auto shape = Shape(n_tokens, hidden, max_seq, batch);
     const auto dt = static_cast<DType>(dtype);
@@ -74,7 +74,7 @@ int twin_rope_family(int variant, int dtype, int64_t n_tokens, int64_t hidden, i
     gm.Output(y2, big, "y2");
     gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
     auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
-    const auto stats = AscendC::twin::Launch(tiling.data.usedCoreNum, key, ub, [&] {
+    const auto stats = AscendC::twin::Launch(tiling.data.usedCoreNum, key, harness::ArchOf(arch), [&] {
       if (variant == 0) {
         rope(u8(x1), u8(x2), u8(cos), u8(sin), u8(seq_len), u8(y1), u8(y2), nullptr, tiling_gm.data());
       } else {

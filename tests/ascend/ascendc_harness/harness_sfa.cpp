@@ -140,7 +140,7 @@ int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const void* q, cons
     gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
     auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
     const auto stats = AscendC::twin::LaunchMix(
-        tiling.result.data.usedAicNum, tiling.tilingKey, static_cast<uint64_t>(a->ub_bytes),
+        tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
           sparse_flash_attention(u8(q), u8(k), a->value_absent ? nullptr : u8(v), u8(idx),
                                  a->dr > 0 ? u8(qr) : nullptr, a->dr > 0 ? u8(kr) : nullptr,
@@ -189,7 +189,7 @@ int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const void* q,
     const bool tnd = HasLens(*a);
     const bool value = !a->value_absent;
     const auto stats = AscendC::twin::LaunchMix(
-        tiling.result.data.usedAicNum, tiling.tilingKey, static_cast<uint64_t>(a->ub_bytes),
+        tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
           sparse_flash_attention_grad(u8(q), u8(k), value ? u8(v) : nullptr, u8(idx), u8(d_out), u8(out), u8(smax), u8(ssum),
                                       tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr,

@@ -110,7 +110,7 @@ int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a, cons
     gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
     auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
     const auto stats = AscendC::twin::LaunchMix(
-        tiling.result.data.usedAicNum, tiling.tilingKey, static_cast<uint64_t>(a->ub_bytes),
+        tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
           sparse_lightning_indexer_grad_kl_loss(u8(q), u8(k), u8(qi), u8(ki), u8(w), u8(idx), u8(smax), u8(ssum),
                                                 rope ? u8(qr) : nullptr, rope ? u8(kr) : nullptr,

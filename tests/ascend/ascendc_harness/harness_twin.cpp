@@ -26,7 +26,13 @@ struct Snippet {
   std::string expect;  // empty: must run clean
   int64_t blocks;
   std::function<void(SnippetGm&)> body;
+  twin::Arch arch = twin::Arch::k2201;  // the arch the snippet is written for
 };
+
+// A clean snippet's own check failed (status 2 for the Python test).
+void Expect(bool ok, const char* what) {
+  if (!ok) throw std::runtime_error(what);
+}
 
 GlobalTensor<half> Gm(std::vector<half>& v) {
   GlobalTensor<half> g;
@@ -252,6 +258,149 @@ std::map<std::string, Snippet> Snippets() {
     TPipe a;
     TPipe b;
   }};
+  // ---- rules with their source in asc-devkit (docs/ascend.md, "What the twin checks")
+  s["initbuffer_zero_len"] = {"len must be > 0", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 0);
+  }};
+  s["initbuffer_num_out_of_range"] = {"num must be in [1, 64]", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TQue<QuePosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 65, 32);
+  }};
+  s["too_many_pipe_buffers"] = {"allows at most 64", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b[65];
+    for (auto& x : b) pipe.InitBuffer(x, 32);
+  }};
+  s["too_many_queue_buffers_per_position"] = {"event ids per position", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TQue<QuePosition::VECIN, 2> q[5];  // 10 VECIN buffers; 2201 has 8 MTE2_V event ids
+    for (auto& x : q) pipe.InitBuffer(x, 2, 64);
+  }};
+  s["too_many_queue_buffers_3510"] = {"buffer ids, one per TQue buffer", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TQue<QuePosition::VECIN, 2> in[8];    // 16 + 14 = 30 TQue buffers; 3510 has 28 buffer ids
+    TQue<QuePosition::VECOUT, 2> out[7];
+    for (auto& x : in) pipe.InitBuffer(x, 2, 64);
+    for (auto& x : out) pipe.InitBuffer(x, 2, 64);
+  }, twin::Arch::k3510};
+  s["tbuf_get_partial_block"] = {"positive multiple of 32", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 64);
+    b.Get<half>(10);
+  }};
+  s["datacopy_too_many_blocks"] = {"one DataCopy moves at most 65535", 1, [](SnippetGm& gm) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 64);
+    DataCopy(b.Get<half>(), Gm(gm.in), 65536 * 16);  // 65536 blocks of 32 bytes
+  }};
+  s["datacopy_gm_misaligned"] = {"is not aligned to its 2-byte elements", 1, [](SnippetGm& gm) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 64);
+    GlobalTensor<half> odd;
+    odd.SetGlobalBuffer(reinterpret_cast<half*>(reinterpret_cast<uint8_t*>(gm.in.data()) + 1), 32);
+    DataCopy(b.Get<half>(), odd, 16);
+  }};
+  s["datacopypad_block_count"] = {"must be in [1, 4095]", 1, [](SnippetGm& gm) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 64);
+    DataCopyPad(b.Get<half>(), Gm(gm.in), DataCopyExtParams{4096, 2, 0, 0, 0}, DataCopyPadExtParams<half>{});
+  }};
+  s["datacopypad_padding_too_wide"] = {"exceed 32", 1, [](SnippetGm& gm) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 128);
+    DataCopyPad(b.Get<half>(), Gm(gm.in), DataCopyExtParams{1, 20, 0, 0, 0},
+                DataCopyPadExtParams<half>{true, 17, 0, half(0.0f)});  // 34 bytes of left padding
+  }};
+  s["datacopypad_ub_stride_3510"] = {"exceeds 65535", 1, [](SnippetGm& gm) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 64);
+    DataCopyPad(b.Get<half>(), Gm(gm.in), DataCopyExtParams{1, 20, 0, 65536, 0}, DataCopyPadExtParams<half>{});
+  }, twin::Arch::k3510};
+  s["clean_datacopypad_padding"] = {"", 1, [](SnippetGm& gm) {
+    // 5 halves per row: no paddings -> the row's dummy tail is its first element; isPad with
+    // paddings -> [1 x -1][5 values][2 x -1][dummy -1] (the DataCopyPad GM->UB page).
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 4 * 32);
+    const LocalTensor<half> t = b.Get<half>();
+    DataCopyPad(t, Gm(gm.in)[3], DataCopyExtParams{2, 10, 0, 0, 0}, DataCopyPadExtParams<half>{});
+    DataCopyPad(t[32], Gm(gm.in)[3], DataCopyExtParams{1, 10, 0, 0, 0},
+                DataCopyPadExtParams<half>{true, 1, 2, half(-1.0f)});
+    PipeBarrier<PIPE_ALL>();
+    for (uint32_t i = 0; i < 16; ++i) {
+      Expect(static_cast<float>(t.GetValue(i)) == (i < 5 ? static_cast<float>(3 + i) : 3.0f), "row 0");
+      Expect(static_cast<float>(t.GetValue(16 + i)) == (i < 5 ? static_cast<float>(8 + i) : 8.0f), "row 1");
+      const float want = i >= 1 && i < 6 ? static_cast<float>(2 + i) : -1.0f;
+      Expect(static_cast<float>(t.GetValue(32 + i)) == want, "padded row");
+    }
+  }};
+  s["vector_partial_overlap"] = {"partially overlaps the source", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 512);
+    const LocalTensor<float> t = b.Get<float>();
+    Duplicate(t, 1.0f, 128);
+    Add(t[8], t, t, 64);  // destination 32 bytes into the source
+  }};
+  s["vector_overlap_later_repeat"] = {"of the later repeat", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 1024);
+    const LocalTensor<float> t = b.Get<float>();
+    Duplicate(t, 1.0f, 192);
+    Muls(t[64], t, 2.0f, 128);  // repeat 0 writes what repeat 1 reads
+  }};
+  s["cast_widening_in_place"] = {"of the later repeat", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 512);
+    Duplicate(b.Get<float>(), 1.0f, 128);
+    Cast(b.Get<half>(), b.Get<float>(), RoundMode::CAST_RINT, 128);  // narrowing in place: allowed
+    Cast(b.Get<float>(), b.Get<half>(), RoundMode::CAST_NONE, 128);  // widening in place: not
+  }};
+  s["count_zero_on_3510"] = {"is not guaranteed to be a NOP", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 64);
+    Muls(b.Get<float>(), b.Get<float>(), 2.0f, 0);
+  }, twin::Arch::k3510};
+  s["clean_count_zero_on_2201"] = {"", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 64);
+    const LocalTensor<float> t = b.Get<float>();
+    Duplicate(t, 3.0f, 8);
+    Muls(t, t, 2.0f, 0);  // a NOP on 2201: nothing written
+    PipeBarrier<PIPE_ALL>();
+    Expect(t.GetValue(0) == 3.0f, "count 0 wrote");
+  }};
+  s["clean_reduce_to_unaligned_element"] = {"", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> src;
+    TBuf<TPosition::VECCALC> dst;
+    TBuf<TPosition::VECCALC> work;
+    pipe.InitBuffer(src, 256);
+    pipe.InitBuffer(dst, 32);
+    pipe.InitBuffer(work, 32);
+    Duplicate(src.Get<float>(), 0.5f, 64);
+    ReduceSum(dst.Get<float>()[3], src.Get<float>(), work.Get<float>(), 64);  // 4-byte aligned dst: allowed
+    PipeBarrier<PIPE_ALL>();
+    Expect(dst.Get<float>().GetValue(3) == 32.0f, "ReduceSum into element 3");
+  }};
+  s["ub_overflow_3510"] = {"unified buffer overflow", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TQue<QuePosition::VECIN, 2> q;
+    pipe.InitBuffer(q, 2, 125 * 1024);  // 250 KiB > 248 KiB
+  }, twin::Arch::k3510};
   return s;
 }
 
@@ -265,10 +414,10 @@ int twin_snippet_names(char* buf, int64_t len) {
   return harness::kOk;
 }
 
-// Runs one snippet; 0 = clean, 1 = an Ascend rule fired (message in err), 4 = unknown name.
+// Runs one snippet on NPU arch `arch` (0: the arch it is written for); 0 = clean, 1 = an
+// Ascend rule fired (message in err), 2 = a clean snippet's check failed, 4 = unknown name.
 // `expect` receives the substring the snippet's message must contain ("" for clean ones).
-int twin_snippet(const char* name, int64_t ub_bytes, char* expect, int64_t expect_len, char* err,
-                 int64_t err_len) {
+int twin_snippet(const char* name, int64_t arch, char* expect, int64_t expect_len, char* err, int64_t err_len) {
   const auto all = Snippets();
   const auto it = all.find(name);
   if (it == all.end()) return 4;
@@ -278,7 +427,8 @@ int twin_snippet(const char* name, int64_t ub_bytes, char* expect, int64_t expec
     harness::GmScope scope;
     scope.Input(gm.in.data(), gm.in.size() * sizeof(half), "in");
     scope.Output(gm.out.data(), gm.out.size() * sizeof(half), "out");
-    twin::Launch(it->second.blocks, 0, static_cast<uint64_t>(ub_bytes), [&] { it->second.body(gm); });
+    twin::Launch(it->second.blocks, 0, arch == 0 ? it->second.arch : harness::ArchOf(arch),
+                 [&] { it->second.body(gm); });
     if (std::string(name) == "clean_pipeline") {
       for (uint32_t i = 0; i < kElems; ++i) {
         if (static_cast<float>(gm.out[i]) != 2.0f * static_cast<float>(gm.in[i])) {
@@ -290,12 +440,20 @@ int twin_snippet(const char* name, int64_t ub_bytes, char* expect, int64_t expec
   });
 }
 
+// The UB bytes a kernel may allocate on NPU arch `arch`: a vector kernel's (mixed = 0) or an
+// AIV's of a mixed kernel (mixed = 1); -1 for an arch the twin does not model.
+int64_t twin_arch_ub(int64_t arch, int mixed) {
+  if (!twin::ValidArch(arch)) return -1;
+  const twin::ArchSpec& spec = twin::SpecOf(static_cast<twin::Arch>(arch));
+  return static_cast<int64_t>(mixed != 0 ? spec.ub_mix : spec.ub);
+}
+
 // Each block writes its GetBlockIdx()/GetBlockNum() into out[2*idx], out[2*idx+1].
 int twin_block_ids(int64_t blocks, int64_t* out, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     harness::GmScope scope;
     scope.Output(out, static_cast<uint64_t>(2 * blocks) * sizeof(int64_t), "out");
-    twin::Launch(blocks, 0, twin::kDefaultUbBytes, [&] {
+    twin::Launch(blocks, 0, twin::Arch::k2201, [&] {
       GlobalTensor<int64_t> g;
       g.SetGlobalBuffer(out, static_cast<uint64_t>(2 * blocks));
       g.SetValue(static_cast<uint64_t>(2 * GetBlockIdx()), GetBlockIdx());
@@ -311,7 +469,7 @@ int twin_cast_from_float(int fmt, int mode, const float* in, uint16_t* out, int6
     const auto rm = static_cast<RoundMode>(mode);
     std::vector<float> src(in, in + n);
     std::vector<uint16_t> dst(static_cast<size_t>(n));
-    twin::Launch(1, 0, twin::kDefaultUbBytes, [&] {
+    twin::Launch(1, 0, twin::Arch::k2201, [&] {
       TPipe pipe;
       TBuf<TPosition::VECCALC> f;
       TBuf<TPosition::VECCALC> h;

@@ -33,7 +33,7 @@ class SfaArgs(ctypes.Structure):
         *_int("batch s1 s2 t1 t2 n1 n2 d dr k"),
         *_int("block_size sparse_mode deterministic"),
         *_float("scale"),
-        *_int("core_num ub_bytes seed"),  # AI cores, UB bytes per core, the launch's hand-off seed
+        *_int("core_num ub_bytes seed arch"),  # AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
         *_int("value_absent lens_int64"),  # value omitted (key is value); int64 lengths
     ]
 
@@ -46,7 +46,7 @@ class SliArgs(ctypes.Structure):
         *_int("batch s1 s2 t1 t2 n1 d dr n_idx d_idx k"),
         *_int("sparse_mode deterministic weights_f32"),
         *_float("scale"),
-        *_int("core_num ub_bytes seed"),  # AI cores, UB bytes per core, the launch's hand-off seed
+        *_int("core_num ub_bytes seed arch"),  # AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
     ]
 
 
@@ -57,5 +57,5 @@ class IndexerArgs(ctypes.Structure):
         *_int("layout"),  # 0 BSND, 1 TND
         *_int("batch s1 s2 t1 t2 n_idx d_idx k"),
         *_int("sparse_mode weights_f32"),
-        *_int("core_num ub_bytes seed"),  # AI cores, UB bytes per core, the launch's hand-off seed
+        *_int("core_num ub_bytes seed arch"),  # AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
     ]

@@ -17,6 +17,12 @@ from .twin_args import IndexerArgs, RunInfo, SfaArgs, SliArgs
 
 DTYPE_CODES = {"float16": 0, "bfloat16": 1}
 ROUND_MODES = ("CAST_NONE", "CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND", "CAST_TRUNC", "CAST_ODD")
+# The NPU architectures the twin models (__NPU_ARCH__): Atlas A2/A3 and Ascend 950. A launch
+# takes one; its UB, L1 and L0 capacities and arch-specific rules follow (twin/twin_arch.h).
+ARCH_A2 = 2201
+ARCH_950 = 3510
+# The UB GetCoreMemSize(UB) reports on Atlas A2/A3 (ub_size in the SoC's platform ini): the
+# budget the op_host hands the tilings. A mixed kernel may use 256 bytes less (ub_bytes_of).
 DEFAULT_UB = 192 * 1024
 NAN16 = 0xFFFF  # a NaN in both float16 and bfloat16: unwritten outputs show up
 _I64 = ctypes.c_int64
@@ -36,6 +42,23 @@ class TilingError(ValueError):
 def lib() -> ctypes.CDLL:
     """The compiled harness (built once per process, cached on disk by source hash)."""
     return ctypes.CDLL(str(build()))
+
+
+def ub_bytes_of(arch: int = ARCH_A2, mixed: bool = False) -> int:
+    """The UB bytes the twin lets a kernel allocate on ``arch``: a vector kernel's, or an AIV's
+    of a mixed (cube + vector) kernel."""
+    fn = lib().twin_arch_ub
+    fn.restype = ctypes.c_int64
+    ub = fn(_I64(arch), ctypes.c_int(int(mixed)))
+    if ub < 0:
+        raise ValueError(f"NPU arch {arch} is not modelled by the twin")
+    return int(ub)
+
+
+def platform_ub(arch: int = ARCH_A2) -> int:
+    """The UB budget a tiling gets on ``arch`` by default: what the platform reports on Atlas A2/A3,
+    GetUBSizeInBytes() (248 KiB, the twin's capacity) on Ascend 950."""
+    return DEFAULT_UB if arch == ARCH_A2 else ub_bytes_of(arch)
 
 
 def _raise_for(code: int, err: ctypes.Array) -> None:
@@ -93,22 +116,26 @@ def _call(fn_name: str, *args: object) -> RunInfo:
 
 
 def cla_gate_backward(dtype: str, grad: np.ndarray, og: np.ndarray, ol: np.ndarray, zg: np.ndarray,
-                      zl: np.ndarray, core_num: int, ub_bytes: int = DEFAULT_UB) -> KernelRun:
+                      zl: np.ndarray, core_num: int, ub_bytes: int | None = None, arch: int = ARCH_A2) -> KernelRun:
+    """The kernel on ``core_num`` vector cores of ``arch``, its tiling budgeted ``ub_bytes``
+    (default: the arch's platform UB)."""
     t, n, d = grad.shape
     ins = [to_bits(a, dtype) for a in (grad, og, ol, zg, zl)]
     outs = [poisoned((t, n, d)), poisoned((t, n, d)), poisoned((t, n)), poisoned((t, n))]
     info = _call("twin_cla_gate_backward", ctypes.c_int(DTYPE_CODES[dtype]), _I64(t), _I64(n), _I64(d),
-                 *(_P(_ptr(a)) for a in ins), *(_P(_ptr(a)) for a in outs), _I64(core_num), _I64(ub_bytes))
+                 *(_P(_ptr(a)) for a in ins), *(_P(_ptr(a)) for a in outs), _I64(core_num),
+                 _I64(platform_ub(arch) if ub_bytes is None else ub_bytes), _I64(arch))
     return KernelRun(tuple(from_bits(o, dtype) for o in outs), info)
 
 
 def cla_gate_merge(dtype: str, og: np.ndarray, ol: np.ndarray, zg: np.ndarray, zl: np.ndarray, core_num: int,
-                   ub_bytes: int = DEFAULT_UB) -> KernelRun:
+                   ub_bytes: int | None = None, arch: int = ARCH_A2) -> KernelRun:
     t, n, d = og.shape
     ins = [to_bits(a, dtype) for a in (og, ol, zg, zl)]
     out = poisoned((t, n, d))
     info = _call("twin_cla_gate_merge", ctypes.c_int(DTYPE_CODES[dtype]), _I64(t), _I64(n), _I64(d),
-                 *(_P(_ptr(a)) for a in ins), _P(_ptr(out)), _I64(core_num), _I64(ub_bytes))
+                 *(_P(_ptr(a)) for a in ins), _P(_ptr(out)), _I64(core_num),
+                 _I64(platform_ub(arch) if ub_bytes is None else ub_bytes), _I64(arch))
     return KernelRun((from_bits(out, dtype),), info)
 
 
@@ -116,7 +143,7 @@ ROPE_VARIANTS = {"rope": 0, "atb": 1, "vjp": 2}
 
 
 def rope_family(variant: str, dtype: str, x1: np.ndarray, x2: np.ndarray, cos: np.ndarray, sin: np.ndarray,
-                q_seq_len: np.ndarray, core_num: int, ub_bytes: int = DEFAULT_UB) -> KernelRun:
+                q_seq_len: np.ndarray, core_num: int, ub_bytes: int | None = None, arch: int = ARCH_A2) -> KernelRun:
     """``variant``: "rope" (forward), "atb" or "vjp" (rope_grad modes)."""
     n_tokens, hidden = x1.shape
     max_seq = cos.shape[0]
@@ -125,7 +152,8 @@ def rope_family(variant: str, dtype: str, x1: np.ndarray, x2: np.ndarray, cos: n
     outs = [poisoned((n_tokens, hidden)), poisoned((n_tokens, hidden))]
     info = _call("twin_rope_family", ctypes.c_int(ROPE_VARIANTS[variant]), ctypes.c_int(DTYPE_CODES[dtype]),
                  _I64(n_tokens), _I64(hidden), _I64(max_seq), _I64(lens.size), *(_P(_ptr(a)) for a in ins),
-                 _P(_ptr(lens)), *(_P(_ptr(a)) for a in outs), _I64(core_num), _I64(ub_bytes))
+                 _P(_ptr(lens)), *(_P(_ptr(a)) for a in outs), _I64(core_num),
+                 _I64(platform_ub(arch) if ub_bytes is None else ub_bytes), _I64(arch))
     return KernelRun(tuple(from_bits(o, dtype) for o in outs), info)
 
 
@@ -169,11 +197,13 @@ def snippet_names() -> list[str]:
     return buf.value.decode().split(",")
 
 
-def run_snippet(name: str, ub_bytes: int = DEFAULT_UB) -> tuple[int, str, str]:
-    """(status, expected message part, message): status 0 clean, 1 rule fired."""
+def run_snippet(name: str, arch: int = 0) -> tuple[int, str, str]:
+    """(status, expected message part, message) of one vector-launch snippet on ``arch`` (0: the
+    arch the snippet is written for): status 0 clean, 1 rule fired, 2 a clean snippet's check
+    failed."""
     expect = ctypes.create_string_buffer(256)
     err = ctypes.create_string_buffer(_ERR_LEN)
-    code = lib().twin_snippet(name.encode(), _I64(ub_bytes), expect, _I64(256), err, _I64(_ERR_LEN))
+    code = lib().twin_snippet(name.encode(), _I64(arch), expect, _I64(256), err, _I64(_ERR_LEN))
     return code, expect.value.decode(), err.value.decode(errors="replace")
 
 
@@ -202,12 +232,13 @@ def mix_snippet_names() -> list[str]:
     return buf.value.decode().split(",")
 
 
-def run_mix_snippet(name: str, seed: int = 0) -> tuple[int, str, str]:
-    """(status, expected message part, message) of one mixed-launch snippet on 2 AI cores:
-    status 0 clean, 1 rule fired, 2 a clean snippet computed a wrong result."""
+def run_mix_snippet(name: str, seed: int = 0, arch: int = 0) -> tuple[int, str, str]:
+    """(status, expected message part, message) of one mixed-launch snippet on 2 AI cores of
+    ``arch`` (0: the arch the snippet is written for): status 0 clean, 1 rule fired, 2 a clean
+    snippet computed a wrong result."""
     expect = ctypes.create_string_buffer(256)
     err = ctypes.create_string_buffer(_ERR_LEN)
-    code = lib().twin_mix_snippet(name.encode(), _I64(seed), expect, _I64(256), err, _I64(_ERR_LEN))
+    code = lib().twin_mix_snippet(name.encode(), _I64(seed), _I64(arch), expect, _I64(256), err, _I64(_ERR_LEN))
     return code, expect.value.decode(), err.value.decode(errors="replace")
 
 
@@ -247,7 +278,7 @@ class SfaProblem:
             b, s1, s2 = 0 if self.lens_q is None else len(self.lens_q), 0, 0
         kslots = self.sparse_indices.shape[-1]
         return SfaArgs(1 if self.layout == "TND" else 0, b, s1, s2, t1, t2, n1, n2, d, dr, kslots, self.block_size,
-                       self.sparse_mode, int(deterministic), self.scale, core_num, ub_bytes, seed,
+                       self.sparse_mode, int(deterministic), self.scale, core_num, ub_bytes, seed, ARCH_A2,
                        int(self.value is None), int(self.lens_dtype == "int64"))
 
     def reference_args(self) -> tuple:
@@ -393,7 +424,7 @@ class SliProblem:
             b, s1, s2 = 0 if self.lens_q is None else len(self.lens_q), 0, 0
         return SliArgs(1 if self.layout == "TND" else 0, b, s1, s2, t1, t2, n1, d, dr, qi.shape[-2], qi.shape[-1],
                        a["sparse_indices"].shape[-1], self.sparse_mode, int(deterministic),
-                       int(self.wdtype == "float32"), self.scale, core_num, ub_bytes, seed)
+                       int(self.wdtype == "float32"), self.scale, core_num, ub_bytes, seed, ARCH_A2)
 
     def lens(self) -> tuple[object, object, list[np.ndarray]]:
         return _lens_args(self.lens_q, self.lens_k)
@@ -501,7 +532,7 @@ class LiProblem:
             t2 = ki.shape[0]
             b, s1, s2 = 0 if self.lens_q is None else len(self.lens_q), 0, 0
         return IndexerArgs(1 if self.layout == "TND" else 0, b, s1, s2, t1, t2, nidx, didx, self.sparse_count,
-                      self.sparse_mode, int(self.wdtype == "float32"), core_num, ub_bytes, seed)
+                      self.sparse_mode, int(self.wdtype == "float32"), core_num, ub_bytes, seed, ARCH_A2)
 
     def lens(self) -> tuple[object, object, list[np.ndarray]]:
         return _lens_args(self.lens_q, self.lens_k)
