@@ -6,7 +6,7 @@ from mindspore import Parameter, Tensor, nn
 from mindspore import ops as msops
 from mindspore.common.initializer import Normal, initializer
 
-from .._checks import cumulative_lengths
+from .._checks import lengths_input
 from . import _yarn, deepseek_io
 from .indexer_kl_loss import IndexerKLLoss
 from .lightning_indexer import LightningIndexer
@@ -63,11 +63,13 @@ class DSAttention(nn.Cell):
     ``construct(x, actual_seq_lengths=None) -> (out, indexer_loss)``
 
     ``x``: float32 ``[B, S, dim]`` (layout "BSND") or ``[T, dim]`` (layout "TND": the tokens of
-    all sequences packed; ``actual_seq_lengths`` cumulative, CANN style: lengths ``[3, 5]`` are
-    written ``[3, 8]``; a Python list or an int32/int64 tensor; None = one sequence). ``out`` is
-    shaped like ``x``; ``indexer_loss`` float32 ``[1]`` is the indexer's KL loss summed over the
-    query tokens (``IndexerKLLoss``). Train on ``task_loss(out) + indexer_loss``: each part reaches
-    only its own parameters.
+    all sequences packed). ``actual_seq_lengths`` (a Python list or an int32/int64 tensor, CANN's
+    meaning, docs/contract.md section 0.3): TND, cumulative, lengths ``[3, 5]`` are written
+    ``[3, 8]``, None = one sequence; BSND, one per batch, the valid tokens at the start of each
+    padded batch row (None = all S): padding tokens get ``out`` 0, add nothing to the loss and get
+    zero gradients. ``out`` is shaped like ``x``; ``indexer_loss`` float32 ``[1]`` is the indexer's
+    KL loss summed over the query tokens (``IndexerKLLoss``). Train on ``task_loss(out) +
+    indexer_loss``: each part reaches only its own parameters.
 
     Structure (DeepSeek-V3.2-Exp ``inference/model.py`` as of its "fix indexer rope" commit of
     2025-11-17, classes ``MLA`` and ``Indexer``):
@@ -219,15 +221,12 @@ class DSAttention(nn.Cell):
     # -- helpers -------------------------------------------------------------------------------
 
     def _lengths(self, actual_seq_lengths: object) -> Tensor | None:
-        """The cumulative lengths as an int tensor (TND), or None (one sequence, or BSND). A tensor is
+        """The lengths as an int tensor (cumulative in TND, per batch in BSND), or None. A tensor is
         passed on unchanged: an int64 one reaches the kernels as int64, which check its values (a
         cast to int32 would wrap an invalid 2**32 + 2 into a valid 2)."""
         if actual_seq_lengths is None:
             return None
-        if self.layout == "BSND":
-            raise ValueError("DSAttention: actual_seq_lengths must be None with layout \"BSND\" "
-                             "(every batch holds S tokens)")
-        return cumulative_lengths("DSAttention", "actual_seq_lengths", actual_seq_lengths)
+        return lengths_input("DSAttention", "actual_seq_lengths", actual_seq_lengths)
 
     def _tables_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos/sin float32 ``[N, Dr // 2]`` at the int ``positions [N]`` (each token's position in its

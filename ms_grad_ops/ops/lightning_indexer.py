@@ -52,5 +52,5 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
     attrs = attributes(_OP, sparse_count=sparse_count, layout=layout, sparse_mode=sparse_mode)
     validate(_OP, _INPUTS, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query_index,
-                       key_index)
+                       key_index, attrs["layout"])
     return primitive(_OP, **attrs)(*tensors)

@@ -56,5 +56,5 @@ def lightning_indexer_grad(query_index: Tensor, key_index: Tensor, weights: Tens
     attrs = attributes(_OP, layout=layout, sparse_mode=sparse_mode)
     validate(_OP, _INPUTS, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query_index,
-                       key_index)
+                       key_index, attrs["layout"])
     return primitive(_OP, **attrs)(*tensors)

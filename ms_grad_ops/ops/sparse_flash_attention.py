@@ -84,5 +84,6 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor | None, spa
     attrs = attributes(_OP, scale_value=scale_value, sparse_block_size=sparse_block_size, layout=layout,
                        sparse_mode=sparse_mode)
     validate(_OP, _INPUTS, inputs, attrs)
-    check_lengths_pair(_OP, "actual_seq_lengths_kv", actual_seq_lengths_query, actual_seq_lengths_kv, query, key)
+    check_lengths_pair(_OP, "actual_seq_lengths_kv", actual_seq_lengths_query, actual_seq_lengths_kv, query, key,
+                       attrs["layout"])
     return primitive(_OP, **attrs)(*inputs)

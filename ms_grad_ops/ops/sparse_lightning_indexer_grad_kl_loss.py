@@ -56,5 +56,6 @@ def sparse_lightning_indexer_grad_kl_loss(
     attrs = attributes(_OP, scale_value=scale_value, layout=layout, sparse_mode=sparse_mode,
                        deterministic=deterministic)
     validate(_OP, _INPUTS, tensors, attrs)
-    check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query, key)
+    check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query, key,
+                       attrs["layout"])
     return primitive(_OP, **attrs)(*tensors)
