@@ -194,6 +194,16 @@ def test_reference_bsnd_with_lengths_is_the_packed_result(sparse_mode: int) -> N
 # --------------------------------------------------------------------------------- the kernels, both layouts
 
 LAYOUTS = ("TND", "BSND")
+INDEXER_GRADS = (("d_query_index", LENS_Q), ("d_key_index", LENS_K), ("d_weights", LENS_Q))
+
+
+def check_grads(got: list, want: list, names: tuple, layout: str, dtype: str) -> None:
+    """Gradients against the packed reference; in BSND zero at every padding position."""
+    for g, w, (name, lens) in zip(got, want, names):
+        if layout == "BSND":
+            assert (padding(g, lens) == 0).all(), f"{name}: padding positions get zero gradients"
+            g = to_tnd(g, lens)
+        assert_close(g, w, dtype, "attention", f"{name} {layout} {dtype}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -245,13 +255,9 @@ def test_sparse_flash_attention_grad(exec_mode: str, dtype: str) -> None:
                    Tensor(d.idx(d.blk_idx, layout)), to_ms(d.q_side(d.d_out, layout), dtype),
                    to_ms(d.q_side(out, layout), dtype), *(Tensor(s.astype(np.float32)) for s in st),
                    *lengths(layout), to_ms(d.q_side(d.qr, layout), dtype), to_ms(d.k_side(d.kr, layout), dtype)]
-        got = run(_sfa_grad, exec_mode, tensors, layout=layout)
-        for name, g, w, lens in zip(("d_query", "d_key", "d_query_rope", "d_key_rope"), got, want,
-                                    (LENS_Q, LENS_K, LENS_Q, LENS_K)):
-            if layout == "BSND":
-                assert (padding(g, lens) == 0).all(), f"{name}: padding positions get zero gradients"
-                g = to_tnd(g, lens)
-            assert_close(g, w, dtype, "attention", f"{name} {layout} {dtype}")
+        check_grads(run(_sfa_grad, exec_mode, tensors, layout=layout), want,
+                    (("d_query", LENS_Q), ("d_key", LENS_K), ("d_query_rope", LENS_Q), ("d_key_rope", LENS_K)),
+                    layout, dtype)
 
 
 def _li(query_index: Tensor, key_index: Tensor, weights: Tensor, lens_q: Tensor, lens_k: Tensor, *,
@@ -288,13 +294,7 @@ def test_lightning_indexer_grad(exec_mode: str, dtype: str) -> None:
         tensors = [to_ms(d.q_side(d.qi, layout), dtype), to_ms(d.k_side(d.ki, layout), dtype),
                    to_ms(d.q_side(d.w, layout), dtype), Tensor(d.idx(d.tok_idx, layout)),
                    Tensor(d.q_side(d.d_values, layout).astype(np.float32)), *lengths(layout)]
-        got = run(_lig, exec_mode, tensors, layout=layout)
-        for name, g, w, lens in zip(("d_query_index", "d_key_index", "d_weights"), got, want,
-                                    (LENS_Q, LENS_K, LENS_Q)):
-            if layout == "BSND":
-                assert (padding(g, lens) == 0).all(), f"{name}: padding positions get zero gradients"
-                g = to_tnd(g, lens)
-            assert_close(g, w, dtype, "attention", f"{name} {layout} {dtype}")
+        check_grads(run(_lig, exec_mode, tensors, layout=layout), want, INDEXER_GRADS, layout, dtype)
 
 
 def _kl(query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor, sparse_indices: Tensor,
@@ -319,10 +319,5 @@ def test_sparse_lightning_indexer_grad_kl_loss(exec_mode: str, dtype: str) -> No
                    *(Tensor(s.astype(np.float32)) for s in st), to_ms(d.q_side(d.qr, layout), dtype),
                    to_ms(d.k_side(d.kr, layout), dtype), *lengths(layout)]
         got = run(_kl, exec_mode, tensors, layout=layout)
-        for name, g, w, lens in zip(("d_query_index", "d_key_index", "d_weights"), got, want,
-                                    (LENS_Q, LENS_K, LENS_Q)):
-            if layout == "BSND":
-                assert (padding(g, lens) == 0).all(), f"{name}: padding positions get zero gradients"
-                g = to_tnd(g, lens)
-            assert_close(g, w, dtype, "attention", f"{name} {layout} {dtype}")
+        check_grads(got[:3], want[:3], INDEXER_GRADS, layout, dtype)
         assert_close(got[3], np.array([want[3]]), dtype, "attention", f"loss {layout} {dtype}")
