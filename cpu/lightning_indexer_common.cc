@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cann_strict.h"
 #include "seq_lengths.h"
 
 // The selects in these loops compare floats, and under the default -ftrapping-math GCC will not
@@ -46,14 +47,16 @@ RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi
   const int64_t t2 = token_count(args, ki_arg, bsnd);
   const Batches bat = read_batches(op, args, bsnd, bsnd ? args.dim(qi_arg, 0) : 0, t1, t2, lens_q_arg, lens_k_arg,
                                    "actual_seq_lengths_key");
-  RowPlan plan{std::vector<int64_t>(t1), std::vector<int64_t>(t1), std::vector<int64_t>(t1)};
-  for (size_t b = 0; b + 1 < bat.q.size(); ++b) {
-    const int64_t q0 = bat.q[b], k0 = bat.kv[b];
-    const int64_t s1 = bat.q[b + 1] - q0, s2 = bat.kv[b + 1] - k0;
+  RowPlan plan{std::vector<int64_t>(t1), std::vector<int64_t>(t1), std::vector<int64_t>(t1),
+               std::vector<uint8_t>(t1)};
+  for (int64_t b = 0; b < bat.count(); ++b) {
+    const int64_t q0 = bat.q0[b], k0 = bat.kv0[b];
+    const int64_t s1 = bat.q_len[b], s2 = bat.kv_len[b];
     for (int64_t i = 0; i < s1; ++i) {
       plan.key_base[q0 + i] = k0;
       plan.key_count[q0 + i] = s2;
       plan.limit[q0 + i] = sparse_mode == 3 ? std::clamp<int64_t>(i + s2 - s1 + 1, 0, s2) : s2;
+      plan.active[q0 + i] = 1;
     }
   }
   return plan;
@@ -73,7 +76,10 @@ int64_t io_bytes(const aot::KernelArgs& args) {
 }
 
 void check_sparse_indices(const char* op, const int32_t* idx, int64_t t1, int64_t k, const RowPlan& plan) {
+  const bool strict = cann_strict();
+  std::vector<int32_t> seen;
   for (int64_t t = 0; t < t1; ++t) {
+    if (!plan.active[t]) continue;  // a BSND padding row: never read
     for (int64_t s = 0; s < k; ++s) {
       const int32_t v = idx[t * k + s];
       if (v < -1 || v >= plan.key_count[t]) {
@@ -82,6 +88,7 @@ void check_sparse_indices(const char* op, const int32_t* idx, int64_t t1, int64_
                                  std::to_string(plan.key_count[t]) + ") (S2 of its batch)");
       }
     }
+    if (strict) check_cann_row(op, idx + t * k, k, std::min(k, plan.limit[t]), t, 0, seen);
   }
 }
 

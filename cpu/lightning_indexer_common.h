@@ -2,7 +2,7 @@
 // which keys each query row may see, GEMM operand tiles per storage dtype, and the vectorised
 // element-wise loops (ReLU-weighted head sum, exp-accumulate).
 //
-// BSND is handled as TND with equal-length sequences: [B, S, N, D] and [B*S, N, D] have the same
+// BSND is handled as TND with a batch per B row (seq_lengths.h): [B, S, N, D] and [B*S, N, D] have the same
 // memory layout, and so do the statistics [B, 1, S1, N1] and [1, B*S1, N1] (N2 = 1).
 #pragma once
 
@@ -23,20 +23,22 @@
 namespace mgo::cpu {
 
 // Keys visible to every query row: global offset of its batch's keys, S2_b, and the causal limit
-// (local keys [0, limit) are visible; limit <= S2_b).
+// (local keys [0, limit) are visible; limit <= S2_b). A BSND padding row (beyond its batch's
+// query length) is not `active`: it sees no key and its sparse_indices are never read.
 struct RowPlan {
   std::vector<int64_t> key_base;
   std::vector<int64_t> key_count;
   std::vector<int64_t> limit;
+  std::vector<uint8_t> active;
 };
 
-// Builds the plan from the layout and the cumulative lengths inputs (zero-size = one sequence in
-// TND). Throws std::runtime_error naming `op` for lengths that are not non-decreasing cumulative
-// lengths ending at T1 / T2. Call outside any parallel region.
+// Builds the plan from the layout and the lengths inputs (seq_lengths.h: cumulative in TND, zero-size
+// = one sequence; per batch in BSND). Throws std::runtime_error naming `op` for bad length values.
+// Call outside any parallel region.
 RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi_arg, int ki_arg, int lens_q_arg,
                   int lens_k_arg, int64_t sparse_mode);
 
-// Throws std::runtime_error naming `op` if any index is < -1 or >= S2 of its row's batch.
+// Throws std::runtime_error naming `op` if any index of an active row is < -1 or >= S2 of its batch.
 void check_sparse_indices(const char* op, const int32_t* idx, int64_t t1, int64_t k, const RowPlan& plan);
 
 // out[j] = sum_g w[g] * max(sx[g*ld + j], 0) for j < n, summed in g order.

@@ -50,9 +50,10 @@ class Forward {
     const int64_t g = p_.g;
     const int64_t rows = rg.rows;
     const int64_t mrows = rows * g;
-    if (counts_[rg.t0 * p_.n2 + rg.grp] == 0) {  // nothing visible (such rows are never grouped)
+    if (counts_[rg.t0 * p_.n2 + rg.grp] == 0) {  // nothing visible (such rows are never grouped):
+      // out, softmax_max and softmax_sum all 0 (docs/contract.md section 0.6)
       std::fill(acc_.begin(), acc_.begin() + g * p_.dv, 0.0f);
-      std::fill(m_.begin(), m_.begin() + g, std::numeric_limits<float>::lowest());
+      std::fill(m_.begin(), m_.begin() + g, 0.0f);
       std::fill(l_.begin(), l_.begin() + g, 0.0f);
       write(rg);
       return;

@@ -5,7 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "seq_lengths.h"
+#include "cann_strict.h"
 #include "vector_math.h"
 
 namespace mgo::cpu::sfa {
@@ -23,24 +23,23 @@ void fill_geometry(const char* op, const aot::KernelArgs& args, const Slots& s, 
   p.k = args.dim(s.idx, r - 1);
   p.t1 = args.numel(s.q) / (p.n1 * p.d);
   p.t2 = args.numel(s.k) / (p.n2 * p.d);
-  const Batches b = read_batches(op, args, p.bsnd, p.bsnd ? args.dim(s.q, 0) : 0, p.t1, p.t2, s.lq, s.lkv,
-                                 "actual_seq_lengths_kv");
-  p.cq = b.q;
-  p.ckv = b.kv;
-  p.batch = static_cast<int64_t>(p.cq.size()) - 1;
-  p.row_batch.resize(static_cast<size_t>(p.t1));
-  for (int64_t i = 0; i < p.batch; ++i) {
-    for (int64_t t = p.cq[i]; t < p.cq[i + 1]; ++t) p.row_batch[t] = static_cast<int32_t>(i);
-  }
+  p.s1 = p.bsnd ? args.dim(s.q, 1) : 0;
+  p.batches = read_batches(op, args, p.bsnd, p.bsnd ? args.dim(s.q, 0) : 0, p.t1, p.t2, s.lq, s.lkv,
+                           "actual_seq_lengths_kv");
+  p.row_batch = p.batches.row_batches(p.t1);
 }
 
 std::vector<int64_t> validate_indices(const char* op, const Problem& p, const int32_t* indices) {
   std::vector<int64_t> counts(static_cast<size_t>(p.t1 * p.n2), 0);
+  const bool strict = cann_strict();
+  std::vector<int32_t> seen;
   for (int64_t t = 0; t < p.t1; ++t) {
     const int64_t b = p.row_batch[t];
-    const int64_t s2_len = p.ckv[b + 1] - p.ckv[b];
+    if (b < 0) continue;  // a BSND padding row: its indices are never read
+    const int64_t s2_len = p.batches.kv_len[b];
     const int64_t nblocks = (s2_len + p.bs - 1) / p.bs;
     const int64_t end = p.limit(t) + 1;
+    const int64_t cann_slots = std::min(p.k, (std::max<int64_t>(end, 0) + p.bs - 1) / p.bs);
     for (int64_t grp = 0; grp < p.n2; ++grp) {
       const int32_t* row = indices + (t * p.n2 + grp) * p.k;
       int64_t count = 0;
@@ -58,6 +57,7 @@ std::vector<int64_t> validate_indices(const char* op, const Problem& p, const in
         const int64_t hi = std::min(lo + p.bs, end);
         if (hi > lo) count += hi - lo;
       }
+      if (strict) check_cann_row(op, row, p.k, cann_slots, t, grp, seen);
       counts[t * p.n2 + grp] = count;
     }
   }
@@ -66,8 +66,9 @@ std::vector<int64_t> validate_indices(const char* op, const Problem& p, const in
 
 void append_visible_keys(const Problem& p, const int32_t* indices, int64_t t, int64_t grp,
                          std::vector<int32_t>& keys) {
-  const int64_t kv0 = p.ckv[p.row_batch[t]];
   const int64_t end = p.limit(t) + 1;
+  if (end <= 0) return;  // nothing visible (a BSND padding row included: its indices are never read)
+  const int64_t kv0 = p.key_start(t);
   const int32_t* row = indices + (t * p.n2 + grp) * p.k;
   for (int64_t s = 0; s < p.k; ++s) {
     const int64_t i = row[s];

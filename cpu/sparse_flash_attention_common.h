@@ -17,6 +17,7 @@
 #include "convert.h"
 #include "gemm.h"
 #include "operand.h"
+#include "seq_lengths.h"
 
 namespace mgo::cpu::sfa {
 
@@ -34,7 +35,6 @@ inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 // (BSND: row = b * S + s).
 struct Problem {
   bool bsnd = false;
-  int64_t batch = 0;
   int64_t t1 = 0, t2 = 0;      // query rows, key rows
   int64_t n1 = 0, n2 = 0, g = 0;
   int64_t d = 0, dr = 0, dq = 0, dv = 0;  // D, Dr, D + Dr, value D
@@ -43,25 +43,27 @@ struct Problem {
   int64_t bs = 1;
   int64_t mode = 3;
   float scale = 1.0f;
-  std::vector<int64_t> cq, ckv;     // cumulative rows, leading 0, size batch + 1
-  std::vector<int32_t> row_batch;  // batch of every query row
+  int64_t s1 = 0;              // BSND: padded query rows per batch
+  Batches batches;             // per batch: first row and length of its queries and keys
+  std::vector<int32_t> row_batch;  // batch of every query row, -1 for a BSND padding row
 
   // Offset of (row t, key group n2, head 0 of the group) in softmax_max/softmax_sum.
   int64_t stats_offset(int64_t t, int64_t grp) const {
     if (!bsnd) return (grp * t1 + t) * g;
-    const int64_t b = row_batch[t];
-    const int64_t s1_len = cq[1];
-    return ((b * n2 + grp) * s1_len + (t - cq[b])) * g;
+    return ((t / s1 * n2 + grp) * s1 + t % s1) * g;
   }
-  // Last visible local key of row t (may be < 0: nothing visible), and its batch key start.
+  // Last visible local key of row t (< 0: nothing visible, a padding row included).
   int64_t limit(int64_t t) const {
     const int64_t b = row_batch[t];
-    const int64_t s1_len = cq[b + 1] - cq[b];
-    const int64_t s2_len = ckv[b + 1] - ckv[b];
+    if (b < 0) return -1;
+    const int64_t s1_len = batches.q_len[b];
+    const int64_t s2_len = batches.kv_len[b];
     if (mode == 0) return s2_len - 1;
-    const int64_t causal = (t - cq[b]) + s2_len - s1_len;
+    const int64_t causal = (t - batches.q0[b]) + s2_len - s1_len;
     return causal < s2_len - 1 ? causal : s2_len - 1;
   }
+  // First key row of the batch of query row t (a query row of some batch).
+  int64_t key_start(int64_t t) const { return batches.kv0[row_batch[t]]; }
 };
 
 // Parameter positions of the inputs both kernels share.

@@ -74,12 +74,10 @@ std::vector<Partition> make_partitions(const aot::KernelArgs& args, const Proble
     part.k0 = p.t2;
     part.k1 = 0;
     for (int64_t r = part.r0; r < part.r1; ++r) {
-      const int64_t kv0 = p.ckv[p.row_batch[r]];
-      const int64_t end = kv0 + p.limit(r) + 1;
-      if (end > kv0) {
-        part.k0 = std::min(part.k0, kv0);
-        part.k1 = std::max(part.k1, end);
-      }
+      if (p.limit(r) < 0) continue;  // nothing visible
+      const int64_t kv0 = p.key_start(r);
+      part.k0 = std::min(part.k0, kv0);
+      part.k1 = std::max(part.k1, kv0 + p.limit(r) + 1);
     }
     if (part.k1 <= part.k0) part.k0 = part.k1 = 0;
     out.push_back(part);

@@ -62,7 +62,7 @@ inline InferResult lightning_indexer(const std::vector<TensorDesc>& in, const ta
   check_indexer_tensors(c, l, qi, in[In::kKeyIndex], in[In::kWeights]);
   check_sparse_slots(c, l, qi, attrs.sparse_count);
   check_seq_lengths(c, l == IndexerLayout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
-                    "actual_seq_lengths_key");
+                    "actual_seq_lengths_key", dim_or_unknown(qi, 0));
   const Shape s = sparse_shape(l, qi, attrs.sparse_count);
   return {{s, s}, {DType::kInt32, DType::kFloat32}};
 }

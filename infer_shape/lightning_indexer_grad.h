@@ -31,7 +31,7 @@ inline InferResult lightning_indexer_grad(const std::vector<TensorDesc>& in,
     c.type_error(std::string("argument 'd_values' must be float32, got ") + dtype_name(dv.dtype));
   }
   check_seq_lengths(c, l == IndexerLayout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
-                    "actual_seq_lengths_key");
+                    "actual_seq_lengths_key", dim_or_unknown(qi, 0));
   return {{qi.shape, ki.shape, w.shape}, {qi.dtype, ki.dtype, w.dtype}};
 }
 

@@ -2,7 +2,7 @@
 //
 // TND: query [T1, N1, D], key/value [T2, N2, D], sparse_indices [T1, N2, K] int32, query_rope
 // [T1, N1, Dr], key_rope [T2, N2, Dr], actual_seq_lengths_* [B] int32/int64 (cumulative).
-// BSND: [B, S1, N1, D], [B, S2, N2, D], [B, S1, N2, K], ... Statistics: float32 [N2, T1, G] (TND)
+// BSND: [B, S1, N1, D], [B, S2, N2, D], [B, S1, N2, K], ..., lengths [B] (per batch). Statistics: float32 [N2, T1, G] (TND)
 // or [B, N2, S1, G] (BSND), G = N1 / N2.
 //
 // Optional inputs are the absent placeholder of common.h: value (absent = key is value, DeepSeek's
@@ -81,7 +81,7 @@ inline Shape check_sfa_inputs(const Checker& c, const SfaInputs& in, const std::
   c.positive("sparse_indices", in.sparse_indices);
   c.positive("query", q);
   check_rope_pair(c, r, q, k, in.query_rope, in.key_rope);
-  check_seq_lengths(c, bsnd, in.lens_q, in.lens_kv, "actual_seq_lengths_kv");
+  check_seq_lengths(c, bsnd, in.lens_q, in.lens_kv, "actual_seq_lengths_kv", dim_or_unknown(q, 0));
   const int64_t g = known(n1) && known(n2) && n2 > 0 ? n1 / n2 : kUnknownDim;
   if (bsnd) return {dim_or_unknown(q, 0), n2, dim_or_unknown(q, 1), g};
   return {n2, dim_or_unknown(q, 0), g};

@@ -53,7 +53,7 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   c.same_shape("softmax_sum", sm, "softmax_max", mx);
   check_rope_pair(c, r, q, k, qr, kr);
   check_seq_lengths(c, l == IndexerLayout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
-                    "actual_seq_lengths_key");
+                    "actual_seq_lengths_key", dim_or_unknown(q, 0));
   // Dtypes.
   c.floating("query", q);
   c.same_dtype("key", k, "query", q);

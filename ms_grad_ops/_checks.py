@@ -178,13 +178,13 @@ def _check_cumulative_values(op: str, arg: str, lens: np.ndarray, total: int) ->
                          f"{total} (lengths are cumulative, without a leading 0)")
 
 
-def cumulative_lengths(op: str, arg: str, value: object) -> Tensor:
-    """``actual_seq_lengths_*`` (cumulative, no leading 0) as a kernel input: an int tensor as it
-    is, a Python sequence or NumPy array (structure checked here) as an int32 tensor. Call
-    :func:`check_cumulative_values` after the shape rules."""
+def lengths_input(op: str, arg: str, value: object) -> Tensor:
+    """``actual_seq_lengths_*`` (cumulative in TND, per batch in BSND) as a kernel input: an int
+    tensor as it is, a Python sequence or NumPy array (structure checked here) as an int32 tensor.
+    Call :func:`check_cumulative_values` / :func:`check_batch_lengths` after the shape rules."""
     if isinstance(value, Tensor):
         return value
-    return Tensor(_length_list(op, arg, value, "cumulative lengths").astype(np.int32))
+    return Tensor(_length_list(op, arg, value, "lengths").astype(np.int32))
 
 
 def check_cumulative_values(op: str, arg: str, value: object, total: int | None) -> None:
@@ -193,3 +193,17 @@ def check_cumulative_values(op: str, arg: str, value: object, total: int | None)
     if value is not None and not isinstance(value, Tensor):
         lens = _length_list(op, arg, value, "cumulative lengths")
         _check_cumulative_values(op, arg, lens, -1 if total is None else int(total))
+
+
+def check_batch_lengths(op: str, arg: str, value: object, padded: int | None) -> None:
+    """Python BSND lengths (one per batch, docs/contract.md section 0.3): each the valid length of
+    a batch row of ``padded`` rows, in [0, padded] (``ValueError``; the count is the shape rules').
+    Tensor values are checked by the kernel (``RuntimeError``)."""
+    if value is None or isinstance(value, Tensor):
+        return
+    lens = _length_list(op, arg, value, "per-batch lengths").astype(np.int64)
+    bad = np.flatnonzero((lens < 0) | (lens > (np.iinfo(np.int64).max if padded is None else padded)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"{op}: {arg}[{i}] = {int(lens[i])} must be in [0, {padded}] in BSND layout (per-batch "
+                         f"valid lengths of the padded batch rows of {padded}; cumulative lengths are TND's)")

@@ -15,7 +15,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor
 
-from ._checks import check_cumulative_values, check_tensor, cumulative_lengths
+from ._checks import check_batch_lengths, check_cumulative_values, check_tensor, lengths_input
 
 Lengths = Sequence[int] | np.ndarray | Tensor | None
 
@@ -40,17 +40,31 @@ def rope_pair(op: str, query_rope: Tensor | None, key_rope: Tensor | None, dtype
 
 def lengths_pair(op: str, kv_arg: str, lens_q: Lengths, lens_kv: Lengths) -> tuple[Tensor, Tensor]:
     """``actual_seq_lengths_query`` and ``kv_arg`` as kernel inputs: None is the placeholder, a
-    Python sequence becomes an int32 tensor, a tensor is passed as is. The rule itself (TND
-    without lengths = one sequence; BSND takes none) is checked once, in ``infer_shape/seq_lengths_rules.h``;
+    Python sequence becomes an int32 tensor, a tensor is passed as is. The rule itself (cumulative
+    in TND, both or neither; per batch in BSND) is checked once, in ``infer_shape/seq_lengths_rules.h``;
     the values of Python lengths by :func:`check_lengths_pair` after it."""
-    q = absent() if lens_q is None else cumulative_lengths(op, "actual_seq_lengths_query", lens_q)
-    kv = absent() if lens_kv is None else cumulative_lengths(op, kv_arg, lens_kv)
+    q = absent() if lens_q is None else lengths_input(op, "actual_seq_lengths_query", lens_q)
+    kv = absent() if lens_kv is None else lengths_input(op, kv_arg, lens_kv)
     return q, kv
 
 
-def check_lengths_pair(op: str, kv_arg: str, lens_q: Lengths, lens_kv: Lengths, query: Tensor, key: Tensor) -> None:
-    """Values of Python lengths (``_checks.check_cumulative_values``): the last entries must be the
-    token counts of query and key (their first dim). Call it after the shape rules, so a wrong
-    rank is reported as such (a rank-0 query or key only skips the token-count check)."""
-    check_cumulative_values(op, "actual_seq_lengths_query", lens_q, query.shape[0] if query.shape else None)
-    check_cumulative_values(op, kv_arg, lens_kv, key.shape[0] if key.shape else None)
+def check_lengths_pair(op: str, kv_arg: str, lens_q: Lengths, lens_kv: Lengths, query: Tensor, key: Tensor,
+                       layout: str) -> None:
+    """Values of Python lengths: TND, cumulative, the last entries the token counts of query and key
+    (their first dim, ``_checks.check_cumulative_values``); BSND, per batch, each in [0, S] of the
+    padded rows (query's and key's second dim, ``_checks.check_batch_lengths``). Call it after the
+    shape rules, so a wrong rank is reported as such (an unknown dim only skips its check)."""
+    if (lens_q is None or isinstance(lens_q, Tensor)) and (lens_kv is None or isinstance(lens_kv, Tensor)):
+        return  # tensor values are the kernel's to check
+    if layout == "BSND":
+        check_batch_lengths(op, "actual_seq_lengths_query", lens_q, _dim(query, 1))
+        check_batch_lengths(op, kv_arg, lens_kv, _dim(key, 1))
+        return
+    check_cumulative_values(op, "actual_seq_lengths_query", lens_q, _dim(query, 0))
+    check_cumulative_values(op, kv_arg, lens_kv, _dim(key, 0))
+
+
+def _dim(x: Tensor, i: int) -> int | None:
+    """Dim ``i`` of ``x``, None when ``x`` has no such dim or it is not known."""
+    d = x.shape[i] if len(x.shape) > i else None
+    return d if d is not None and d >= 0 else None

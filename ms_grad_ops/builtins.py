@@ -9,6 +9,9 @@ when the device target is CPU, so unmodified MindSpore code (MindSpore Transform
 runs there, GRAPH mode included: an attribute rebound on ``mindspore.ops`` is what a graph resolves
 at compile time. ``uninstall()`` puts MindSpore's functions back. On Ascend nothing is touched.
 
+``lightning_indexer_grad`` takes CANN's ``LightningIndexerGrad`` argument order (MindSpore has no
+public function of that name, so ``install()`` binds nothing there).
+
 Arguments that cannot be honoured on CPU raise a ``ValueError`` naming the op and the argument:
 ``block_table`` (PageAttention) and the ``PA_BSND`` layout, unequal query/key layouts,
 ``pre_tokens``/``next_tokens`` other than their defaults, an ``attention_mode`` other than 0/2,
@@ -26,7 +29,8 @@ from mindspore.ops import constexpr
 
 from . import ops as _ops
 
-__all__ = ["install", "installed", "lightning_indexer", "sparse_flash_attention", "uninstall"]
+__all__ = ["install", "installed", "lightning_indexer", "lightning_indexer_grad", "sparse_flash_attention",
+           "uninstall"]
 
 # The built-ins' default for pre_tokens/next_tokens; 2**31 - 1 (CANN's aclnn default, this
 # package's docs/contract.md section 0.4) means the same "unbounded" and is accepted too.
@@ -135,6 +139,40 @@ def lightning_indexer(query: Tensor, key: Tensor, weights: Tensor, *,
     indices, values = _ops.lightning_indexer(query, key, weights, actual_seq_lengths_query, actual_seq_lengths_key,
                                              sparse_count=sparse_count, layout=layout_query, sparse_mode=sparse_mode)
     return indices, msops.cast(values, query.dtype)
+
+
+@constexpr
+def _check_indexer_grad(layout: str, pre_tokens: int, next_tokens: int) -> bool:
+    op = "lightning_indexer_grad"
+    if layout not in _LAYOUTS:
+        raise _bad(op, "layout", layout, f"expected one of {_LAYOUTS}")
+    for arg, value in (("pre_tokens", pre_tokens), ("next_tokens", next_tokens)):
+        if isinstance(value, bool) or value not in _UNBOUNDED_VALUES:
+            raise _bad(op, arg, value, f"only the default {_UNBOUNDED} (2^63-1, or 2^31-1) is supported")
+    return True
+
+
+def lightning_indexer_grad(query: Tensor, key: Tensor, dy: Tensor, sparse_indices: Tensor, weights: Tensor,
+                           actual_seq_lengths_query: Tensor | Sequence[int] | None = None,
+                           actual_seq_lengths_key: Tensor | Sequence[int] | None = None, layout: str = "BSND",
+                           sparse_mode: int = 3, pre_tokens: int = _UNBOUNDED, next_tokens: int = _UNBOUNDED
+                           ) -> tuple[Tensor, Tensor, Tensor]:
+    """CANN's ``LightningIndexerGrad`` in its own argument order (``aclnnLightningIndexerGrad``,
+    torch_npu's ``npu_lightning_indexer_grad`` and MindSpore 2.10's internal primitive
+    ``ops.auto_generate.LightningIndexerGrad``, which has no public function): ``query``, ``key``
+    are the indexer's query_index/key_index, ``dy`` the gradient of ``sparse_values`` in any float
+    dtype (CANN's: the query's), then ``sparse_indices`` and ``weights``. Computed by
+    ``ms_grad_ops.ops.lightning_indexer_grad`` (its order follows the forward's inputs, its
+    ``d_values`` float32: ``dy`` is widened to float32 exactly). ``install()`` binds nothing to
+    this name: MindSpore has no public one to replace.
+
+    Returns:
+        ``(d_query, d_key, d_weights)`` shaped and typed like query, key and weights.
+    """
+    _check_indexer_grad(layout, pre_tokens, next_tokens)
+    return _ops.lightning_indexer_grad(query, key, weights, sparse_indices, msops.cast(dy, ms.float32),
+                                       actual_seq_lengths_query, actual_seq_lengths_key, layout=layout,
+                                       sparse_mode=sparse_mode)
 
 
 _OURS = {"sparse_flash_attention": sparse_flash_attention, "lightning_indexer": lightning_indexer}

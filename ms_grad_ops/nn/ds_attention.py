@@ -6,7 +6,7 @@ from mindspore import Parameter, Tensor, nn
 from mindspore import ops as msops
 from mindspore.common.initializer import Normal, initializer
 
-from .._checks import cumulative_lengths
+from .._checks import check_batch_lengths, check_cumulative_values, lengths_input
 from . import _yarn, deepseek_io
 from .indexer_kl_loss import IndexerKLLoss
 from .lightning_indexer import LightningIndexer
@@ -63,11 +63,13 @@ class DSAttention(nn.Cell):
     ``construct(x, actual_seq_lengths=None) -> (out, indexer_loss)``
 
     ``x``: float32 ``[B, S, dim]`` (layout "BSND") or ``[T, dim]`` (layout "TND": the tokens of
-    all sequences packed; ``actual_seq_lengths`` cumulative, CANN style: lengths ``[3, 5]`` are
-    written ``[3, 8]``; a Python list or an int32/int64 tensor; None = one sequence). ``out`` is
-    shaped like ``x``; ``indexer_loss`` float32 ``[1]`` is the indexer's KL loss summed over the
-    query tokens (``IndexerKLLoss``). Train on ``task_loss(out) + indexer_loss``: each part reaches
-    only its own parameters.
+    all sequences packed). ``actual_seq_lengths`` (a Python list or an int32/int64 tensor, CANN's
+    meaning, docs/contract.md section 0.3): TND, cumulative, lengths ``[3, 5]`` are written
+    ``[3, 8]``, None = one sequence; BSND, one per batch, the valid tokens at the start of each
+    padded batch row (None = all S): padding tokens get ``out`` 0, add nothing to the loss and get
+    zero gradients. ``out`` is shaped like ``x``; ``indexer_loss`` float32 ``[1]`` is the indexer's
+    KL loss summed over the query tokens (``IndexerKLLoss``). Train on ``task_loss(out) +
+    indexer_loss``: each part reaches only its own parameters.
 
     Structure (DeepSeek-V3.2-Exp ``inference/model.py`` as of its "fix indexer rope" commit of
     2025-11-17, classes ``MLA`` and ``Indexer``):
@@ -218,16 +220,19 @@ class DSAttention(nn.Cell):
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _lengths(self, actual_seq_lengths: object) -> Tensor | None:
-        """The cumulative lengths as an int tensor (TND), or None (one sequence, or BSND). A tensor is
-        passed on unchanged: an int64 one reaches the kernels as int64, which check its values (a
-        cast to int32 would wrap an invalid 2**32 + 2 into a valid 2)."""
+    def _lengths(self, x: Tensor, actual_seq_lengths: object) -> Tensor | None:
+        """The lengths as an int tensor (cumulative in TND, per batch in BSND), or None; the values
+        of Python lengths checked against ``x`` here. A tensor is passed on unchanged: an int64 one
+        reaches the kernels as int64, which check its values (a cast to int32 would wrap an invalid
+        2**32 + 2 into a valid 2)."""
         if actual_seq_lengths is None:
             return None
+        op, arg = "DSAttention", "actual_seq_lengths"
         if self.layout == "BSND":
-            raise ValueError("DSAttention: actual_seq_lengths must be None with layout \"BSND\" "
-                             "(every batch holds S tokens)")
-        return cumulative_lengths("DSAttention", "actual_seq_lengths", actual_seq_lengths)
+            check_batch_lengths(op, arg, actual_seq_lengths, x.shape[1])
+        else:
+            check_cumulative_values(op, arg, actual_seq_lengths, x.shape[0])
+        return lengths_input(op, arg, actual_seq_lengths)
 
     def _tables_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos/sin float32 ``[N, Dr // 2]`` at the int ``positions [N]`` (each token's position in its
@@ -264,7 +269,7 @@ class DSAttention(nn.Cell):
     def index_inputs(self, x: Tensor, actual_seq_lengths: object = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(query_index, key_index, weights)`` as fed to the indexer (for ``nn.LightningIndexer``
         with another ``sparse_count``, e.g. to measure what a sparser top-k would select)."""
-        lengths = self._lengths(actual_seq_lengths)
+        lengths = self._lengths(x, actual_seq_lengths)
         flat = x.reshape(-1, x.shape[-1])
         cos, sin = self._tables(x, lengths)
         return self._index_inputs(flat, self.q_norm(self.wq_a(flat)), cos, sin, x.shape[:-1])
@@ -273,7 +278,7 @@ class DSAttention(nn.Cell):
         """The int32 key indices the forward attends to: ``[B, S, 1, index_topk]`` / ``[T, 1, index_topk]``,
         local to each sequence, -1 in unused slots."""
         q_idx, k_idx, weights = self.index_inputs(x, actual_seq_lengths)
-        lengths = self._lengths(actual_seq_lengths)
+        lengths = self._lengths(x, actual_seq_lengths)
         return self.sparse.indexer(q_idx, k_idx, weights, lengths, lengths)[0]
 
     @property
@@ -307,7 +312,7 @@ class DSAttention(nn.Cell):
     # -- forward -------------------------------------------------------------------------------
 
     def construct(self, x: Tensor, actual_seq_lengths: object = None) -> tuple[Tensor, Tensor]:
-        lengths = self._lengths(actual_seq_lengths)
+        lengths = self._lengths(x, actual_seq_lengths)
         lead = x.shape[:-1]
         flat = x.reshape(-1, x.shape[-1])
         cos, sin = self._tables(x, lengths)

@@ -77,6 +77,7 @@ class IndexerKLLoss(nn.Cell):
         op = "IndexerKLLoss"
         query_rope, key_rope = rope_pair(op, query_rope, key_rope, query.dtype)
         lens_q, lens_k = lengths_pair(op, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key)
-        check_lengths_pair(op, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query, key)
+        check_lengths_pair(op, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query, key,
+                           self.core.attrs["layout"])
         return self.core(query, key, query_index, key_index, weights, sparse_indices, softmax_max, softmax_sum,
                          query_rope, key_rope, lens_q, lens_k)[3]

@@ -21,8 +21,9 @@ class SparseFlashAttention(nn.Cell):
     sparse_indices int32 ``[T1, N2, K]`` (block indices local to the batch, -1 = unused),
     query_rope ``[T1, N1, Dr]``, key_rope ``[T2, N2, Dr]`` (optional, together). BSND:
     ``[B, S, N, D]`` etc. float16, bfloat16 or float32; out is shaped/typed like query.
-    Lengths (cumulative int32/int64 tensors or Python sequences): TND only, both or neither; none
-    = one sequence of T1 queries and T2 keys; BSND takes none.
+    Lengths (int32/int64 tensors or Python sequences, docs/contract.md section 0.3): TND cumulative,
+    both or neither, none = one sequence of T1 queries and T2 keys; BSND per batch (the valid rows
+    of each padded batch row), either alone.
 
     ``value=None`` means key is value (DeepSeek's shared latent KV): the backward returns one
     gradient for key, ``dK + dV`` summed in float32 inside the kernel and rounded once. Passing one

@@ -26,9 +26,10 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
         query_index: ``[T1, Nidx, Didx]`` (TND) or ``[B, S1, Nidx, Didx]`` (BSND); float16/bfloat16/float32.
         key_index: ``[T2, 1, Didx]`` or ``[B, S2, 1, Didx]``; the dtype of query_index.
         weights: ``[T1, Nidx]`` or ``[B, S1, Nidx]``; the dtype of query_index, or float32.
-        actual_seq_lengths_query, actual_seq_lengths_key: TND only, cumulative lengths (``[3, 5]``
-            is written ``[3, 8]``), int32/int64 tensors or sequences, both or neither; None = one
-            sequence of T1 queries and T2 keys. Must be None in BSND.
+        actual_seq_lengths_query, actual_seq_lengths_key: int32/int64 tensors or sequences
+            (docs/contract.md section 0.3). TND: cumulative (``[3, 5]`` is written ``[3, 8]``), both
+            or neither; None = one sequence of T1 queries and T2 keys. BSND: per batch, the valid
+            rows of each padded batch row, either alone; a padding row selects nothing (-1 / -inf).
         sparse_count: K, in [1, 2**20] with T1 * K <= 2**31 - 1 (T1 = B * S1 in BSND): both outputs
             are allocated before the kernel runs, T1 * K slots of 8 bytes together, so a larger K is
             a ValueError naming the op and sparse_count (in GRAPH mode at compile, or when a dynamic
@@ -52,5 +53,5 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
     attrs = attributes(_OP, sparse_count=sparse_count, layout=layout, sparse_mode=sparse_mode)
     validate(_OP, _INPUTS, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query_index,
-                       key_index)
+                       key_index, attrs["layout"])
     return primitive(_OP, **attrs)(*tensors)

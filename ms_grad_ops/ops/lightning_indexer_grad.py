@@ -38,9 +38,11 @@ def lightning_indexer_grad(query_index: Tensor, key_index: Tensor, weights: Tens
         weights: ``[T1, Nidx]`` or ``[B, S1, Nidx]``; the dtype of query_index, or float32.
         sparse_indices: int32 ``[T1, 1, K]`` / ``[B, S1, 1, K]``, key indices local to the batch, ``-1`` = unused.
         d_values: float32, the shape of sparse_indices.
-        actual_seq_lengths_query, actual_seq_lengths_key: TND only, cumulative lengths (``[3, 5]``
-            is written ``[3, 8]``), int32/int64 tensors or sequences, both or neither; None = one
-            sequence of T1 queries and T2 keys. Must be None in BSND.
+        actual_seq_lengths_query, actual_seq_lengths_key: int32/int64 tensors or sequences
+            (docs/contract.md section 0.3). TND: cumulative (``[3, 5]`` is written ``[3, 8]``), both
+            or neither; None = one sequence of T1 queries and T2 keys. BSND: per batch, the valid
+            rows of each padded batch row, either alone; padding rows are never read and get zero
+            gradients.
         layout: "TND" or "BSND". sparse_mode: 3 (rightDownCausal: local query s1 sees keys
             ``s2 <= s1 + S2_b - S1_b``) or 0 (every key of its batch).
 
@@ -56,5 +58,5 @@ def lightning_indexer_grad(query_index: Tensor, key_index: Tensor, weights: Tens
     attrs = attributes(_OP, layout=layout, sparse_mode=sparse_mode)
     validate(_OP, _INPUTS, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query_index,
-                       key_index)
+                       key_index, attrs["layout"])
     return primitive(_OP, **attrs)(*tensors)

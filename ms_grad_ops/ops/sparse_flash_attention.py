@@ -66,16 +66,18 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor | None, spa
         sparse_indices: int32 ``[T1, N2, K]`` / ``[B, S1, N2, K]``: block indices local to the
             batch, block i = keys ``[i*bs, (i+1)*bs)``; -1 = unused slot, anywhere in a row.
         query_rope, key_rope: optional ``[T1, N1, Dr]`` / ``[T2, N2, Dr]`` (both or neither).
-        actual_seq_lengths_query, actual_seq_lengths_kv: TND only: cumulative lengths without a
-            leading 0, int32/int64 tensors or Python sequences, both or neither; None = one
-            sequence of T1 queries and T2 keys. BSND: must be None.
+        actual_seq_lengths_query, actual_seq_lengths_kv: int32/int64 tensors or Python sequences
+            (docs/contract.md section 0.3). TND: cumulative lengths without a leading 0, both or
+            neither; None = one sequence of T1 queries and T2 keys. BSND: per batch, the valid rows
+            of each padded batch row (0 <= len <= S), either alone (None = all S); padding rows are
+            never read and give out 0 and statistics 0.
         scale_value: logit scale. sparse_block_size: bs >= 1. layout: "TND" or "BSND".
         sparse_mode: 3 (right-down causal) or 0 (no mask).
 
     Returns:
         ``(out, softmax_max, softmax_sum)``: out shaped/typed like query; float32 statistics
         ``[N2, T1, G]`` (TND) or ``[B, N2, S1, G]`` (BSND), G = N1 / N2. Rows with no visible key
-        give out 0, softmax_max -3.4028235e38, softmax_sum 0.
+        give out 0, softmax_max 0, softmax_sum 0 (docs/contract.md section 0.6).
     """
     inputs = sfa_inputs(_OP, query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query,
                         actual_seq_lengths_kv)
@@ -84,5 +86,6 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor | None, spa
     attrs = attributes(_OP, scale_value=scale_value, sparse_block_size=sparse_block_size, layout=layout,
                        sparse_mode=sparse_mode)
     validate(_OP, _INPUTS, inputs, attrs)
-    check_lengths_pair(_OP, "actual_seq_lengths_kv", actual_seq_lengths_query, actual_seq_lengths_kv, query, key)
+    check_lengths_pair(_OP, "actual_seq_lengths_kv", actual_seq_lengths_query, actual_seq_lengths_kv, query, key,
+                       attrs["layout"])
     return primitive(_OP, **attrs)(*inputs)

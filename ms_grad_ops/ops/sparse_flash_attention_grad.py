@@ -45,7 +45,8 @@ def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor | None
                        sparse_mode=sparse_mode, pre_tokens=pre_tokens, next_tokens=next_tokens,
                        deterministic=deterministic)
     validate(_OP, _INPUTS, inputs, attrs)
-    check_lengths_pair(_OP, "actual_seq_lengths_kv", actual_seq_lengths_query, actual_seq_lengths_kv, q, k)
+    check_lengths_pair(_OP, "actual_seq_lengths_kv", actual_seq_lengths_query, actual_seq_lengths_kv, q, k,
+                       attrs["layout"])
     d_query, d_key, d_value, d_query_rope, d_key_rope = primitive(_OP, **attrs)(*inputs)
     rope = query_rope is not None
     return (d_query, d_key, d_value if value is not None else None, d_query_rope if rope else None,

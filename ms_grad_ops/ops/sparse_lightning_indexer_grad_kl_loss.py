@@ -37,8 +37,9 @@ def sparse_lightning_indexer_grad_kl_loss(
         sparse_indices: int32 ``[T1, 1, K]`` / ``[B, S1, 1, K]``, token indices local to the batch, -1 = unused.
         softmax_max, softmax_sum: float32 ``[1, T1, N1]`` / ``[B, 1, S1, N1]`` of the main attention.
         query_rope, key_rope: ``[T1, N1, Dr]`` and ``[T2, 1, Dr]`` (X), both or neither.
-        actual_seq_lengths_query/key: TND cumulative lengths, both or neither (None = one sequence
-            of T1 queries and T2 keys); None in BSND.
+        actual_seq_lengths_query/key: docs/contract.md section 0.3: TND cumulative, both or neither
+            (None = one sequence of T1 queries and T2 keys); BSND per batch, either alone (padding
+            rows are never read, add nothing and get zero gradients).
         scale_value: the main attention's logit scale. layout: "TND"/"BSND". sparse_mode: 0 or 3.
         deterministic: accepted for API parity; the CPU kernel is always deterministic.
 
@@ -56,5 +57,6 @@ def sparse_lightning_indexer_grad_kl_loss(
     attrs = attributes(_OP, scale_value=scale_value, layout=layout, sparse_mode=sparse_mode,
                        deterministic=deterministic)
     validate(_OP, _INPUTS, tensors, attrs)
-    check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query, key)
+    check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query, key,
+                       attrs["layout"])
     return primitive(_OP, **attrs)(*tensors)

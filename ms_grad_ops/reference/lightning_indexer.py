@@ -2,54 +2,48 @@
 ``sparse_lightning_indexer_grad_kl_loss`` (docs/contract.md section 4), plus the main-attention softmax
 statistics (docs/contract.md section 3) that feed the indexer's teacher distribution.
 
-Shapes (TND; BSND adds B, S and drops the cumulative lengths):
+Shapes (TND; BSND adds B, S):
     query ``[T1, N1, D]``, key ``[T2, 1, D]``, query_rope ``[T1, N1, Dr]``, key_rope ``[T2, 1, Dr]``,
     query_index ``[T1, Nidx, Didx]``, key_index ``[T2, 1, Didx]``, weights ``[T1, Nidx]``,
     sparse_indices ``[T1, 1, K]`` (token indices local to the batch, ``-1`` = unused),
     softmax_max/softmax_sum ``[1, T1, N1]`` (BSND ``[B, 1, S1, N1]``).
-Lengths are cumulative (CANN): ``[3, 5]`` is written ``[3, 8]``.
+Lengths (docs/contract.md section 0.3): cumulative in TND (CANN: ``[3, 5]`` is written ``[3, 8]``), per
+batch in BSND (the valid rows of each padded batch row; the others are padding).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ._common import f64
+from ._common import batches, f64
 
-LOWEST = float(np.finfo(np.float32).min)
 LOG_FLOOR = 1e-8
 
 
 @dataclass(frozen=True)
 class _Rows:
-    """Per query row: its batch's key offset, key count S2_b and causal limit (exclusive)."""
+    """Per query row: its batch's key offset, key count S2_b and causal limit (exclusive); a BSND
+    padding row (beyond its batch's query length) is not ``active``: it sees no key and its
+    ``sparse_indices`` are never read."""
 
     key_base: np.ndarray
     key_count: np.ndarray
     limit: np.ndarray
+    active: np.ndarray
 
 
-def _bounds(cum: Sequence[int] | np.ndarray | None, total: int) -> np.ndarray:
-    if cum is None:
-        return np.array([0, total], np.int64)
-    c = np.asarray(cum, np.int64).reshape(-1)
-    return np.concatenate([[0], c])
-
-
-def _rows(t1: int, t2: int, cum_q: object, cum_k: object, sparse_mode: int) -> _Rows:
-    bq, bk = _bounds(cum_q, t1), _bounds(cum_k, t2)
+def _rows(t1: int, bounds: list[tuple[int, int, int, int]], sparse_mode: int) -> _Rows:
     base = np.zeros(t1, np.int64)
     count = np.zeros(t1, np.int64)
     limit = np.zeros(t1, np.int64)
-    for b in range(len(bq) - 1):
-        s1, s2 = bq[b + 1] - bq[b], bk[b + 1] - bk[b]
-        rows = np.arange(bq[b], bq[b + 1])
-        base[rows], count[rows] = bk[b], s2
-        local = rows - bq[b]
+    active = np.zeros(t1, bool)
+    for q0, s1, k0, s2 in bounds:
+        rows = np.arange(q0, q0 + s1)
+        base[rows], count[rows], active[rows] = k0, s2, True
+        local = rows - q0
         limit[rows] = np.clip(local + s2 - s1 + 1, 0, s2) if sparse_mode == 3 else s2
-    return _Rows(base, count, limit)
+    return _Rows(base, count, limit, active)
 
 
 def _to_tnd(layout: str, *arrays: np.ndarray | None) -> list[np.ndarray | None]:
@@ -59,13 +53,12 @@ def _to_tnd(layout: str, *arrays: np.ndarray | None) -> list[np.ndarray | None]:
     return [None if a is None else a.reshape((-1,) + a.shape[2:]) for a in arrays]
 
 
-def _bsnd_lengths(b: int, s1: int, s2: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.arange(1, b + 1) * s1, np.arange(1, b + 1) * s2
-
-
 def _visible_slots(rows: _Rows, sparse_indices: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
     """(slot numbers, global key rows) of the visible selected keys of query row t, in slot order.
-    ``-1`` slots and keys the mask hides are skipped; an index ``< -1`` or ``>= S2_b`` raises."""
+    ``-1`` slots and keys the mask hides are skipped; an index ``< -1`` or ``>= S2_b`` raises. A
+    padding row has none (its indices are not read)."""
+    if not rows.active[t]:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     idx = np.asarray(sparse_indices[t]).reshape(-1).astype(np.int64)
     if np.any(idx < -1):
         raise IndexError(f"sparse index below -1 in row {t}")
@@ -90,13 +83,16 @@ def _score_backward(qt: np.ndarray, kt: np.ndarray, wt: np.ndarray, sx: np.ndarr
     return np.maximum(sx, 0.0) @ d_i, ds @ kt, ds.T @ qt
 
 
-def _prepare(layout: str, query_index: np.ndarray, key_index: np.ndarray, cum_q: object, cum_k: object
-             ) -> tuple[int, int, object, object]:
+def _prepare(layout: str, query_index: np.ndarray, key_index: np.ndarray, cum_q: object, cum_k: object,
+             sparse_mode: int) -> tuple[int, _Rows]:
+    """T1 (B * S1 in BSND) and the row plan of the lengths rule (docs/contract.md section 0.3)."""
     if layout == "BSND":
         b, s1, s2 = query_index.shape[0], query_index.shape[1], key_index.shape[1]
-        cum_q, cum_k = _bsnd_lengths(b, s1, s2)
-        return b * s1, b * s2, cum_q, cum_k
-    return query_index.shape[0], key_index.shape[0], cum_q, cum_k
+        t1, bounds = b * s1, batches(layout, b, s1, s2, cum_q, cum_k)
+    else:
+        t1 = query_index.shape[0]
+        bounds = batches(layout, 0, t1, key_index.shape[0], cum_q, cum_k)
+    return t1, _rows(t1, bounds, sparse_mode)
 
 
 def index_scores(query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -111,9 +107,8 @@ def lightning_indexer(query_index: np.ndarray, key_index: np.ndarray, weights: n
     """Top-``sparse_count`` visible keys of every query row by descending ``I`` (ties to the lower
     index); unused slots hold ``-1`` and ``-inf``. Returns (int32 indices, float64 scores) shaped
     ``[T1, 1, K]`` (BSND ``[B, S1, 1, K]``)."""
-    t1, t2, cq, ck = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key)
+    t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
     qi, ki, w = _to_tnd(layout, query_index, key_index, weights)
-    rows = _rows(t1, t2, cq, ck, sparse_mode)
     idx = np.full((t1, 1, sparse_count), -1, np.int32)
     val = np.full((t1, 1, sparse_count), -np.inf)
     for t in range(t1):
@@ -138,12 +133,11 @@ def attention_softmax_stats(query: np.ndarray, key: np.ndarray, sparse_indices: 
                             ) -> tuple[np.ndarray, np.ndarray]:
     """``softmax_max``/``softmax_sum`` of the main sparse attention (docs/contract.md section 3, block size 1)
     over the same selected keys: ``[1, T1, N1]`` (BSND ``[B, 1, S1, N1]``). Rows without a visible
-    key get (lowest float32, 0)."""
-    t1, t2, cq, ck = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key)
+    key (BSND padding rows included) get (0, 0), as ``sparse_flash_attention`` gives them."""
+    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
     q, k, qr, kr, si = _to_tnd(layout, query, key, query_rope, key_rope, sparse_indices)
-    rows = _rows(t1, t2, cq, ck, sparse_mode)
     n1 = q.shape[1]
-    mx = np.full((t1, n1), LOWEST)
+    mx = np.zeros((t1, n1))
     sm = np.zeros((t1, n1))
     for t in range(t1):
         j = _visible(rows, si, t)
@@ -183,11 +177,10 @@ def sparse_lightning_indexer_grad_kl_loss(
     """docs/contract.md section 4.2: returns (d_query_index, d_key_index, d_weights, loss) for d(loss) = 1 with
     CANN's ``dI = y - p``. ``return_kl_grad=True`` uses the exact gradient of the loss instead
     (``dI = y * sum(p) - p``; identical when ``sum(p) = 1``), for finite-difference checks."""
-    t1, t2, cq, ck = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key)
+    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
     q, k, qr, kr, qi, ki, w, si = _to_tnd(layout, query, key, query_rope, key_rope, query_index, key_index,
                                           weights, sparse_indices)
     mx, sm = _stats_tnd(layout, softmax_max), _stats_tnd(layout, softmax_sum)
-    rows = _rows(t1, t2, cq, ck, sparse_mode)
     n1 = q.shape[1]
     dqi = np.zeros(qi.shape)
     dki = np.zeros(ki.shape)
@@ -230,9 +223,8 @@ def lightning_indexer_grad(query_index: np.ndarray, key_index: np.ndarray, weigh
     never read); duplicate indices each count; an index ``< -1`` or ``>= S2_b`` raises ``IndexError``.
     Returns float64 (d_query_index, d_key_index, d_weights) shaped like query_index, key_index, weights.
     """
-    t1, t2, cq, ck = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key)
+    t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
     qi, ki, w, si, dv = _to_tnd(layout, query_index, key_index, weights, sparse_indices, d_values)
-    rows = _rows(t1, t2, cq, ck, sparse_mode)
     dqi = np.zeros(qi.shape)
     dki = np.zeros(ki.shape)
     dw = np.zeros(w.shape)

@@ -1,8 +1,9 @@
 """Float64 reference of ``sparse_flash_attention`` and ``sparse_flash_attention_grad`` (docs/contract.md section 3).
 
 Plain loops over query rows and key groups with NumPy per row; meant for small test shapes.
-Layouts: TND (``actual_seq_lengths_*`` cumulative, no leading 0) and BSND. Arrays may be any
-float dtype (computed in float64); ``sparse_indices`` int.
+Layouts: TND (``actual_seq_lengths_*`` cumulative, no leading 0) and BSND (lengths per batch: the
+valid rows of each padded batch row, docs/contract.md section 0.3). Arrays may be any float dtype
+(computed in float64); ``sparse_indices`` int.
 """
 from __future__ import annotations
 
@@ -10,20 +11,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._common import f64
-
-LOWEST_F32 = float(np.finfo(np.float32).min)
+from ._common import batches, f64
 
 
 def _batches(layout: str, query: np.ndarray, key: np.ndarray, lens_q: Sequence[int] | None,
              lens_kv: Sequence[int] | None) -> list[tuple[int, int, int, int]]:
     """(q_start, S1_b, kv_start, S2_b) per batch, rows/keys counted in the flattened token axis."""
     if layout == "BSND":
-        b, s1, s2 = query.shape[0], query.shape[1], key.shape[1]
-        return [(i * s1, s1, i * s2, s2) for i in range(b)]
-    cq = [0, *[int(x) for x in np.asarray(lens_q).reshape(-1)]]
-    ckv = [0, *[int(x) for x in np.asarray(lens_kv).reshape(-1)]]
-    return [(cq[i], cq[i + 1] - cq[i], ckv[i], ckv[i + 1] - ckv[i]) for i in range(len(cq) - 1)]
+        return batches(layout, query.shape[0], query.shape[1], key.shape[1], lens_q, lens_kv)
+    return batches(layout, 0, query.shape[0], key.shape[0], lens_q, lens_kv)
 
 
 def visible_keys(indices_row: np.ndarray, s1: int, s1_len: int, s2_len: int, block_size: int,
@@ -85,7 +81,7 @@ def sparse_flash_attention(query: np.ndarray, key: np.ndarray, value: np.ndarray
     kf = k if kr is None else np.concatenate([k, kr], axis=-1)
     out = np.zeros(q.shape[:2] + (v.shape[-1],))
     stats_shape = (query.shape[0], n2, query.shape[1], grp) if layout == "BSND" else (n2, q.shape[0], grp)
-    smax = np.full(stats_shape, LOWEST_F32)
+    smax = np.zeros(stats_shape)   # rows without a visible key (BSND padding rows included): 0 and 0
     ssum = np.zeros(stats_shape)
     for t, b, s1, keys in _rows(layout, query, key, sparse_indices, actual_seq_lengths_query, actual_seq_lengths_kv,
                                 sparse_block_size, sparse_mode):

@@ -133,11 +133,18 @@ def cla_cfg(draw: st.DrawFn) -> dict:
 
 @st.composite
 def geometry(draw: st.DrawFn) -> dict:
-    """Layout, batches (TND: empty batches allowed, at least one query and one key) and lengths form."""
+    """Layout, batches (TND: empty batches allowed, at least one query and one key; BSND: per-batch
+    valid lengths, zeros allowed, either alone) and lengths form."""
     layout = draw(st.sampled_from(["TND", "BSND"]))
     if layout == "BSND":
-        return {"layout": layout, "b": draw(st.integers(1, 2)), "s1": draw(st.integers(1, 4)),
-                "s2": draw(st.integers(1, 6)), "lens_as": "none"}
+        b, s1, s2 = draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(1, 6))
+        lens_as = draw(st.sampled_from(["none", "none", "list", "int32", "int64"]))
+        lq = lk = None
+        if lens_as != "none":
+            given = draw(st.sampled_from(["both", "both", "query", "kv"]))
+            lq = draw(st.lists(st.integers(0, s1), min_size=b, max_size=b)) if given != "kv" else None
+            lk = draw(st.lists(st.integers(0, s2), min_size=b, max_size=b)) if given != "query" else None
+        return {"layout": layout, "b": b, "s1": s1, "s2": s2, "lens_as": lens_as, "lens_q": lq, "lens_kv": lk}
     lens_as = draw(st.sampled_from(["none", "list", "int32", "int64"]))
     nb = 1 if lens_as == "none" else draw(st.integers(1, 3))
     lq = draw(st.lists(st.integers(0, 4), min_size=nb, max_size=nb).filter(lambda x: sum(x) > 0))

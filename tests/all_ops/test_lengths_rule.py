@@ -1,5 +1,6 @@
-"""The one lengths rule of the attention and indexer ops (infer_shape/seq_lengths_rules.h): TND without
-lengths = one sequence of T1 queries and T2 keys; lengths both or neither; BSND takes none."""
+"""The one lengths rule of the attention and indexer ops (infer_shape/seq_lengths_rules.h, docs/contract.md
+section 0.3): TND without lengths = one sequence of T1 queries and T2 keys, lengths cumulative, both or
+neither; BSND lengths per batch, either alone (tests/all_ops/test_bsnd_lengths.py: padding rows)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -74,10 +75,28 @@ def test_tnd_without_lengths_is_one_sequence(op: str, kind: str, lengths: Callab
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_bsnd_rejects_lengths(op: str) -> None:
-    with pytest.raises(ValueError, match=rf"^{op}: arguments 'actual_seq_lengths_query'/'{LENGTHS_KW[op]}' "
-                                         r"must be None in BSND layout"):
-        _call(op, "BSND", [T1], [T2])
+@pytest.mark.parametrize("kind,lengths", ONE_SEQUENCE, ids=[k for k, _ in ONE_SEQUENCE])
+def test_bsnd_full_lengths_are_no_lengths(op: str, kind: str, lengths: Callable[[int], object]) -> None:
+    # BSND lengths are per batch (docs/contract.md section 0.3): the full S1 / S2, or either alone
+    # (the other absent: full), is the call without lengths.
+    without = _call(op, "BSND", None, None)
+    for lens_q, lens_k in ((lengths(T1), lengths(T2)), (lengths(T1), None), (None, lengths(T2))):
+        got = _call(op, "BSND", lens_q, lens_k)
+        assert len(without) == len(got)
+        for a, b in zip(without, got):
+            np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_bsnd_lengths_are_valid_lengths_of_each_batch(op: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{op}: actual_seq_lengths_query\[0\] = {T1 + 1} must be in "
+                                         rf"\[0, {T1}\] in BSND layout"):
+        _call(op, "BSND", [T1 + 1], [T2])
+    with pytest.raises(RuntimeError, match=rf"{op}: {LENGTHS_KW[op]}\[0\] = -1 must be in \[0, {T2}\] in BSND"):
+        for out in _call(op, "BSND", Tensor(np.array([T1], np.int32)), Tensor(np.array([-1], np.int32))):
+            out.asnumpy()  # PyNative runs the kernel asynchronously: its error surfaces here
+    with pytest.raises(ValueError, match=rf"^{op}: argument '{LENGTHS_KW[op]}' dim 0 must be the batch size B"):
+        _call(op, "BSND", None, [T2, T2])
 
 
 @pytest.mark.parametrize("op", OPS)

@@ -513,3 +513,42 @@ def test_missing_attribute_is_a_clear_failure(driver: Path) -> None:
                             check=True)
     assert result.stdout.strip() == "failed"
     assert result.stderr.strip() == "[ms_grad_ops] ClaGateBackward: attribute 'input_attn_layout' is missing"
+
+
+# BSND with per-batch lengths (docs/contract.md section 0.3) is CPU only for now: the shape rule
+# accepts it, the Ascend kernels read lengths as TND's cumulative ones, so the tiling refuses it
+# with the op's name and the arguments given (docs/ascend.md).
+LENGTHS_CASES = {
+    "sparse_flash_attention": (lambda lq, lk: sfa_inputs("sparse_flash_attention", "BSND", "bfloat16", rope=True,
+                                                         lengths=False, omit=False)[:6] + [lq, lk],
+                               "actual_seq_lengths_kv"),
+    "sparse_flash_attention_grad": (lambda lq, lk: sfa_inputs("sparse_flash_attention_grad", "BSND", "bfloat16",
+                                                              rope=True, lengths=False, omit=False)[:8]
+                                    + [lq, lk] + sfa_inputs("sparse_flash_attention_grad", "BSND", "bfloat16",
+                                                            rope=True, lengths=False)[10:], "actual_seq_lengths_kv"),
+    "lightning_indexer": (lambda lq, lk: [([2, 5, 2, 16], "float16"), ([2, 7, 1, 16], "float16"),
+                                          ([2, 5, 2], "float16"), lq, lk], "actual_seq_lengths_key"),
+    "lightning_indexer_grad": (lambda lq, lk: lig_inputs("BSND", "float16", "float16", lengths=False)[:5] + [lq, lk],
+                               "actual_seq_lengths_key"),
+    SLI: (lambda lq, lk: sli_inputs("BSND", "bfloat16", "float32", rope=True, lengths=False)[:10] + [lq, lk],
+          "actual_seq_lengths_key"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(LENGTHS_CASES))
+@pytest.mark.parametrize("given", ["both", "query", "kv"])
+def test_tiling_refuses_bsnd_lengths(driver: Path, op: str, given: str) -> None:
+    make, kv_arg = LENGTHS_CASES[op]
+    lens: Input = ([2], "int32")
+    inputs = make(lens if given != "kv" else None, lens if given != "query" else None)
+    attrs = defaults(op, layout="BSND", **({"sparse_count": 6} if op == "lightning_indexer" else {}))
+    assert adapter_infer(driver, op, inputs, attrs) == rules(op, inputs, attrs), "the shape rule accepts them"
+    out, err = run_adapter(driver, op, "tiling", inputs, attrs)
+    names = {"both": f"'actual_seq_lengths_query'/'{kv_arg}'", "query": "'actual_seq_lengths_query'",
+             "kv": f"'{kv_arg}'"}[given]
+    assert out == "failed"
+    assert err == (f"[ms_grad_ops] {OP_SPECS[op].op_type}: arguments {names} with layout BSND (per-batch valid "
+                   "lengths) are CPU only for now: the Ascend kernels take lengths in TND only; pass None, or pack "
+                   "the batch as TND with cumulative lengths")
+    # Without lengths the same call tiles.
+    assert tiling(driver, op, make(None, None), attrs)["block_dim"] >= 1

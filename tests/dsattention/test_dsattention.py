@@ -147,5 +147,5 @@ def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="qk_rope_head_dim"):
         mgo.nn.DSAttention(**{**CFG, "qk_rope_head_dim": 3}, max_seq_len=8)
     layer = _layer("BSND", "float32")
-    with pytest.raises(ValueError, match="actual_seq_lengths must be None"):
-        layer(Tensor(np.zeros((1, 4, CFG["dim"]), np.float32)), [4])
+    with pytest.raises(ValueError, match=r"DSAttention: actual_seq_lengths\[0\] = 5 must be in \[0, 4\] in BSND"):
+        layer(Tensor(np.zeros((1, 4, CFG["dim"]), np.float32)), [5])   # BSND lengths: per batch, <= S

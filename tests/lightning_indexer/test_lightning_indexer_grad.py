@@ -190,10 +190,14 @@ def test_bad_inputs(mutate, exc, match) -> None:  # noqa: ANN001
         ops.lightning_indexer_grad(*args, layout="TND")
 
 
-def test_lengths_in_bsnd_are_rejected() -> None:
+def test_bsnd_lengths_are_per_batch() -> None:
+    # BSND lengths are the valid rows of each batch (S1 = 5, S2 = 7), not cumulative.
     args = Case(np.random.default_rng(10), "float32", "float32", "BSND").ms_args()
     args[5], args[6] = Tensor(np.array([5, 10])), Tensor(np.array([7, 14]))
-    with pytest.raises(ValueError, match=f"^{OP}: .*must be None in BSND layout"):
+    with pytest.raises(RuntimeError, match=rf"{OP}: actual_seq_lengths_query\[1\] = 10 must be in \[0, 5\] in BSND"):
+        ops.lightning_indexer_grad(*args, layout="BSND")[0].asnumpy()
+    args[5], args[6] = [5], [7]
+    with pytest.raises(ValueError, match=rf"^{OP}: argument 'actual_seq_lengths_query' dim 0 must be the batch size B"):
         ops.lightning_indexer_grad(*args, layout="BSND")
 
 

@@ -206,12 +206,17 @@ def test_bad_attributes(attrs: dict, match: str) -> None:
         ops.sparse_lightning_indexer_grad_kl_loss(*args, scale_value=0.5, **{"layout": "TND", **attrs})
 
 
-def test_lengths_in_bsnd_are_rejected() -> None:
+def test_bsnd_lengths_are_per_batch() -> None:
+    # BSND lengths are the valid rows of each batch (S1 = 7, S2 = 9), not cumulative: [7, 14] is
+    # cumulative, its 14 no valid length of a batch (docs/contract.md section 0.3).
     case = make_case(np.random.default_rng(10), "float32", "float32", "BSND")
     args = ms_args(case, "float32", "float32")
-    args[10], args[11] = ms.Tensor(np.array([7, 14])), ms.Tensor(np.array([9, 18]))
-    with pytest.raises(ValueError, match="must be None in BSND layout"):
+    args[10], args[11] = [7, 14], [9, 18]
+    with pytest.raises(ValueError, match=r"actual_seq_lengths_query\[1\] = 14 must be in \[0, 7\] in BSND layout"):
         ops.sparse_lightning_indexer_grad_kl_loss(*args, scale_value=0.5, layout="BSND")
+    args[10], args[11] = ms.Tensor(np.array([7, 14])), ms.Tensor(np.array([9, 18]))
+    with pytest.raises(RuntimeError, match=r"actual_seq_lengths_query\[1\] = 14 must be in \[0, 7\] in BSND layout"):
+        ops.sparse_lightning_indexer_grad_kl_loss(*args, scale_value=0.5, layout="BSND")[3].asnumpy()
 
 
 def _escape(s: str) -> str:

@@ -11,7 +11,6 @@ from _util import DTYPES, Fn, assert_close, quantize, to_ms, to_np
 
 from ms_grad_ops import ops
 from ms_grad_ops import reference as ref
-from ms_grad_ops.reference.sparse_flash_attention import LOWEST_F32
 
 # name -> make_case kwargs. Each exercises a docs/contract.md section 3 rule (see the comments).
 CASES = {
@@ -138,7 +137,7 @@ def reference_forward(case: Case, dtype: str) -> tuple[np.ndarray, ...]:
 def _check_stats(got_max: np.ndarray, got_sum: np.ndarray, ref_max: np.ndarray, ref_sum: np.ndarray,
                  dtype: str) -> None:
     empty = ref_sum == 0
-    assert (got_sum[empty] == 0).all() and (got_max[empty] == LOWEST_F32).all(), "rows with no visible key"
+    assert (got_sum[empty] == 0).all() and (got_max[empty] == 0).all(), "rows with no visible key: 0 / 0"
     assert_close(got_max[~empty], ref_max[~empty], dtype, "attention", "softmax_max")
     assert_close(got_sum[~empty], ref_sum[~empty], dtype, "attention", "softmax_sum")
 

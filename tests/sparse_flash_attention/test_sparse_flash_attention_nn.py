@@ -154,10 +154,10 @@ def test_cell_tnd_without_lengths_is_one_sequence(exec_mode: str) -> None:
         assert_close(to_np(got), w, "float32", "attention", what)
 
 
-def test_cell_bsnd_rejects_lengths() -> None:
+def test_cell_bsnd_lengths_are_per_batch() -> None:
     attn = mgo_nn.SparseFlashAttention(0.5, layout="BSND")
     q = Tensor(np.zeros((1, 3, 2, 4), np.float32))
     kv = Tensor(np.zeros((1, 3, 1, 4), np.float32))
-    with pytest.raises(ValueError, match=r"sparse_flash_attention: arguments 'actual_seq_lengths_query'/"
-                                         r"'actual_seq_lengths_kv' must be None in BSND layout"):
-        attn(q, kv, None, Tensor(np.zeros((1, 3, 1, 2), np.int32)), None, None, [3], [3])
+    with pytest.raises(ValueError, match=r"sparse_flash_attention: actual_seq_lengths_query\[0\] = 4 must be in "
+                                         r"\[0, 3\] in BSND layout"):
+        attn(q, kv, None, Tensor(np.zeros((1, 3, 1, 2), np.int32)), None, None, [4], [3])

@@ -123,31 +123,51 @@ def build_cla(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
 
 
 def _geometry(c: dict) -> tuple[list[tuple[int, int]], tuple, tuple]:
-    """(S1_b, S2_b) per batch and the token prefixes of query and key tensors."""
+    """(S1_b, S2_b) per batch (BSND: the valid lengths) and the token prefixes of query and key tensors."""
     if c["layout"] == "TND":
         return list(zip(c["lens_q"], c["lens_kv"])), (sum(c["lens_q"]),), (sum(c["lens_kv"]),)
-    return [(c["s1"], c["s2"])] * c["b"], (c["b"], c["s1"]), (c["b"], c["s2"])
+    lq = c.get("lens_q") or [c["s1"]] * c["b"]
+    lk = c.get("lens_kv") or [c["s2"]] * c["b"]
+    return list(zip(lq, lk)), (c["b"], c["s1"]), (c["b"], c["s2"])
 
 
-def _indices(rng: np.random.Generator, batches: list, n2: int, k: int, bs: int, tok: tuple) -> np.ndarray:
+def valid_rows(c: dict) -> np.ndarray:
+    """The query rows (flat, TND order) the kernels read: BSND padding rows are not among them."""
+    batches, tq, _ = _geometry(c)
+    if c["layout"] == "TND":
+        return np.arange(tq[0])
+    return np.concatenate([b * c["s1"] + np.arange(n) for b, (n, _) in enumerate(batches)] + [np.zeros(0, int)])
+
+
+def _place(rows: list, c: dict, tok: tuple, tail: tuple) -> np.ndarray:
+    """Per-row index arrays (valid rows, in order) as ``[*tok, *tail]``; BSND padding rows hold
+    out-of-range values (never read, so never an error)."""
+    flat = np.full((int(np.prod(tok)), *tail), 10**6, np.int32)
+    if rows:
+        flat[valid_rows(c)] = np.asarray(rows, np.int32).reshape(-1, *tail)
+    return flat.reshape(*tok, *tail)
+
+
+def _indices(rng: np.random.Generator, c: dict, n2: int, k: int, bs: int) -> np.ndarray:
     """Block indices local to each batch, -1 anywhere (about 30 %), K possibly above the visible count."""
+    batches, tok, _ = _geometry(c)
     out = []
     for s1, s2 in batches:
         nb = -(-s2 // bs)
-        for _ in range(s1 * n2):
-            r = rng.integers(0, nb, k) if nb else np.full(k, -1)
-            out.append(np.where(rng.random(k) < 0.3, -1, r))
-    return np.asarray(out, np.int32).reshape(*tok, n2, k) if out else np.zeros((*tok, n2, k), np.int32)
+        for _ in range(s1):
+            rows = [np.where(rng.random(k) < 0.3, -1, rng.integers(0, nb, k) if nb else -1) for _ in range(n2)]
+            out.append(np.stack(rows))
+    return _place(out, c, tok, (n2, k))
 
 
 def _ref_lens(c: dict) -> tuple:
     if c["layout"] == "BSND":
-        return None, None
+        return c.get("lens_q"), c.get("lens_kv")
     return list(np.cumsum(c["lens_q"])), list(np.cumsum(c["lens_kv"]))
 
 
 def _call_lens(c: dict) -> tuple:
-    if c["layout"] == "BSND" or c["lens_as"] == "none":
+    if c["lens_as"] == "none":
         return None, None
     cq, ck = _ref_lens(c)
     return _lens(cq, c["lens_as"]), _lens(ck, c["lens_as"])
@@ -161,7 +181,7 @@ def build_sfa(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
     v = None if c["value_none"] else _fl(rng, (*tk, n2, d), dt)
     qr = _fl(rng, (*tq, n1, dr), dt) if dr else None
     kr = _fl(rng, (*tk, n2, dr), dt) if dr else None
-    idx = _Arr(_indices(rng, batches, n2, c["k"], bs, tq), "int32")
+    idx = _Arr(_indices(rng, c, n2, c["k"], bs), "int32")
     lq, lk = _call_lens(c)
     rq, rk = _ref_lens(c)
     attrs = {"scale_value": c["scale"], "sparse_block_size": bs, "layout": c["layout"], "sparse_mode": c["mode"]}
@@ -216,7 +236,7 @@ def build_indexer(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any
     qi = _fl(rng, (*tq, nidx, didx), dt, 0.5)
     ki = _fl(rng, (*tk, 1, didx), dt)
     w = _fl(rng, (*tq, nidx), wdt, 1 / np.sqrt(nidx))
-    si = _Arr(_token_indices(rng, batches, c["k"], tq), "int32")
+    si = _Arr(_token_indices(rng, c, c["k"]), "int32")
     attrs = {"scale_value": c["scale"], "layout": c["layout"], "sparse_mode": c["mode"]}
     mx, sm = ref.attention_softmax_stats(q.a, k.a, si.a, None if qr is None else qr.a, None if kr is None else kr.a,
                                          rq, rk, **attrs)
@@ -234,14 +254,15 @@ def build_indexer(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any
     return call, reference
 
 
-def _token_indices(rng: np.random.Generator, batches: list, k: int, tok: tuple) -> np.ndarray:
+def _token_indices(rng: np.random.Generator, c: dict, k: int) -> np.ndarray:
+    batches, tok, _ = _geometry(c)
     out = []
     for s1, s2 in batches:
         for _ in range(s1):
             r = rng.permutation(max(s2, 1))[:k] if s2 else np.zeros(0, np.int64)
             r = np.concatenate([r, np.full(k - r.size, -1)]) if r.size < k else r
             out.append(rng.permutation(np.where(rng.random(k) < 0.25, -1, r)))
-    return np.asarray(out, np.int32).reshape(*tok, 1, k) if out else np.zeros((*tok, 1, k), np.int32)
+    return _place(out, c, tok, (1, k))
 
 
 def build_indexer_grad(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
@@ -253,9 +274,9 @@ def build_indexer_grad(op: str, rng: np.random.Generator, c: dict) -> tuple[Call
     w = _fl(rng, (*tq, nidx), wdt, 1 / np.sqrt(nidx))
     rows = [np.where(rng.random(k) < 0.25, -1, rng.integers(0, s2, k)) if s2 else np.full(k, -1)
             for s1, s2 in batches for _ in range(s1)]
-    idx = np.asarray(rows, np.int32).reshape(*tq, 1, k)
+    idx = _place(rows, c, tq, (1, k))
     dv = rng.standard_normal(idx.shape)
-    dv[idx == -1] = np.nan
+    dv[(idx == -1) | (idx == 10**6)] = np.nan   # -1 slots and padding rows: never read
     si, dvals = _Arr(idx, "int32"), _Arr(dv.astype(np.float32).astype(np.float64), "float32")
     lq, lk = _call_lens(c)
     rq, rk = _ref_lens(c)

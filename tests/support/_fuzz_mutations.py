@@ -114,16 +114,23 @@ def mutate(call: Any, mutation: list, cfg: dict) -> str:
             return done
         kind = "rank"
     if kind == "indices" and "sparse_indices" in tensors:
+        from _fuzz_cases import valid_rows
         holder = tensors["sparse_indices"][0]
         idx = holder["sparse_indices"].a.copy()
-        if idx.size:
+        rows = valid_rows(cfg)   # a BSND padding row is never read: no error there
+        per_row = idx.size // max(int(np.prod(idx.shape[:-2])), 1)
+        if idx.size and rows.size:
             flat = idx.reshape(-1)
-            flat[a % flat.size] = (-2 - b % 5) if b % 2 else 10**6 + b
+            at = int(rows[a % rows.size]) * per_row + b % per_row
+            flat[at] = (-2 - b % 5) if b % 2 else 10**6 + b
             holder["sparse_indices"] = _Arr(idx, "int32")
-            return f"sparse_indices[{a % flat.size}] = {flat[a % flat.size]}"
+            return f"sparse_indices[{at}] = {flat[at]}"
     if kind == "pair":
-        for x, y in (("query_rope", "key_rope"), ("actual_seq_lengths_query", "actual_seq_lengths_kv"),
-                     ("actual_seq_lengths_query", "actual_seq_lengths_key")):
+        # BSND lengths may be given alone (docs/contract.md section 0.3): only TND's must be paired.
+        lq = "actual_seq_lengths_query"
+        lengths = () if call.kwargs.get("layout") == "BSND" else ((lq, "actual_seq_lengths_kv"),
+                                                                  (lq, "actual_seq_lengths_key"))
+        for x, y in (("query_rope", "key_rope"), *lengths):
             if x in call.kwargs and y in call.kwargs and (call.kwargs[x] is None) == (call.kwargs[y] is None):
                 if call.kwargs[x] is not None:
                     call.kwargs[y if b % 2 else x] = None
@@ -169,7 +176,9 @@ def _bad_lengths(call: Any, cfg: dict, a: int, b: int) -> str | None:
     name = keys[a % len(keys)]
     v = call.kwargs[name]
     lens = list(np.asarray(v.a if isinstance(v, _Arr) else v))
-    if b % 2 == 0:
+    if cfg["layout"] == "BSND":   # per-batch lengths: outside [0, S]
+        lens[b % len(lens)] = -1 - b % 2 if b % 3 == 0 else cfg["s1" if name.endswith("query") else "s2"] + 1 + b % 3
+    elif b % 2 == 0:
         lens[-1] += 1 + b % 3          # last entry != token count
     else:
         lens = [lens[-1] + 1] + lens[1:] if len(lens) > 1 else [lens[0] + 1]   # decreasing / wrong total

@@ -8,7 +8,7 @@
 //   S = qf kfᵀ (AIC) -> scale, running max m, P = exp(S - m), running sum l (AIV)
 //   acc = acc * exp(m_old - m) (AIV), acc += P v (AIC, atomic add into the same core's acc)
 // and finally out = acc / l, softmax_max = m, softmax_sum = l. A row with no visible key gives
-// out = 0, softmax_max = lowest float32, softmax_sum = 0 (docs/contract.md section 3).
+// out = 0, softmax_max = 0, softmax_sum = 0 (docs/contract.md section 0.6).
 #include "kernel_operator.h"
 #include "lib/matmul_intf.h"
 
@@ -167,6 +167,7 @@ class SparseFlashAttentionKernel {
     const LocalTensor<T> rowh = ub_.rowH[0].template Get<T>();
     SyncPipes<HardEvent::V_S>();
     if (!any) Duplicate(rowf, 0.0f, t_.d);
+    if (!any) Duplicate(Stat(kMax), 0.0f, t_.g);  // nothing visible: out, softmax_max, softmax_sum all 0
     for (uint32_t h = 0; h < t_.g; ++h) {
       if (any) {
         const float inv = 1.0f / Stat(kSum).GetValue(h);
