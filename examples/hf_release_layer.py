@@ -8,9 +8,9 @@
 Without ``--release`` it writes a small synthetic release in a temporary folder, shaped as DeepSeek's
 (their config keys; four shards; FP8 linear weights with ``weight_scale_inv`` blocks, bfloat16 norms
 and ``weights_proj``, float32 indexer LayerNorm; other layers' attention, norms, MLP, embedding and
-head tensors beside them, the large ones left as holes in the files so that the release is several
-GiB on paper and costs no disk), loads layer 1, checks it bitwise against the same weights given
-under DeepSeek's inference names (``from_deepseek`` with their ``ModelArgs`` +
+head tensors beside them (256 experts per MoE layer), the large ones left as holes in the files, so
+that the release is over a GiB on paper and costs no disk), loads layer 1, checks it bitwise against
+the same weights given under DeepSeek's inference names (``from_deepseek`` with their ``ModelArgs`` +
 ``load_deepseek_state_dict``), runs a forward through both, and prints the peak resident memory the
 load added. The writer here is also what the tests build their releases with.
 """
@@ -34,11 +34,27 @@ CONFIG = {
     "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32", "hidden_size": 160,
     "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16,
     "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 12, "index_n_heads": 8, "index_head_dim": 16,
-    "index_topk": 5, "num_hidden_layers": 3, "first_k_dense_replace": 3, "intermediate_size": 18432,
-    "vocab_size": 129280, "max_position_embeddings": 163840, "rms_norm_eps": 1e-6, "rope_theta": 50000,
+    "index_topk": 5, "num_hidden_layers": 3, "first_k_dense_replace": 1, "intermediate_size": 18432,
+    "n_routed_experts": 256, "n_shared_experts": 1, "moe_intermediate_size": 4096, "vocab_size": 129280,
+    "max_position_embeddings": 163840, "rms_norm_eps": 1e-6, "rope_theta": 50000,
     "attention_bias": False, "torch_dtype": "bfloat16",
     "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 64, "beta_fast": 32,
                      "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707},
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                            "scale_fmt": "ue8m0", "weight_block_size": [128, 128]},
+}
+# DeepSeek-V3.2's own release config (deepseek-ai/DeepSeek-V3.2, config.json), its attention keys and a
+# few others: the sizes of the real layer.
+DEEPSEEK_V32 = {
+    "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32", "hidden_size": 7168,
+    "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "index_n_heads": 64, "index_head_dim": 128,
+    "index_topk": 2048, "num_hidden_layers": 61, "first_k_dense_replace": 3, "intermediate_size": 18432,
+    "n_routed_experts": 256, "n_shared_experts": 1, "moe_intermediate_size": 2048, "vocab_size": 129280,
+    "max_position_embeddings": 163840, "rms_norm_eps": 1e-6, "rope_theta": 10000, "attention_bias": False,
+    "torch_dtype": "bfloat16",
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
     "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
                             "scale_fmt": "ue8m0", "weight_block_size": [128, 128]},
 }
@@ -171,12 +187,16 @@ def synthetic_release(folder: Path, fp8: bool = True, seed: int = 0, layer: int 
     attention weights in float32 under DeepSeek's names. Layer ``layer``'s tensors are split over
     shards 2 and 3 (its ``q_a_proj.weight_scale_inv`` apart from its weight); shard 1 holds the
     embedding and layer 0, shard 4 the last layers and the head, so loading layer 1 never needs
-    them; the MLP, embedding and head weights are holes (together several GiB). ``edit`` may change
+    them; the MLP (dense in layer 0, 256 experts after), embedding and head weights are holes
+    (together over 1 GiB). ``edit`` may change
     the ``{shard: {name: tensor}}`` table before it is written (the tests break releases so)."""
     rng = np.random.default_rng(seed)
-    c, inter = CONFIG, CONFIG["intermediate_size"]
-    mlp = {f"mlp.{p}.weight": Hole("F8_E4M3", (c["hidden_size"], inter) if p == "down_proj" else
-                                   (inter, c["hidden_size"])) for p in ("gate_proj", "up_proj", "down_proj")}
+    c = CONFIG
+
+    def mlp(module: str, inter: int) -> dict[str, Hole]:
+        return {f"{module}.{p}.weight": Hole("F8_E4M3", (c["hidden_size"], inter) if p == "down_proj" else
+                                             (inter, c["hidden_size"])) for p in ("gate_proj", "up_proj", "down_proj")}
+
     shards: dict[str, dict] = {f"model-0000{i}-of-00004.safetensors": {} for i in range(1, 5)}
     names = list(shards)
     shards[names[0]]["model.embed_tokens.weight"] = Hole("BF16", (c["vocab_size"], c["hidden_size"]))
@@ -193,8 +213,16 @@ def synthetic_release(folder: Path, fp8: bool = True, seed: int = 0, layer: int 
                 split = 1                                                  # a factor apart from its weight
             shards[names[home + split]][pre + "self_attn." + name] = value
         norm = ("BF16", _bf16(np.ones(c["hidden_size"]))[0])
-        shards[names[home]].update({pre + "input_layernorm.weight": norm, pre + "post_attention_layernorm.weight": norm,
-                                    **{pre + k: v for k, v in mlp.items()}})
+        shards[names[home]].update({pre + "input_layernorm.weight": norm,
+                                    pre + "post_attention_layernorm.weight": norm})
+        if n < c["first_k_dense_replace"]:
+            shards[names[home]].update({pre + k: v for k, v in mlp("mlp", c["intermediate_size"]).items()})
+        else:                       # MoE: the router, the shared expert, the routed experts (split over two shards)
+            shards[names[home]][pre + "mlp.gate.weight"] = Hole("BF16", (c["n_routed_experts"], c["hidden_size"]))
+            for e in ("shared_experts", *(f"experts.{i}" for i in range(c["n_routed_experts"]))):
+                part = 1 if n == layer and e.startswith("experts.") and int(e[8:]) % 2 else 0
+                shards[names[home + part]].update(
+                    {pre + k: v for k, v in mlp("mlp." + e, c["moe_intermediate_size"]).items()})
         if n == layer:
             out = values
     if edit is not None:

@@ -252,12 +252,12 @@ def _load(layer: object, state: Mapping[str, object], prefix: str, caller: str, 
 
     for name, path in NAMES.items():
         if path:
-            _param(layer, path).set_data(Tensor(value(name)))
+            _param(layer, path).set_data(Tensor.from_numpy(value(name)))
     # wkv_b [H * (nope + v), C] is, per head, the rows of k_nope (w_uk) then those of v (w_uv).
     h, nope, c = layer.w_uk.shape
     per_head = value("wkv_b.weight").reshape(h, -1, c)
-    layer.w_uk.set_data(Tensor(np.ascontiguousarray(per_head[:, :nope])))
-    layer.w_uv.set_data(Tensor(np.ascontiguousarray(per_head[:, nope:])))
+    layer.w_uk.set_data(Tensor.from_numpy(np.ascontiguousarray(per_head[:, :nope])))
+    layer.w_uv.set_data(Tensor.from_numpy(np.ascontiguousarray(per_head[:, nope:])))
 
 
 def load(layer: object, state: Mapping[str, object] | str | os.PathLike, prefix: str = "") -> None:
