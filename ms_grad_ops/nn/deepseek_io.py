@@ -250,14 +250,15 @@ def _load(layer: object, state: Mapping[str, object], prefix: str, caller: str, 
             out = _dequantise(out, np.asarray(scale, np.float32))
         return out
 
+    # Tensor.from_numpy shares the array's memory: the arrays here are fresh, read or copied for this.
     for name, path in NAMES.items():
         if path:
             _param(layer, path).set_data(Tensor.from_numpy(value(name)))
     # wkv_b [H * (nope + v), C] is, per head, the rows of k_nope (w_uk) then those of v (w_uv).
     h, nope, c = layer.w_uk.shape
     per_head = value("wkv_b.weight").reshape(h, -1, c)
-    layer.w_uk.set_data(Tensor.from_numpy(np.ascontiguousarray(per_head[:, :nope])))
-    layer.w_uv.set_data(Tensor.from_numpy(np.ascontiguousarray(per_head[:, nope:])))
+    layer.w_uk.set_data(Tensor.from_numpy(per_head[:, :nope].copy()))      # each its own buffer
+    layer.w_uv.set_data(Tensor.from_numpy(per_head[:, nope:].copy()))
 
 
 def load(layer: object, state: Mapping[str, object] | str | os.PathLike, prefix: str = "") -> None:

@@ -8,7 +8,6 @@ only the shards holding the layer are opened and only its tensors read (peak mem
 names what and where; the config mapping at DeepSeek-V3.2's own sizes."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -16,15 +15,11 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
-from _paths import EXAMPLES
+from _hf_example import example
 from mindspore import Tensor
 
 import ms_grad_ops as mgo
 from ms_grad_ops.nn import deepseek_io
-
-_spec = importlib.util.spec_from_file_location("hf_release_layer", EXAMPLES / "hf_release_layer.py")
-example = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(example)
 
 PREFIX = "model.layers.1.self_attn."
 SHARDS = [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
@@ -91,6 +86,22 @@ def test_from_pretrained_equals_the_model_args_layer(kind: str, releases: dict, 
         again = mgo.nn.DSAttention.from_deepseek(example.MODEL_ARGS)
         again.load_deepseek_state_dict(state, prefix=PREFIX)
         _assert_same(again, want)
+
+
+def test_single_file_release(releases: dict, tmp_path: Path) -> None:
+    """A release of one ``model.safetensors`` and no index loads the same layer."""
+    def merge(shards: dict) -> None:
+        merged = {k: v for tensors in shards.values() for k, v in tensors.items()}
+        shards.clear()
+        shards["model.safetensors"] = merged
+
+    folder = tmp_path / "single"
+    weights = example.synthetic_release(folder, seed=3, edit=merge)
+    (folder / "model.safetensors.index.json").unlink()
+    assert all(np.array_equal(weights[k], v) for k, v in releases["fp8"][1].items())
+    got = mgo.nn.DSAttention.from_pretrained(folder, layer=1)
+    want = mgo.nn.DSAttention.from_pretrained(releases["fp8"][0], layer=1)
+    _assert_same(got, want)
 
 
 def _bytes_read() -> int:
