@@ -12,7 +12,8 @@ nothing else.
 Config mapping (Hugging Face -> ModelArgs): ``hidden_size`` -> ``dim``, ``num_attention_heads`` ->
 ``n_heads``; ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
 ``v_head_dim``, ``index_n_heads``, ``index_head_dim``, ``index_topk``, ``rope_theta`` keep their names;
-``rope_scaling`` (``type``/``rope_type`` "yarn"): ``factor`` -> ``rope_factor``,
+``rope_scaling`` (``type``/``rope_type`` "yarn"; or transformers 5's ``rope_parameters``, which
+also holds ``rope_theta``): ``factor`` -> ``rope_factor``,
 ``original_max_position_embeddings`` -> ``original_seq_len``, ``beta_fast``, ``beta_slow``, and
 ``mscale_all_dim`` -> ``mscale`` (the factor of the softmax scale: DeepSeek's ``MLA`` squares
 ``0.1 * mscale * ln(factor) + 1`` where Hugging Face's code uses ``mscale_all_dim``; Hugging Face's

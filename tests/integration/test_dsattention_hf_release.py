@@ -223,9 +223,15 @@ def test_max_seq_len_and_yarn(releases: dict, tmp_path: Path) -> None:
     """max_seq_len: DeepSeek's ModelArgs default 16384 (max_position_embeddings is not read); an override
     that would turn YaRN off is an error; without rope_scaling YaRN stays off at any max_seq_len."""
     folder = _copy(releases["fp8"][0], tmp_path)
-    assert deepseek_io.pretrained_kwargs(folder, {})["max_seq_len"] == 16384
+    kwargs = deepseek_io.pretrained_kwargs(folder, {})
+    assert kwargs["max_seq_len"] == 16384
+    # transformers 5 writes the same as rope_parameters (rope_type, rope_theta inside).
+    yarn = {k: v for k, v in example.CONFIG["rope_scaling"].items() if k != "type"}
+    _config(folder, rope_scaling=None, rope_theta=None,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 50000, **yarn})
+    assert deepseek_io.pretrained_kwargs(folder, {}) == kwargs
     assert "max_seq_len 64 <= original_seq_len 64 turns YaRN off" in _error(folder, max_seq_len=64)
-    _config(folder, rope_scaling=None, max_position_embeddings=128)
+    _config(folder, rope_parameters=None, max_position_embeddings=128)
     kwargs = deepseek_io.pretrained_kwargs(folder, {"max_seq_len": 256})
     assert kwargs["max_seq_len"] == kwargs["original_seq_len"] == 256
     assert mgo.nn.DSAttention.from_pretrained(folder, 1, max_seq_len=256).softmax_scale == 16 ** -0.5
