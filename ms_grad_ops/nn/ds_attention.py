@@ -200,17 +200,36 @@ class DSAttention(nn.Cell):
         or overrides of those ModelArgs give (e.g. ``max_seq_len``)."""
         return cls(**{**deepseek_io.layer_kwargs(args), **kwargs})
 
+    # No return annotation: a class-named one breaks amp.auto_mixed_precision "O1", which re-emits this
+    # source through mindspore.rewrite (issue 26). It returns a DSAttention (an instance of cls).
+    @classmethod
+    def from_pretrained(cls, path: str, layer: int, **kwargs: object):
+        """Layer ``layer``'s attention from DeepSeek-V3.2's Hugging Face release in the folder ``path``
+        (``config.json`` with ``"model_type": "deepseek_v32"``, ``model.safetensors.index.json`` and
+        its shards): the config's Hugging Face keys become the constructor arguments (YaRN from
+        ``rope_scaling``; ``max_seq_len`` is DeepSeek's ``ModelArgs`` default 16384, as their inference
+        runs the release: ``max_position_embeddings`` is not read), and only the shards holding
+        ``model.layers.{layer}.self_attn.*`` are opened, only those tensors read (FP8 with
+        ``weight_scale_inv``, bfloat16, float16, float32). ``kwargs``: further constructor arguments
+        (``layout``, ``dtype``, ``max_seq_len``, ...). A missing layer or tensor, an unexpected or
+        wrongly shaped tensor, or a config that is not DeepSeek-V3.2's raises a ``ValueError`` naming
+        it and its file. docs/dsattention.md has the mapping."""
+        return deepseek_io.from_pretrained(cls, path, layer, kwargs)
+
     def load_deepseek_state_dict(self, state: object, prefix: str = "") -> None:
         """Sets the parameters from one layer's tensors under the names of DeepSeek's ``MLA`` module
         (``wq_a.weight``, ``q_norm.weight``, ``wq_b.weight``, ``wkv_a.weight``, ``kv_norm.weight``,
         ``wkv_b.weight``, ``wo.weight``, ``indexer.wq_b.weight``, ``indexer.wk.weight``,
         ``indexer.k_norm.weight``, ``indexer.k_norm.bias``, ``indexer.weights_proj.weight``, each
-        after ``prefix``, e.g. ``"layers.3.attn."``): a mapping of NumPy arrays or the path of a
-        safetensors file (only the names under ``prefix`` are read). ``wkv_b`` ``[H * (nope + v),
+        after ``prefix``, e.g. ``"layers.3.attn."``) or of the Hugging Face release (``q_a_proj``,
+        ``q_a_layernorm``, ``q_b_proj``, ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``,
+        ``o_proj``, the same ``indexer.*``; ``prefix`` e.g. ``"model.layers.3.self_attn."``): a
+        mapping of NumPy arrays, the path of a safetensors file or of a release folder (through its
+        index; only the tensors under ``prefix`` are read). ``wkv_b`` ``[H * (nope + v),
         kv_lora_rank]`` is split per head into ``w_uk`` and ``w_uv``. float8_e4m3fn weights are
-        dequantised with their ``.scale`` (128 x 128 blocks, DeepSeek's FP8 checkpoints); bfloat16
-        and float16 are widened exactly. A missing, unexpected or wrongly shaped tensor raises a
-        ``ValueError`` listing them all."""
+        dequantised with their ``.scale`` / ``.weight_scale_inv`` (``weight * scale`` per 128 x 128
+        block); bfloat16 and float16 are widened exactly. A missing, unexpected or wrongly shaped
+        tensor raises a ``ValueError`` listing them all."""
         deepseek_io.load(self, state, prefix)
 
     def deepseek_state_dict(self, prefix: str = "") -> dict:

@@ -14,6 +14,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 import safetensors.numpy
+from _hf_example import example
 from _util import rel_l2
 from mindspore import Tensor
 
@@ -197,19 +198,6 @@ def _fp8(rng: np.random.Generator, shape: tuple) -> tuple[np.ndarray, np.ndarray
     return ((sign << 7) | (exp << 3) | man).astype(np.uint8), value
 
 
-def _write_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]]) -> None:
-    """A safetensors file by hand (the package cannot write float8 from NumPy): name -> (dtype tag, raw array)."""
-    header, blobs, offset = {}, [], 0
-    for name, (tag, raw) in tensors.items():
-        data = np.ascontiguousarray(raw).tobytes()
-        header[name] = {"dtype": tag, "shape": list(raw.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    head = json.dumps(header).encode()
-    head += b" " * (-len(head) % 8)
-    path.write_bytes(len(head).to_bytes(8, "little") + head + b"".join(blobs))
-
-
 FP8_WEIGHTS = ("wq_a.weight", "wq_b.weight", "wkv_a.weight", "wkv_b.weight", "wo.weight", "indexer.wq_b.weight",
                "indexer.wk.weight")
 
@@ -235,7 +223,7 @@ def test_fp8_checkpoint_is_dequantised_per_block(tmp_path: Path) -> None:
             tensors[PREFIX + name] = ("BF16", bits)
             expected[name] = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     path = tmp_path / "fp8.safetensors"
-    _write_safetensors(path, tensors)
+    example.write_safetensors(path, tensors)
     layer.load_deepseek_state_dict(path, prefix=PREFIX)
     got = layer.deepseek_state_dict()
     for name, value in expected.items():
@@ -244,7 +232,7 @@ def test_fp8_checkpoint_is_dequantised_per_block(tmp_path: Path) -> None:
 
     del tensors[PREFIX + "wkv_b.scale"]
     tensors[PREFIX + "q_norm.scale"] = ("F32", np.ones((1, 1), np.float32))
-    _write_safetensors(path, tensors)
+    example.write_safetensors(path, tensors)
     with pytest.raises(ValueError) as info:
         layer.load_deepseek_state_dict(path, prefix=PREFIX)
     assert "wkv_b.weight is float8_e4m3fn but has no wkv_b.scale" in str(info.value)
