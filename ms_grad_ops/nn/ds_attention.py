@@ -189,8 +189,10 @@ class DSAttention(nn.Cell):
 
     # -- DeepSeek checkpoints --------------------------------------------------------------------
 
+    # No return annotation: it would name the class, and ``ms.amp.auto_mixed_precision`` (O1) re-emits
+    # the class source under another name (``mindspore.rewrite``), where that annotation is a NameError.
     @classmethod
-    def from_deepseek(cls, args: object, **kwargs: object) -> DSAttention:
+    def from_deepseek(cls, args: object, **kwargs: object):  # returns a DSAttention
         """The layer for DeepSeek's ``ModelArgs`` ``args``: a dict, a path to their ``config.json`` (as
         ``inference/generate.py`` reads it) or an object with those attributes; missing names take
         ModelArgs' defaults (e.g. ``max_seq_len`` 16384, so YaRN is on), unknown names are an error.
@@ -298,9 +300,11 @@ class DSAttention(nn.Cell):
         return qr, q_lat, q_pe, latent, k_pe
 
     def _output(self, o: Tensor) -> Tensor:
-        """The attention's latent output ``[N, H, D]`` (any float dtype) -> ``[N, dim]`` float32."""
-        n, h = o.shape[0], self.n_heads
-        o = o.astype(ms.float32).reshape(n, h, self.kv_rank)
+        """The attention's latent output ``[..., H, D]`` in the kernels' dtype (BSND or TND) -> ``[N, dim]``
+        float32. Cast before the reshape: GRAPH mode and ``ms.jit`` have no CPU Reshape for bfloat16."""
+        h = self.n_heads
+        o = o.astype(ms.float32).reshape(-1, h, self.kv_rank)
+        n = o.shape[0]
         v = msops.bmm(o.transpose(1, 0, 2), self.w_uv.transpose(0, 2, 1)).transpose(1, 0, 2)
         return self.wo(v.reshape(n, h * self.v_dim))
 
@@ -314,7 +318,7 @@ class DSAttention(nn.Cell):
         qr, q_lat, q_pe, latent, k_pe = self._project(flat, cos, sin)
         q_idx, k_idx, weights = self._index_inputs(flat, qr, cos, sin, lead)
         o, loss = self.sparse(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths, lengths, lead, lead)
-        out = self._output(o.reshape((flat.shape[0],) + o.shape[-2:]))
+        out = self._output(o)
         return out.reshape(lead + (out.shape[-1],)), loss
 
 
