@@ -1,6 +1,8 @@
-"""Every Cell behind upstream layers: an ``nn.Dense`` in front of each float input, gradients of
-the Dense parameters (GRAPH and PyNative, TND and BSND, float32/float16/bfloat16, with and without
-rope, key is value) against the float64 reference, the chain rule through the Dense done in NumPy.
+"""The Cells behind upstream layers in the variants the training matrix
+(tests/training/test_cell_matrix.py: every Cell x mode x layout x dtype) does not vary: lengths as
+lists and int32/int64 tensors, with and without rope, key and value separate / one tensor twice /
+``value=None``, the indexer chain. An ``nn.Dense`` in front of each float input; gradients of the
+Dense parameters against the float64 reference, the chain rule through the Dense done in NumPy.
 
 Differentiating only a Cell's own inputs missed issue 9's GRAPH abort (a bprop whose branches
 returned different structures): these tests differentiate parameters upstream of the Cells.
@@ -61,29 +63,6 @@ def test_rotary_embedding(mode: str, dtype: str, lens_kind: str) -> None:
     body = _RopeBody(to_ms(cos, dtype), to_ms(sin, dtype), lens if lens_kind == "list" else
                      Tensor(np.asarray(lens, np.int32 if lens_kind == "int32" else np.int64)))
     check_param_grads(up, body, ws, list(want), f"RotaryEmbedding {mode} {dtype}")
-
-
-# ----------------------------------------------------------------------------------- CLA gate
-
-
-class _ClaBody(nn.Cell):
-    def __init__(self) -> None:
-        super().__init__()
-        self.merge = mgo.nn.ClaGateMerge()
-
-    def construct(self, xs: tuple, ws: tuple) -> Tensor:
-        return weighted(self.merge(xs[0], xs[1], xs[2], xs[3]), ws[0])
-
-
-@pytest.mark.parametrize("mode,dtype", [("graph", "float32"), ("graph", "bfloat16"), ("pynative", "float16")],
-                         indirect=["mode"])
-def test_cla_gate_merge(mode: str, dtype: str) -> None:
-    rng = np.random.default_rng(2)
-    t, n, d = 5, 3, 16
-    up = Upstream.make(rng, [(t, n, d), (t, n, d), (t, n), (t, n)], dtype)
-    w = rng.standard_normal((t, n, d)).astype(np.float32)
-    want = ref.cla_gate_backward(quantize(w, dtype), *up.x)
-    check_param_grads(up, _ClaBody(), [w], list(want), f"ClaGateMerge {mode} {dtype}")
 
 
 # ----------------------------------------------------------------------------------- sparse attention
