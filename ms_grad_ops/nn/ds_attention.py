@@ -6,7 +6,7 @@ from mindspore import Parameter, Tensor, nn
 from mindspore import ops as msops
 from mindspore.common.initializer import Normal, initializer
 
-from .._checks import cumulative_lengths
+from .._checks import cumulative_lengths, size_argument
 from . import _yarn, deepseek_io
 from .indexer_kl_loss import IndexerKLLoss
 from .lightning_indexer import LightningIndexer
@@ -143,12 +143,15 @@ class DSAttention(nn.Cell):
             raise ValueError(f"DSAttention: layout must be \"BSND\" or \"TND\", got {layout!r}")
         if dtype not in (ms.float32, ms.float16, ms.bfloat16):
             raise TypeError(f"DSAttention: dtype must be float32, float16 or bfloat16, got {dtype}")
-        if qk_rope_head_dim <= 0 or qk_rope_head_dim % 2 or index_head_dim < qk_rope_head_dim:
+        sizes = {"dim": dim, "n_heads": n_heads, "q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank,
+                 "qk_nope_head_dim": qk_nope_head_dim, "qk_rope_head_dim": qk_rope_head_dim, "v_head_dim": v_head_dim,
+                 "index_n_heads": index_n_heads, "index_head_dim": index_head_dim, "index_topk": index_topk,
+                 "max_seq_len": max_seq_len, "original_seq_len": original_seq_len}
+        for name, value in sizes.items():
+            size_argument("DSAttention", name, value)
+        if qk_rope_head_dim % 2 or index_head_dim < qk_rope_head_dim:
             raise ValueError(f"DSAttention: qk_rope_head_dim ({qk_rope_head_dim}) must be even and positive and "
                              f"<= index_head_dim ({index_head_dim})")
-        if min(dim, n_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, v_head_dim, index_n_heads,
-               index_topk, max_seq_len) <= 0:
-            raise ValueError("DSAttention: every size must be positive")
         if max_seq_len > original_seq_len and min(original_seq_len, rope_factor, beta_fast, beta_slow) <= 0:
             raise ValueError(f"DSAttention: YaRN (max_seq_len {max_seq_len} > original_seq_len {original_seq_len}) "
                              f"needs positive original_seq_len, rope_factor ({rope_factor}), beta_fast "
