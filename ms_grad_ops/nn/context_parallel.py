@@ -8,6 +8,7 @@ from mindspore import Tensor, nn
 from mindspore import ops as msops
 
 from .._checks import size_argument
+from ._amp import rewrite_leaf
 from .ds_attention import DSAttention, SparseStage
 
 
@@ -56,6 +57,7 @@ class GatherTokens(nn.Cell):
         return (self.all_reduce(dout)[self.rank * n:(self.rank + 1) * n],)
 
 
+@rewrite_leaf
 class ContextParallelDSAttention(nn.Cell):
     """``DSAttention`` over ``cp_size`` ranks, each holding a share of every sequence's tokens.
 

@@ -8,6 +8,7 @@ from mindspore.common.initializer import Normal, initializer
 
 from .._checks import cumulative_lengths, size_argument
 from . import _yarn, deepseek_io
+from ._amp import KernelCell, rewrite_leaf
 from .indexer_kl_loss import IndexerKLLoss
 from .lightning_indexer import LightningIndexer
 from .sparse_flash_attention import SparseFlashAttention
@@ -57,6 +58,7 @@ def _dense(n_in: int, n_out: int) -> nn.Dense:
     return nn.Dense(n_in, n_out, has_bias=False, weight_init=Normal(n_in ** -0.5))
 
 
+@rewrite_leaf
 class DSAttention(nn.Cell):
     """DeepSeek-V3.2 sparse attention: MLA whose keys are chosen by the lightning indexer.
 
@@ -263,8 +265,10 @@ class DSAttention(nn.Cell):
         q = msops.concat((_rope_half(q[..., :r], cos, sin), q[..., r:]), -1)
         k = self.k_norm(self.wk_idx(x)).reshape(n, 1, self.index_dim)
         k = msops.concat((_rope_half(k[..., :r], cos, sin), k[..., r:]), -1)
-        w = self.weights_proj(x) * self.weights_scale
-        return self._shape(q, lead), self._shape(k, lead), w.reshape(lead + (self.index_heads,))
+        w = (self.weights_proj(x) * self.weights_scale).reshape(lead + (self.index_heads,))
+        # float32 (the indexer takes it beside any dtype) whatever dtype amp computed it in; the cast
+        # comes last, since in PyNative amp O2/O3 casts the inputs of every operator of this Cell.
+        return self._shape(q, lead), self._shape(k, lead), w.astype(ms.float32)
 
     def index_inputs(self, x: Tensor, actual_seq_lengths: object = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(query_index, key_index, weights)`` as fed to the indexer (for ``nn.LightningIndexer``
@@ -296,7 +300,8 @@ class DSAttention(nn.Cell):
         qr = self.q_norm(self.wq_a(flat))
         q = self.wq_b(qr).reshape(n, h, self.nope_dim + self.rope_dim)
         q_nope, q_pe = q[..., :self.nope_dim], _rope_interleaved(q[..., self.nope_dim:], cos, sin)
-        q_lat = msops.bmm(q_nope.transpose(1, 0, 2), self.w_uk).transpose(1, 0, 2)
+        # w_uk/w_uv take the activations' dtype: under amp O2/O3 the Dense layers hand on float16
+        q_lat = msops.bmm(q_nope.transpose(1, 0, 2), self.w_uk.astype(q_nope.dtype)).transpose(1, 0, 2)
         kv = self.wkv_a(flat)
         latent = self.kv_norm(kv[:, :self.kv_rank]).reshape(n, 1, self.kv_rank)
         k_pe = _rope_interleaved(kv[:, self.kv_rank:].reshape(n, 1, self.rope_dim), cos, sin)
@@ -308,7 +313,7 @@ class DSAttention(nn.Cell):
         h = self.n_heads
         o = o.astype(ms.float32).reshape(-1, h, self.kv_rank)
         n = o.shape[0]
-        v = msops.bmm(o.transpose(1, 0, 2), self.w_uv.transpose(0, 2, 1)).transpose(1, 0, 2)
+        v = msops.bmm(o.transpose(1, 0, 2), self.w_uv.astype(o.dtype).transpose(0, 2, 1)).transpose(1, 0, 2)
         return self.wo(v.reshape(n, h * self.v_dim))
 
     # -- forward -------------------------------------------------------------------------------
@@ -325,7 +330,7 @@ class DSAttention(nn.Cell):
         return out.reshape(lead + (out.shape[-1],)), loss
 
 
-class SparseStage(nn.Cell):
+class SparseStage(KernelCell):
     """The kernels of ``DSAttention`` in one layout: the lightning indexer's top-k, the sparse MLA
     attention and the indexer's KL loss (shared with ``ContextParallelDSAttention``, which runs them
     over TND segments of its local queries and the gathered keys).
