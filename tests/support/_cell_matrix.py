@@ -48,8 +48,10 @@ def public_cells() -> list[type[nn.Cell]]:
 @dataclass
 class Case:
     """One training problem. ``net.construct(*inputs) -> (loss, aux)``: Dense layers, the Cell and a
-    float32 scalar loss; ``aux``, a tuple of tensors, carries what the check needs from the same
-    forward (the Cell's outputs, the keys an indexer selected). ``check(aux, grads)`` raises an
+    float32 scalar loss; ``inputs`` is a flat tuple of tensors (the Dense inputs, the loss weights and
+    the Cell's other tensors: indices, statistics, lengths), so ``set_inputs`` can make every one
+    dynamic. ``aux``, a tuple of tensors, carries what the check needs from the same forward (the
+    Cell's outputs, the keys an indexer selected). ``check(aux, grads, before)`` raises an
     AssertionError unless the forward and the gradients of ``net.trainable_params()`` (NumPy, in
     that order) match the float64 reference; ``before`` holds those parameters' values before the
     step (the reference's)."""
@@ -61,10 +63,11 @@ class Case:
 
 @dataclass(frozen=True)
 class Builder:
-    """How to train one Cell: the table's ops it runs and ``build(layout, dtype) -> Case``."""
+    """How to train one Cell: the table's ops it runs and ``build(layout, dtype, variant=0) -> Case``
+    (variant 1 has other token counts, for one graph that takes both)."""
 
     ops: tuple[str, ...]
-    build: Callable[[str | None, str], Case]
+    build: Callable[..., Case]
 
     @property
     def layouts(self) -> tuple[str | None, ...]:
@@ -107,9 +110,9 @@ class _Step(nn.Cell):
         return loss, aux, grads
 
 
-def train_step(case: Case, mode: str) -> None:
-    """One SGD step of ``case`` in ``mode``: checks the gradients with ``case.check`` and that every
-    parameter moved by ``-LR *`` its gradient. Leaves MindSpore in PyNative mode."""
+def run_step(case: Case, mode: str) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """One SGD step of ``case`` in ``mode``: ``(aux, grads, parameters before)`` as NumPy. Leaves
+    MindSpore in PyNative mode."""
     params = case.net.trainable_params()
     before = [p.asnumpy().astype(np.float64) for p in params]
     optimizer = nn.SGD(params, learning_rate=LR)
@@ -127,13 +130,36 @@ def train_step(case: Case, mode: str) -> None:
             _, aux, grads = (ms.jit(step) if mode == "jit" else step)(*case.inputs)
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
-    grads = [g.asnumpy().astype(np.float64) for g in grads]
-    case.check([a.asnumpy() for a in aux], grads, before)
+    return [a.asnumpy() for a in aux], [g.asnumpy().astype(np.float64) for g in grads], before
+
+
+def check_update(case: Case, before: list[np.ndarray], grads: list[np.ndarray]) -> None:
+    """Every parameter moved by ``-LR *`` its gradient (float32 SGD, to its rounding)."""
     eps = np.finfo(np.float32).eps
-    for p, old, g in zip(params, before, grads):
+    for p, old, g in zip(case.net.trainable_params(), before, grads):
         want = old - LR * g
         bound = eps * (np.abs(old) + np.abs(LR * g))
         assert (np.abs(p.asnumpy() - want) <= bound).all(), f"{p.name}: the SGD update did not apply its gradient"
+
+
+def train_step(case: Case, mode: str) -> None:
+    """One SGD step of ``case`` in ``mode``: its forward and gradients against the float64
+    reference (``case.check``), and the update applied."""
+    aux, grads, before = run_step(case, mode)
+    case.check(aux, grads, before)
+    check_update(case, before, grads)
+
+
+def applied_gradients(case: Case, before: list[np.ndarray]) -> list[np.ndarray]:
+    """The gradients an SGD step applied, ``(before - after) / LR``, for steps that do not return
+    them (``nn.TrainOneStepCell``). Exact but for the float32 rounding of the parameters (relative
+    ``eps * |p| / (LR * |g|)``, well inside the float16/bfloat16 tolerances)."""
+    return [(old - p.asnumpy().astype(np.float64)) / LR for p, old in zip(case.net.trainable_params(), before)]
+
+
+def dynamic(inputs: tuple) -> tuple:
+    """``set_inputs`` arguments that leave every dim of ``inputs`` unknown (ranks and dtypes kept)."""
+    return tuple(Tensor(shape=[None] * t.ndim, dtype=t.dtype) for t in inputs)
 
 
 # ------------------------------------------------------------------------------------ checks
@@ -161,39 +187,45 @@ def _check_denses(up: Upstream, grads: list[np.ndarray], x_grads: list[np.ndarra
 
 
 class _Body(nn.Cell):
-    """``fn(cell, xs, ws, *consts) -> (loss, aux)`` behind ``UpstreamNet``'s Dense layers."""
+    """``fn(cell, xs, ws, cs) -> (loss, aux)`` behind ``UpstreamNet``'s Dense layers: ``n_w`` loss
+    weights, then the Cell's other tensors ``cs``."""
 
-    def __init__(self, cell: nn.Cell, fn: Callable, consts: tuple) -> None:
+    def __init__(self, cell: nn.Cell, fn: Callable, n_w: int) -> None:
         super().__init__()
-        self.cell, self.fn, self.consts = cell, fn, consts
+        self.cell, self.fn, self.n_w = cell, fn, n_w
 
-    def construct(self, xs: tuple, ws: tuple) -> tuple:
-        return self.fn(self.cell, xs, ws, *self.consts)
+    def construct(self, xs: tuple, rest: tuple) -> tuple:
+        return self.fn(self.cell, xs, rest[:self.n_w], rest[self.n_w:])
 
 
-def _upstream_case(up: Upstream, cell: nn.Cell, fn: Callable, consts: tuple, ws: list[np.ndarray],
+def _upstream_case(up: Upstream, cell: nn.Cell, fn: Callable, ws: list[np.ndarray], consts: list[Tensor],
                    check: Callable) -> Case:
-    net = UpstreamNet(up, _Body(cell, fn, consts))
-    inputs = (tuple(Tensor(h) for h in up.h), tuple(Tensor(w) for w in ws))
-    return Case(net, inputs, check)
+    net = UpstreamNet(up, _Body(cell, fn, len(ws)))
+    return Case(net, (*(Tensor(h) for h in up.h), *(Tensor(w) for w in ws), *consts), check)
 
 
-def _lens(cum: tuple) -> tuple:
-    """Cumulative lengths as int32 tensors (None stays None)."""
-    return tuple(None if c is None else Tensor(np.asarray(c, np.int32)) for c in cum)
+def _lengths(cs: tuple, at: int) -> tuple:
+    """The two cumulative lengths ``cs[at:at + 2]`` (TND), or two Nones (BSND: none given)."""
+    return (cs[at], cs[at + 1]) if len(cs) > at else (None, None)
+
+
+def _lens(cum: tuple) -> list[Tensor]:
+    """Cumulative lengths as int32 tensors (none in BSND)."""
+    return [Tensor(np.asarray(c, np.int32)) for c in cum if c is not None]
 
 
 # ------------------------------------------------------------------------------------ the Cells
+# Each builder has two size variants (the second for one graph taking other token counts).
 
 
-def _rope_loss(cell: nn.Cell, xs: tuple, ws: tuple, cos: Tensor, sin: Tensor, lens: Tensor) -> tuple:
-    yq, yk = cell(xs[0], xs[1], cos, sin, lens)
+def _rope_loss(cell: nn.Cell, xs: tuple, ws: tuple, cs: tuple) -> tuple:
+    yq, yk = cell(xs[0], xs[1], cs[0], cs[1], cs[2])
     return weighted(yq, ws[0]) + weighted(yk, ws[1]), (yq, yk)
 
 
-def _rotary_embedding(layout: str | None, dtype: str) -> Case:
+def _rotary_embedding(layout: str | None, dtype: str, variant: int = 0) -> Case:
     rng = np.random.default_rng(1)
-    lens, hidden = [3, 4], 256
+    lens, hidden = ([3, 4], [2, 5, 1])[variant], 256
     t = sum(lens)
     up = Upstream.make(rng, [(t, hidden), (t, hidden)], dtype)
     cos, sin = (quantize(rng.standard_normal((5, 128)), dtype) for _ in range(2))
@@ -205,18 +237,18 @@ def _rotary_embedding(layout: str | None, dtype: str) -> Case:
             _close("rope forward", got, want, tol)
         wq, wk = (quantize(w, dtype) for w in ws)
         _check_denses(up, grads, list(ref.rope_grad(wq, wk, cos, sin, lens, mode="vjp")), tol)
-    consts = (to_ms(cos, dtype), to_ms(sin, dtype), Tensor(np.asarray(lens, np.int32)))
-    return _upstream_case(up, mgo.nn.RotaryEmbedding(), _rope_loss, consts, ws, check)
+    consts = [to_ms(cos, dtype), to_ms(sin, dtype), Tensor(np.asarray(lens, np.int32))]
+    return _upstream_case(up, mgo.nn.RotaryEmbedding(), _rope_loss, ws, consts, check)
 
 
-def _cla_loss(cell: nn.Cell, xs: tuple, ws: tuple) -> tuple:
+def _cla_loss(cell: nn.Cell, xs: tuple, ws: tuple, cs: tuple) -> tuple:
     merged = cell(xs[0], xs[1], xs[2], xs[3])
     return weighted(merged, ws[0]), (merged,)
 
 
-def _cla_gate_merge(layout: str | None, dtype: str) -> Case:
+def _cla_gate_merge(layout: str | None, dtype: str, variant: int = 0) -> Case:
     rng = np.random.default_rng(2)
-    t, n, d = 5, 3, 16
+    t, n, d = (5, 7)[variant], 3, 16
     up = Upstream.make(rng, [(t, n, d), (t, n, d), (t, n), (t, n)], dtype)
     w = rng.standard_normal((t, n, d)).astype(np.float32)
     tol = TOLERANCES["attention"][dtype]
@@ -224,20 +256,21 @@ def _cla_gate_merge(layout: str | None, dtype: str) -> Case:
     def check(aux: list[np.ndarray], grads: list[np.ndarray], before: list[np.ndarray]) -> None:
         _close("merge forward", aux[0], ref.cla_gate_merge(*up.x), tol)
         _check_denses(up, grads, list(ref.cla_gate_backward(quantize(w, dtype), *up.x)), tol)
-    return _upstream_case(up, mgo.nn.ClaGateMerge(), _cla_loss, (), [w], check)
+    return _upstream_case(up, mgo.nn.ClaGateMerge(), _cla_loss, [w], [], check)
 
 
-def _sfa_loss(cell: nn.Cell, xs: tuple, ws: tuple, idx: Tensor, lq: Tensor | None, lk: Tensor | None) -> tuple:
+def _sfa_loss(cell: nn.Cell, xs: tuple, ws: tuple, cs: tuple) -> tuple:
     q, kv, qr, kr = xs
-    out = cell(q, kv, None, idx, qr, kr, lq, lk)
+    lq, lk = _lengths(cs, 1)
+    out = cell(q, kv, None, cs[0], qr, kr, lq, lk)
     return weighted(out, ws[0]), (out,)
 
 
-def _sparse_flash_attention(layout: str, dtype: str) -> Case:
+def _sparse_flash_attention(layout: str, dtype: str, variant: int = 0) -> Case:
     """DeepSeek's use: key is value (``value=None``), with rope."""
     rng = np.random.default_rng(3)
     n1, d, dr, k = 4, 16, 8, 5
-    batches, tq, tk, cum = geometry(layout, [4, 5], [6, 3])
+    batches, tq, tk, cum = geometry(layout, *(([4, 5], [6, 3]), ([3, 2, 4], [5, 1, 6]))[variant])
     up = Upstream.make(rng, [(*tq, n1, d), (*tk, 1, d), (*tq, n1, dr), (*tk, 1, dr)], dtype)
     idx = sfa_indices(rng, batches, k).reshape(*tq, 1, k)
     attrs = {"scale_value": 1.0 / np.sqrt(d + dr), "layout": layout}
@@ -252,19 +285,21 @@ def _sparse_flash_attention(layout: str, dtype: str) -> Case:
         _close("attention forward", aux[0], out, tol)
         _check_denses(up, grads, [dq, dk + dv, dqr, dkr], tol)
     cell = mgo.nn.SparseFlashAttention(**attrs)
-    return _upstream_case(up, cell, _sfa_loss, (Tensor(idx), *_lens(cum)), [w], check)
+    return _upstream_case(up, cell, _sfa_loss, [w], [Tensor(idx), *_lens(cum)], check)
 
 
-def _indexer_loss(cell: nn.Cell, xs: tuple, ws: tuple, lq: Tensor | None, lk: Tensor | None) -> tuple:
+def _indexer_loss(cell: nn.Cell, xs: tuple, ws: tuple, cs: tuple) -> tuple:
+    lq, lk = _lengths(cs, 0)
     idx, val = cell(xs[0], xs[1], xs[2], lq, lk)
     used = msops.where(idx >= 0, val, msops.zeros_like(val))   # -1 slots hold -inf
     return (used * ws[0]).sum(), (idx, val)
 
 
-def _lightning_indexer(layout: str, dtype: str) -> Case:
+def _lightning_indexer(layout: str, dtype: str, variant: int = 0) -> Case:
     rng = np.random.default_rng(4)
     nidx, didx, k = 2, 8, 4
-    _, tq, tk, cum = geometry(layout, [5, 6], [5, 6])
+    lens = ([5, 6], [4, 3, 6])[variant]
+    _, tq, tk, cum = geometry(layout, lens, lens)
     up = Upstream.make(rng, [(*tq, nidx, didx), (*tk, 1, didx), (*tq, nidx)], dtype)
     w = rng.standard_normal((*tq, 1, k)).astype(np.float32)
     tol = TOLERANCES["attention"][dtype]
@@ -276,20 +311,20 @@ def _lightning_indexer(layout: str, dtype: str) -> Case:
         d_values = np.where(idx >= 0, w, 0.0)
         _check_denses(up, grads, list(ref.lightning_indexer_grad(*up.x, idx, d_values, *cum, **kw)), tol)
     cell = mgo.nn.LightningIndexer(k, layout=layout)
-    return _upstream_case(up, cell, _indexer_loss, _lens(cum), [w], check)
+    return _upstream_case(up, cell, _indexer_loss, [w], _lens(cum), check)
 
 
-def _kl_loss(cell: nn.Cell, xs: tuple, ws: tuple, idx: Tensor, smax: Tensor, ssum: Tensor, lq: Tensor | None,
-             lk: Tensor | None) -> tuple:
+def _kl_loss(cell: nn.Cell, xs: tuple, ws: tuple, cs: tuple) -> tuple:
     q, k, qi, ki, wts, qr, kr = xs
-    loss = cell(q, k, qi, ki, wts, idx, smax, ssum, qr, kr, lq, lk)
+    lq, lk = _lengths(cs, 3)
+    loss = cell(q, k, qi, ki, wts, cs[0], cs[1], cs[2], qr, kr, lq, lk)
     return loss.sum() * ws[0], (loss,)
 
 
-def _indexer_kl_loss(layout: str, dtype: str) -> Case:
+def _indexer_kl_loss(layout: str, dtype: str, variant: int = 0) -> Case:
     rng = np.random.default_rng(5)
     n1, d, dr, nidx, didx, k = 4, 16, 8, 2, 8, 5
-    batches, tq, tk, cum = geometry(layout, [4, 5], [6, 3])
+    batches, tq, tk, cum = geometry(layout, *(([4, 5], [6, 3]), ([2, 6], [3, 7]))[variant])
     shapes = [(*tq, n1, d), (*tk, 1, d), (*tq, nidx, didx), (*tk, 1, didx), (*tq, nidx), (*tq, n1, dr), (*tk, 1, dr)]
     up = Upstream.make(rng, shapes, dtype)
     q, key, qi, ki, wts, qr, kr = up.x
@@ -306,8 +341,8 @@ def _indexer_kl_loss(layout: str, dtype: str) -> Case:
         _close("KL loss", aux[0], np.array([loss]), tol)
         _check_denses(up, grads, [zeros[0], zeros[1], scale * dqi, scale * dki, scale * dw, zeros[5], zeros[6]], tol)
     cell = mgo.nn.IndexerKLLoss(kw["scale_value"], layout=layout)
-    consts = (Tensor(idx), Tensor(smax), Tensor(ssum), *_lens(cum))
-    return _upstream_case(up, cell, _kl_loss, consts, [np.asarray(scale, np.float32)], check)
+    consts = [Tensor(idx), Tensor(smax), Tensor(ssum), *_lens(cum)]
+    return _upstream_case(up, cell, _kl_loss, [np.asarray(scale, np.float32)], consts, check)
 
 
 # DSAttention and its context-parallel form: a Dense makes x from FIN features per token; the loss
@@ -318,50 +353,58 @@ DSA_CFG = {"dim": 20, "n_heads": 2, "q_lora_rank": 12, "kv_lora_rank": 10, "qk_n
 DSA_EXTRA = {"rope_theta": 10000.0, "eps": 1e-6}
 DSA_INDEXER = ("wq_idx.", "wk_idx.", "k_norm.", "weights_proj.")
 KL_WEIGHT = 0.5
-DSA_SIZES = {"BSND": (2, 8), "TND": [4, 9, 13]}  # BSND (B, S); TND cumulative lengths
+# per variant: BSND (B, S); TND cumulative lengths
+DSA_SIZES = ({"BSND": (2, 8), "TND": [4, 9, 13]}, {"BSND": (3, 6), "TND": [6, 11]})
 
 
 class _DSANet(nn.Cell):
-    """``dense -> layer``; ``(objective, (out, indexer_loss, selected keys))``. ``extra``: the
-    context-parallel plan's inputs after x (``ContextParallelDSAttention``), or the lengths."""
+    """``construct(h, d_out, *extra) -> (objective, (out, indexer_loss, selected keys))``: ``dense ->
+    layer``. ``extra``: the lengths (DSAttention, TND) or the context-parallel plan's inputs after x
+    (``ContextParallelDSAttention``, whose lengths, the global ones, the keys' selection takes)."""
 
-    def __init__(self, layer: nn.Cell, d_out: Tensor, extra: tuple, lengths: Tensor | None) -> None:
+    def __init__(self, layer: nn.Cell) -> None:
         super().__init__()
         self.dense = nn.Dense(FIN, DSA_CFG["dim"])
-        self.layer, self.d_out = layer, d_out
-        self.extra, self.lengths = extra, lengths
+        self.layer = layer
         self.context_parallel = isinstance(layer, mgo.nn.ContextParallelDSAttention)
 
-    def construct(self, h: Tensor) -> tuple:
+    def construct(self, h: Tensor, d_out: Tensor, *extra: Tensor) -> tuple:
         x = self.dense(h)
-        out, loss = self.layer(x, *self.extra)
+        out, loss = self.layer(x, *extra[:4]) if self.context_parallel else self.layer(x, *extra)
         # The keys the forward attended to (the indexer kernel on the same inputs).
-        attn = self.layer.attn if self.context_parallel else self.layer
-        selected = attn.select(x, self.lengths)
-        return (out * self.d_out).sum() + KL_WEIGHT * loss.sum(), (out, loss, selected)
+        if self.context_parallel:
+            selected = self.layer.attn.select(x, *extra[4:])
+        else:
+            selected = self.layer.select(x, *extra)
+        return (out * d_out).sum() + KL_WEIGHT * loss.sum(), (out, loss, selected)
 
 
 def _short(name: str) -> str:
     return name.split(".", 1)[1]
 
 
-def _dsa_case(layout: str, dtype: str, context_parallel: bool) -> Case:
+def dsa_layer(layout: str, dtype: str) -> mgo.nn.DSAttention:
+    """The matrix's DSAttention (seeded: the same parameters every time)."""
+    ms.set_seed(1)
+    return mgo.nn.DSAttention(**DSA_CFG, max_seq_len=16, layout=layout, dtype=MS_DTYPES[dtype], **DSA_EXTRA)
+
+
+def _dsa_case(layout: str, dtype: str, context_parallel: bool, variant: int = 0) -> Case:
     rng = np.random.default_rng(7)
-    sizes = DSA_SIZES[layout]
+    sizes = DSA_SIZES[variant][layout]
     seq, pos = oracle.tokens(layout, sizes)
     lead = tuple(sizes) if layout == "BSND" else (sizes[-1],)
-    ms.set_seed(1)
-    attn = mgo.nn.DSAttention(**DSA_CFG, max_seq_len=16, layout=layout, dtype=MS_DTYPES[dtype], **DSA_EXTRA)
-    lengths = None if layout == "BSND" else Tensor(np.asarray(sizes, np.int64))
+    attn = dsa_layer(layout, dtype)
+    lengths = [] if layout == "BSND" else [Tensor(np.asarray(sizes, np.int64))]
     if context_parallel:   # one rank: the plan of cp_size 1, no collectives
         plan = mgo.nn.ContextParallelPlan(sizes, 1, 0) if layout == "TND" else \
             mgo.nn.ContextParallelPlan.bsnd(*sizes, 1, 0)
-        layer, extra = mgo.nn.ContextParallelDSAttention(attn, 1), tuple(Tensor(a) for a in plan.inputs())
+        layer, extra = mgo.nn.ContextParallelDSAttention(attn, 1), [Tensor(a) for a in plan.inputs()] + lengths
     else:
-        layer, extra = attn, () if lengths is None else (lengths,)
+        layer, extra = attn, lengths
     h = rng.standard_normal((*lead, FIN)).astype(np.float32)
     d_out = rng.standard_normal((*lead, DSA_CFG["dim"])).astype(np.float32)
-    net = _DSANet(layer, Tensor(d_out), extra, lengths)
+    net = _DSANet(layer)
     tol = TOLERANCES["attention"][dtype]
     cfg = {**DSA_CFG, **DSA_EXTRA, "scale": attn.softmax_scale}
     n = seq.size
@@ -379,13 +422,12 @@ def _dsa_case(layout: str, dtype: str, context_parallel: bool) -> Case:
         _close("out", out.reshape(ref_out.shape), ref_out, tol)
         assert abs(float(loss.reshape(-1)[0]) - ref_loss) <= tol * abs(ref_loss) + 1e-6, (loss, ref_loss)
         dx = oracle.input_gradient(*case)
-        dense_terms = np.einsum("nd,nf->ndf", dx, h.reshape(n, FIN))
-        wants = {"weight": (dense_terms, None), "bias": (dx, None)}
-        wants.update({k: (KL_WEIGHT * kl[k] if k.startswith(DSA_INDEXER) else main[k], None) for k in main})
+        wants = {"weight": np.einsum("nd,nf->ndf", dx, h.reshape(n, FIN)), "bias": dx}
+        wants.update({k: KL_WEIGHT * kl[k] if k.startswith(DSA_INDEXER) else main[k] for k in main})
         for p, g in zip(params, grads):
-            terms = wants[_short(p.name)][0]
+            terms = wants[_short(p.name)]
             _close(p.name, g, terms.sum(0), tol, oracle.term_magnitude(terms))
-    return Case(net, (Tensor(h),), check)
+    return Case(net, (Tensor(h), Tensor(d_out), *extra), check)
 
 
 BUILDERS: dict[str, Builder] = {
@@ -396,8 +438,8 @@ BUILDERS: dict[str, Builder] = {
     "LightningIndexer": Builder(("lightning_indexer", "lightning_indexer_grad"), _lightning_indexer),
     "IndexerKLLoss": Builder(("sparse_lightning_indexer_grad_kl_loss",), _indexer_kl_loss),
     "DSAttention": Builder(("lightning_indexer", "sparse_flash_attention", "sparse_lightning_indexer_grad_kl_loss"),
-                           lambda layout, dtype: _dsa_case(layout, dtype, False)),
+                           lambda layout, dtype, variant=0: _dsa_case(layout, dtype, False, variant)),
     "ContextParallelDSAttention": Builder(("lightning_indexer", "sparse_flash_attention",
                                            "sparse_lightning_indexer_grad_kl_loss"),
-                                          lambda layout, dtype: _dsa_case(layout, dtype, True)),
+                                          lambda layout, dtype, variant=0: _dsa_case(layout, dtype, True, variant)),
 }

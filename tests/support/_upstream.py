@@ -74,21 +74,24 @@ class Upstream:
 
 
 class UpstreamNet(nn.Cell):
-    """``body(xs, ws)`` fed by one float32 ``nn.Dense`` per float input (cast to ``dtype``)."""
+    """``construct(*hs, *rest) -> body(xs, rest)``: one float32 ``nn.Dense`` per float input makes
+    ``x_i = cast(Dense_i(h_i), dtype)``, reshaped to ``shapes[i]`` but for its first dim, which
+    follows h's (so one graph takes other token counts under ``set_inputs``)."""
 
     def __init__(self, up: Upstream, body: nn.Cell) -> None:
         super().__init__()
         self.denses = nn.CellList([nn.Dense(FIN, w.shape[0], weight_init=Tensor(w), bias_init=Tensor(b))
                                    for w, b in zip(up.w, up.b)])
-        self.shapes = tuple(up.shapes)
+        self.tails = tuple(shape[1:] for shape in up.shapes)
         self.dtype = MS_DTYPES[up.dtype]
         self.body = body
 
-    def construct(self, hs: tuple, ws: tuple) -> Tensor:
+    def construct(self, *tensors: Tensor) -> object:
+        n = len(self.tails)
         xs = ()
-        for dense, h, shape in zip(self.denses, hs, self.shapes):
-            xs = xs + (msops.cast(dense(h).reshape(shape), self.dtype),)
-        return self.body(xs, ws)
+        for dense, h, tail in zip(self.denses, tensors[:n], self.tails):
+            xs = xs + (msops.cast(dense(h).reshape((-1,) + tail), self.dtype),)
+        return self.body(xs, tensors[n:])
 
 
 def check_param_grads(up: Upstream, body: nn.Cell, out_weights: list[np.ndarray],
@@ -100,8 +103,8 @@ def check_param_grads(up: Upstream, body: nn.Cell, out_weights: list[np.ndarray]
     key-side bias gets only rounding noise) and has no meaningful relative error of its own."""
     net = UpstreamNet(up, body)
     params = net.denses.trainable_params()
-    grads = ms.grad(net, grad_position=None, weights=params)(tuple(Tensor(h) for h in up.h),
-                                                            tuple(Tensor(w) for w in out_weights))
+    grads = ms.grad(net, grad_position=None, weights=params)(*(Tensor(h) for h in up.h),
+                                                            *(Tensor(w) for w in out_weights))
     wants = up.param_grads(want_x_grads)
     for i in range(0, len(params), 2):
         got = np.concatenate([g.asnumpy().astype(np.float64).ravel() for g in grads[i:i + 2]])
