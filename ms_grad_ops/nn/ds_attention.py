@@ -338,8 +338,9 @@ class SparseStage(KernelCell):
     ``construct(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths_q, lengths_k, lead_q, lead_k)
     -> (o, indexer_loss)``: the float32 ``[Nq, H, D]``/``[Nq, H, Dr]`` queries and ``[Nk, 1, D]``/
     ``[Nk, 1, Dr]`` keys are reshaped to ``lead_q``/``lead_k`` (``(B, S)`` or ``(T,)``) and cast to
-    ``dtype``; the indexer inputs come in that layout already. ``o`` is the attention output in
-    ``dtype``, ``indexer_loss`` float32 ``[1]``.
+    ``dtype``; the indexer inputs come in that layout already (and are cast to ``dtype``, weights to
+    float32, here too: under amp O2/O3 the calling layer may hand them on in float16). ``o`` is the
+    attention output in ``dtype``, ``indexer_loss`` float32 ``[1]``.
     """
 
     def __init__(self, scale: float, index_topk: int, layout: str, dtype: ms.dtype) -> None:
@@ -355,6 +356,7 @@ class SparseStage(KernelCell):
     def construct(self, q_lat: Tensor, q_pe: Tensor, latent: Tensor, k_pe: Tensor, q_idx: Tensor, k_idx: Tensor,
                   weights: Tensor, lengths_q: Tensor | None, lengths_k: Tensor | None, lead_q: tuple, lead_k: tuple
                   ) -> tuple[Tensor, Tensor]:
+        q_idx, k_idx, weights = q_idx.astype(self.dtype), k_idx.astype(self.dtype), weights.astype(ms.float32)
         indices, _ = self.indexer(q_idx, k_idx, weights, lengths_q, lengths_k)
         query, key = self._shape(q_lat, lead_q), self._shape(latent, lead_k)
         query_rope, key_rope = self._shape(q_pe, lead_q), self._shape(k_pe, lead_k)

@@ -17,6 +17,7 @@ reference; the runner checks that the update applied them.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -63,8 +64,10 @@ class Case:
 
 @dataclass(frozen=True)
 class Builder:
-    """How to train one Cell: the table's ops it runs and ``build(layout, dtype, variant=0) -> Case``
-    (variant 1 has other token counts, for one graph that takes both)."""
+    """How to train one Cell: the table's ops it runs and ``build(layout, dtype, variant=0,
+    exact_inputs=True) -> Case``. Variant 1 has other token counts (for one graph that takes both).
+    ``exact_inputs=False``: the Dense layers in front may round differently from the reference (amp
+    runs them in float16), so checks that need the Cell's inputs to the bit are left out."""
 
     ops: tuple[str, ...]
     build: Callable[..., Case]
@@ -157,9 +160,13 @@ def applied_gradients(case: Case, before: list[np.ndarray]) -> list[np.ndarray]:
     return [(old - p.asnumpy().astype(np.float64)) / LR for p, old in zip(case.net.trainable_params(), before)]
 
 
-def dynamic(inputs: tuple) -> tuple:
-    """``set_inputs`` arguments that leave every dim of ``inputs`` unknown (ranks and dtypes kept)."""
-    return tuple(Tensor(shape=[None] * t.ndim, dtype=t.dtype) for t in inputs)
+def dynamic(first: tuple, second: tuple) -> tuple:
+    """``set_inputs`` arguments for two cases' inputs: unknown wherever their sizes differ (token and
+    sequence counts), known elsewhere. (Every dim unknown fails in MindSpore 2.10 itself: a GRAPH
+    ``TrainOneStepCell`` over ``nn.Dense`` -> ``reshape(-1, ...)`` with an input of unknown width
+    raises "The method 'Clone()' doesn't implement".)"""
+    return tuple(Tensor(shape=[a if a == b else None for a, b in zip(x.shape, y.shape)], dtype=x.dtype)
+                 for x, y in zip(first, second))
 
 
 # ------------------------------------------------------------------------------------ checks
@@ -223,7 +230,7 @@ def _rope_loss(cell: nn.Cell, xs: tuple, ws: tuple, cs: tuple) -> tuple:
     return weighted(yq, ws[0]) + weighted(yk, ws[1]), (yq, yk)
 
 
-def _rotary_embedding(layout: str | None, dtype: str, variant: int = 0) -> Case:
+def _rotary_embedding(layout: str | None, dtype: str, variant: int = 0, exact_inputs: bool = True) -> Case:
     rng = np.random.default_rng(1)
     lens, hidden = ([3, 4], [2, 5, 1])[variant], 256
     t = sum(lens)
@@ -246,7 +253,7 @@ def _cla_loss(cell: nn.Cell, xs: tuple, ws: tuple, cs: tuple) -> tuple:
     return weighted(merged, ws[0]), (merged,)
 
 
-def _cla_gate_merge(layout: str | None, dtype: str, variant: int = 0) -> Case:
+def _cla_gate_merge(layout: str | None, dtype: str, variant: int = 0, exact_inputs: bool = True) -> Case:
     rng = np.random.default_rng(2)
     t, n, d = (5, 7)[variant], 3, 16
     up = Upstream.make(rng, [(t, n, d), (t, n, d), (t, n), (t, n)], dtype)
@@ -266,11 +273,11 @@ def _sfa_loss(cell: nn.Cell, xs: tuple, ws: tuple, cs: tuple) -> tuple:
     return weighted(out, ws[0]), (out,)
 
 
-def _sparse_flash_attention(layout: str, dtype: str, variant: int = 0) -> Case:
+def _sparse_flash_attention(layout: str, dtype: str, variant: int = 0, exact_inputs: bool = True) -> Case:
     """DeepSeek's use: key is value (``value=None``), with rope."""
     rng = np.random.default_rng(3)
     n1, d, dr, k = 4, 16, 8, 5
-    batches, tq, tk, cum = geometry(layout, *(([4, 5], [6, 3]), ([3, 2, 4], [5, 1, 6]))[variant])
+    batches, tq, tk, cum = geometry(layout, *(([4, 5], [6, 3]), ([3, 2, 6], [5, 1, 6]))[variant])
     up = Upstream.make(rng, [(*tq, n1, d), (*tk, 1, d), (*tq, n1, dr), (*tk, 1, dr)], dtype)
     idx = sfa_indices(rng, batches, k).reshape(*tq, 1, k)
     attrs = {"scale_value": 1.0 / np.sqrt(d + dr), "layout": layout}
@@ -295,7 +302,7 @@ def _indexer_loss(cell: nn.Cell, xs: tuple, ws: tuple, cs: tuple) -> tuple:
     return (used * ws[0]).sum(), (idx, val)
 
 
-def _lightning_indexer(layout: str, dtype: str, variant: int = 0) -> Case:
+def _lightning_indexer(layout: str, dtype: str, variant: int = 0, exact_inputs: bool = True) -> Case:
     rng = np.random.default_rng(4)
     nidx, didx, k = 2, 8, 4
     lens = ([5, 6], [4, 3, 6])[variant]
@@ -307,7 +314,8 @@ def _lightning_indexer(layout: str, dtype: str, variant: int = 0) -> Case:
     def check(aux: list[np.ndarray], grads: list[np.ndarray], before: list[np.ndarray]) -> None:
         idx, val = aux
         kw = {"layout": layout, "sparse_mode": 3}
-        assert_same_selection(idx, val, indexer_scores(*up.x, *cum, **kw), "LightningIndexer")
+        if exact_inputs:   # the top-k of the reference scores within float32 rounding
+            assert_same_selection(idx, val, indexer_scores(*up.x, *cum, **kw), "LightningIndexer")
         d_values = np.where(idx >= 0, w, 0.0)
         _check_denses(up, grads, list(ref.lightning_indexer_grad(*up.x, idx, d_values, *cum, **kw)), tol)
     cell = mgo.nn.LightningIndexer(k, layout=layout)
@@ -321,7 +329,7 @@ def _kl_loss(cell: nn.Cell, xs: tuple, ws: tuple, cs: tuple) -> tuple:
     return loss.sum() * ws[0], (loss,)
 
 
-def _indexer_kl_loss(layout: str, dtype: str, variant: int = 0) -> Case:
+def _indexer_kl_loss(layout: str, dtype: str, variant: int = 0, exact_inputs: bool = True) -> Case:
     rng = np.random.default_rng(5)
     n1, d, dr, nidx, didx, k = 4, 16, 8, 2, 8, 5
     batches, tq, tk, cum = geometry(layout, *(([4, 5], [6, 3]), ([2, 6], [3, 7]))[variant])
@@ -367,6 +375,8 @@ class _DSANet(nn.Cell):
         self.dense = nn.Dense(FIN, DSA_CFG["dim"])
         self.layer = layer
         self.context_parallel = isinstance(layer, mgo.nn.ContextParallelDSAttention)
+        # an attribute, not the module constant: amp O1 re-emits this class's source elsewhere
+        self.kl_weight = KL_WEIGHT
 
     def construct(self, h: Tensor, d_out: Tensor, *extra: Tensor) -> tuple:
         x = self.dense(h)
@@ -376,7 +386,7 @@ class _DSANet(nn.Cell):
             selected = self.layer.attn.select(x, *extra[4:])
         else:
             selected = self.layer.select(x, *extra)
-        return (out * d_out).sum() + KL_WEIGHT * loss.sum(), (out, loss, selected)
+        return (out * d_out).sum() + self.kl_weight * loss.sum(), (out, loss, selected)
 
 
 def _short(name: str) -> str:
@@ -389,7 +399,7 @@ def dsa_layer(layout: str, dtype: str) -> mgo.nn.DSAttention:
     return mgo.nn.DSAttention(**DSA_CFG, max_seq_len=16, layout=layout, dtype=MS_DTYPES[dtype], **DSA_EXTRA)
 
 
-def _dsa_case(layout: str, dtype: str, context_parallel: bool, variant: int = 0) -> Case:
+def _dsa_case(layout: str, dtype: str, variant: int = 0, exact_inputs: bool = True, *, context_parallel: bool) -> Case:
     rng = np.random.default_rng(7)
     sizes = DSA_SIZES[variant][layout]
     seq, pos = oracle.tokens(layout, sizes)
@@ -438,8 +448,8 @@ BUILDERS: dict[str, Builder] = {
     "LightningIndexer": Builder(("lightning_indexer", "lightning_indexer_grad"), _lightning_indexer),
     "IndexerKLLoss": Builder(("sparse_lightning_indexer_grad_kl_loss",), _indexer_kl_loss),
     "DSAttention": Builder(("lightning_indexer", "sparse_flash_attention", "sparse_lightning_indexer_grad_kl_loss"),
-                           lambda layout, dtype, variant=0: _dsa_case(layout, dtype, False, variant)),
+                           functools.partial(_dsa_case, context_parallel=False)),
     "ContextParallelDSAttention": Builder(("lightning_indexer", "sparse_flash_attention",
                                            "sparse_lightning_indexer_grad_kl_loss"),
-                                          lambda layout, dtype, variant=0: _dsa_case(layout, dtype, True, variant)),
+                                          functools.partial(_dsa_case, context_parallel=True)),
 }
