@@ -130,7 +130,9 @@ class DSAttention(nn.Cell):
             given is used as it is.
         layout: "BSND" or "TND". dtype: the dtype of the fused kernels' inputs (float32, float16
             or bfloat16); parameters, projections and norms stay float32 (MindSpore's CPU backend
-            has no bfloat16 MatMul). eps: norm epsilon [1e-6].
+            has no bfloat16 MatMul); under ``ms.amp`` O2/O3 the projections follow amp (float16)
+            and the kernels keep ``dtype`` (docs/dsattention.md, "Mixed precision").
+            eps: norm epsilon [1e-6]. Every size is an int in [1, 2**31 - 1] (``ValueError``).
     """
 
     def __init__(self, dim: int, n_heads: int, q_lora_rank: int, kv_lora_rank: int, qk_nope_head_dim: int,
