@@ -75,6 +75,18 @@ def _attribute(op: str, spec: AttrSpec, value: object) -> object:
     return value
 
 
+def size_argument(owner: str, name: str, value: object) -> int:
+    """``value`` as a size of ``owner`` (a Cell's constructor argument): an int, not a bool
+    (``TypeError``), in [1, 2**31 - 1] (``ValueError``), the range of the kernels' int32 sizes.
+    Checked in Python before any graph exists: a GRAPH-mode compile cannot even hold an int beyond
+    int64 (MindSpore fails converting it, before any code of this package runs)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{owner}: argument '{name}' must be an int, got {type(value).__name__} {value!r}")
+    if not 1 <= int(value) <= INT32_MAX:
+        raise ValueError(f"{owner}: argument '{name}' must be an int in [1, {INT32_MAX}], got {int(value)}")
+    return int(value)
+
+
 def _attributes(op: str, **values: object) -> dict[str, object]:
     specs = OP_SPECS[op].attrs
     names = [a.name for a in specs]

@@ -1,12 +1,13 @@
 """``nn.ClaGateMerge``: CLA gate merge forward whose backward is the fused ``cla_gate_backward``."""
 from __future__ import annotations
 
-from mindspore import Tensor, nn
+from mindspore import Tensor
 
 from .. import ops
+from ._amp import KernelCell
 
 
-class ClaGateMerge(nn.Cell):
+class ClaGateMerge(KernelCell):
     """``construct(global_attn, local_attn, global_gate_logits, local_gate_logits) -> merged``.
 
     Attention tensors ``[T, N, D]``, gate logits ``[T, N]``, one float dtype;

@@ -7,6 +7,8 @@ import mindspore as ms
 from mindspore import Tensor, nn
 from mindspore import ops as msops
 
+from .._checks import size_argument
+from ._amp import rewrite_leaf
 from .ds_attention import DSAttention, SparseStage
 
 
@@ -55,6 +57,7 @@ class GatherTokens(nn.Cell):
         return (self.all_reduce(dout)[self.rank * n:(self.rank + 1) * n],)
 
 
+@rewrite_leaf
 class ContextParallelDSAttention(nn.Cell):
     """``DSAttention`` over ``cp_size`` ranks, each holding a share of every sequence's tokens.
 
@@ -89,8 +92,7 @@ class ContextParallelDSAttention(nn.Cell):
         super().__init__(auto_prefix=False)     # attn's parameter names stay attn's (see cells_and_names)
         if not isinstance(attn, DSAttention):
             raise TypeError(f"ContextParallelDSAttention: attn must be a DSAttention, got {type(attn).__name__}")
-        if not isinstance(cp_size, int) or cp_size < 1:
-            raise ValueError(f"ContextParallelDSAttention: cp_size must be an int >= 1, got {cp_size!r}")
+        cp_size = size_argument("ContextParallelDSAttention", "cp_size", cp_size)
         self.attn, self.cp_size = attn, cp_size
         self.rank = 0
         self.gather = None

@@ -6,8 +6,9 @@ from mindspore import Parameter, Tensor, nn
 from mindspore import ops as msops
 from mindspore.common.initializer import Normal, initializer
 
-from .._checks import check_batch_lengths, check_cumulative_values, lengths_input
+from .._checks import check_batch_lengths, check_cumulative_values, lengths_input, size_argument
 from . import _yarn, deepseek_io
+from ._amp import KernelCell, rewrite_leaf
 from .indexer_kl_loss import IndexerKLLoss
 from .lightning_indexer import LightningIndexer
 from .sparse_flash_attention import SparseFlashAttention
@@ -57,6 +58,7 @@ def _dense(n_in: int, n_out: int) -> nn.Dense:
     return nn.Dense(n_in, n_out, has_bias=False, weight_init=Normal(n_in ** -0.5))
 
 
+@rewrite_leaf
 class DSAttention(nn.Cell):
     """DeepSeek-V3.2 sparse attention: MLA whose keys are chosen by the lightning indexer.
 
@@ -130,7 +132,9 @@ class DSAttention(nn.Cell):
             given is used as it is.
         layout: "BSND" or "TND". dtype: the dtype of the fused kernels' inputs (float32, float16
             or bfloat16); parameters, projections and norms stay float32 (MindSpore's CPU backend
-            has no bfloat16 MatMul). eps: norm epsilon [1e-6].
+            has no bfloat16 MatMul); under ``ms.amp`` O2/O3 the projections follow amp (float16)
+            and the kernels keep ``dtype`` (docs/dsattention.md, "Mixed precision").
+            eps: norm epsilon [1e-6]. Every size is an int in [1, 2**31 - 1] (``ValueError``).
     """
 
     def __init__(self, dim: int, n_heads: int, q_lora_rank: int, kv_lora_rank: int, qk_nope_head_dim: int,
@@ -145,12 +149,15 @@ class DSAttention(nn.Cell):
             raise ValueError(f"DSAttention: layout must be \"BSND\" or \"TND\", got {layout!r}")
         if dtype not in (ms.float32, ms.float16, ms.bfloat16):
             raise TypeError(f"DSAttention: dtype must be float32, float16 or bfloat16, got {dtype}")
-        if qk_rope_head_dim <= 0 or qk_rope_head_dim % 2 or index_head_dim < qk_rope_head_dim:
+        sizes = {"dim": dim, "n_heads": n_heads, "q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank,
+                 "qk_nope_head_dim": qk_nope_head_dim, "qk_rope_head_dim": qk_rope_head_dim, "v_head_dim": v_head_dim,
+                 "index_n_heads": index_n_heads, "index_head_dim": index_head_dim, "index_topk": index_topk,
+                 "max_seq_len": max_seq_len, "original_seq_len": original_seq_len}
+        for name, value in sizes.items():
+            size_argument("DSAttention", name, value)
+        if qk_rope_head_dim % 2 or index_head_dim < qk_rope_head_dim:
             raise ValueError(f"DSAttention: qk_rope_head_dim ({qk_rope_head_dim}) must be even and positive and "
                              f"<= index_head_dim ({index_head_dim})")
-        if min(dim, n_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, v_head_dim, index_n_heads,
-               index_topk, max_seq_len) <= 0:
-            raise ValueError("DSAttention: every size must be positive")
         if max_seq_len > original_seq_len and min(original_seq_len, rope_factor, beta_fast, beta_slow) <= 0:
             raise ValueError(f"DSAttention: YaRN (max_seq_len {max_seq_len} > original_seq_len {original_seq_len}) "
                              f"needs positive original_seq_len, rope_factor ({rope_factor}), beta_fast "
@@ -191,8 +198,10 @@ class DSAttention(nn.Cell):
 
     # -- DeepSeek checkpoints --------------------------------------------------------------------
 
+    # No return annotation: it would name the class, and ``ms.amp.auto_mixed_precision`` (O1) re-emits
+    # the class source under another name (``mindspore.rewrite``), where that annotation is a NameError.
     @classmethod
-    def from_deepseek(cls, args: object, **kwargs: object) -> DSAttention:
+    def from_deepseek(cls, args: object, **kwargs: object):  # returns a DSAttention
         """The layer for DeepSeek's ``ModelArgs`` ``args``: a dict, a path to their ``config.json`` (as
         ``inference/generate.py`` reads it) or an object with those attributes; missing names take
         ModelArgs' defaults (e.g. ``max_seq_len`` 16384, so YaRN is on), unknown names are an error.
@@ -282,8 +291,10 @@ class DSAttention(nn.Cell):
         q = msops.concat((_rope_half(q[..., :r], cos, sin), q[..., r:]), -1)
         k = self.k_norm(self.wk_idx(x)).reshape(n, 1, self.index_dim)
         k = msops.concat((_rope_half(k[..., :r], cos, sin), k[..., r:]), -1)
-        w = self.weights_proj(x) * self.weights_scale
-        return self._shape(q, lead), self._shape(k, lead), w.reshape(lead + (self.index_heads,))
+        w = (self.weights_proj(x) * self.weights_scale).reshape(lead + (self.index_heads,))
+        # float32 (the indexer takes it beside any dtype) whatever dtype amp computed it in; the cast
+        # comes last, since in PyNative amp O2/O3 casts the inputs of every operator of this Cell.
+        return self._shape(q, lead), self._shape(k, lead), w.astype(ms.float32)
 
     def index_inputs(self, x: Tensor, actual_seq_lengths: object = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(query_index, key_index, weights)`` as fed to the indexer (for ``nn.LightningIndexer``
@@ -315,17 +326,20 @@ class DSAttention(nn.Cell):
         qr = self.q_norm(self.wq_a(flat))
         q = self.wq_b(qr).reshape(n, h, self.nope_dim + self.rope_dim)
         q_nope, q_pe = q[..., :self.nope_dim], _rope_interleaved(q[..., self.nope_dim:], cos, sin)
-        q_lat = msops.bmm(q_nope.transpose(1, 0, 2), self.w_uk).transpose(1, 0, 2)
+        # w_uk/w_uv take the activations' dtype: under amp O2/O3 the Dense layers hand on float16
+        q_lat = msops.bmm(q_nope.transpose(1, 0, 2), self.w_uk.astype(q_nope.dtype)).transpose(1, 0, 2)
         kv = self.wkv_a(flat)
         latent = self.kv_norm(kv[:, :self.kv_rank]).reshape(n, 1, self.kv_rank)
         k_pe = _rope_interleaved(kv[:, self.kv_rank:].reshape(n, 1, self.rope_dim), cos, sin)
         return qr, q_lat, q_pe, latent, k_pe
 
     def _output(self, o: Tensor) -> Tensor:
-        """The attention's latent output ``[N, H, D]`` (any float dtype) -> ``[N, dim]`` float32."""
-        n, h = o.shape[0], self.n_heads
-        o = o.astype(ms.float32).reshape(n, h, self.kv_rank)
-        v = msops.bmm(o.transpose(1, 0, 2), self.w_uv.transpose(0, 2, 1)).transpose(1, 0, 2)
+        """The attention's latent output ``[..., H, D]`` in the kernels' dtype (BSND or TND) -> ``[N, dim]``
+        float32. Cast before the reshape: GRAPH mode and ``ms.jit`` have no CPU Reshape for bfloat16."""
+        h = self.n_heads
+        o = o.astype(ms.float32).reshape(-1, h, self.kv_rank)
+        n = o.shape[0]
+        v = msops.bmm(o.transpose(1, 0, 2), self.w_uv.astype(o.dtype).transpose(0, 2, 1)).transpose(1, 0, 2)
         return self.wo(v.reshape(n, h * self.v_dim))
 
     # -- forward -------------------------------------------------------------------------------
@@ -338,11 +352,11 @@ class DSAttention(nn.Cell):
         qr, q_lat, q_pe, latent, k_pe = self._project(flat, cos, sin)
         q_idx, k_idx, weights = self._index_inputs(flat, qr, cos, sin, lead)
         o, loss = self.sparse(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths, lengths, lead, lead)
-        out = self._output(o.reshape((flat.shape[0],) + o.shape[-2:]))
+        out = self._output(o)
         return out.reshape(lead + (out.shape[-1],)), loss
 
 
-class SparseStage(nn.Cell):
+class SparseStage(KernelCell):
     """The kernels of ``DSAttention`` in one layout: the lightning indexer's top-k, the sparse MLA
     attention and the indexer's KL loss (shared with ``ContextParallelDSAttention``, which runs them
     over TND segments of its local queries and the gathered keys).
@@ -350,8 +364,9 @@ class SparseStage(nn.Cell):
     ``construct(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths_q, lengths_k, lead_q, lead_k)
     -> (o, indexer_loss)``: the float32 ``[Nq, H, D]``/``[Nq, H, Dr]`` queries and ``[Nk, 1, D]``/
     ``[Nk, 1, Dr]`` keys are reshaped to ``lead_q``/``lead_k`` (``(B, S)`` or ``(T,)``) and cast to
-    ``dtype``; the indexer inputs come in that layout already. ``o`` is the attention output in
-    ``dtype``, ``indexer_loss`` float32 ``[1]``.
+    ``dtype``; the indexer inputs come in that layout already (and are cast to ``dtype``, weights to
+    float32, here too: under amp O2/O3 the calling layer may hand them on in float16). ``o`` is the
+    attention output in ``dtype``, ``indexer_loss`` float32 ``[1]``.
     """
 
     def __init__(self, scale: float, index_topk: int, layout: str, dtype: ms.dtype) -> None:
@@ -367,6 +382,7 @@ class SparseStage(nn.Cell):
     def construct(self, q_lat: Tensor, q_pe: Tensor, latent: Tensor, k_pe: Tensor, q_idx: Tensor, k_idx: Tensor,
                   weights: Tensor, lengths_q: Tensor | None, lengths_k: Tensor | None, lead_q: tuple, lead_k: tuple
                   ) -> tuple[Tensor, Tensor]:
+        q_idx, k_idx, weights = q_idx.astype(self.dtype), k_idx.astype(self.dtype), weights.astype(ms.float32)
         indices, _ = self.indexer(q_idx, k_idx, weights, lengths_q, lengths_k)
         query, key = self._shape(q_lat, lead_q), self._shape(latent, lead_k)
         query_rope, key_rope = self._shape(q_pe, lead_q), self._shape(k_pe, lead_k)

@@ -3,12 +3,13 @@ the fused ``sparse_lightning_indexer_grad_kl_loss`` kernel."""
 from __future__ import annotations
 
 import mindspore as ms
-from mindspore import Tensor, nn
+from mindspore import Tensor
 from mindspore import ops as msops
 
 from .. import ops
 from .._checks import attributes
 from .._optional import Lengths, check_lengths_pair, lengths_pair, rope_pair
+from ._amp import KernelCell
 
 
 def _scaled(grad: Tensor, dout: Tensor) -> Tensor:
@@ -16,7 +17,7 @@ def _scaled(grad: Tensor, dout: Tensor) -> Tensor:
     return (grad.astype(ms.float32) * dout.astype(ms.float32)).astype(grad.dtype)
 
 
-class _IndexerKLLossCore(nn.Cell):
+class _IndexerKLLossCore(KernelCell):
     """One fused kernel call per step: the forward returns the loss *and* the three gradients
     (for d(loss) = 1); the bprop only scales the saved gradients by the incoming ``dout``.
 
@@ -52,7 +53,7 @@ class _IndexerKLLossCore(nn.Cell):
                 msops.zeros_like(actual_seq_lengths_query), msops.zeros_like(actual_seq_lengths_key))
 
 
-class IndexerKLLoss(nn.Cell):
+class IndexerKLLoss(KernelCell):
     """``construct(query, key, query_index, key_index, weights, sparse_indices, softmax_max, softmax_sum,
     query_rope=None, key_rope=None, actual_seq_lengths_query=None, actual_seq_lengths_key=None) -> loss``.
 

@@ -1,14 +1,15 @@
 """``nn.LightningIndexer``: top-k key selection by the lightning indexer; its scores are differentiable."""
 from __future__ import annotations
 
-from mindspore import Tensor, nn
+from mindspore import Tensor
 from mindspore import ops as msops
 
 from .. import ops
 from .._checks import attributes, check_attribute_rules
+from ._amp import KernelCell
 
 
-class LightningIndexer(nn.Cell):
+class LightningIndexer(KernelCell):
     """``construct(query_index, key_index, weights, actual_seq_lengths_query=None,
     actual_seq_lengths_key=None) -> (sparse_indices, sparse_values)``.
 

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mindspore import Tensor, nn
+from mindspore import Tensor
 
 from .. import ops
+from ._amp import KernelCell
 
 
-class RotaryEmbedding(nn.Cell):
+class RotaryEmbedding(KernelCell):
     """Rotary embedding of unpadded q and k.
 
     ``construct(q, k, cos, sin, q_seq_len) -> (q_embed, k_embed)`` with q, k

@@ -1,15 +1,16 @@
 """``nn.SparseFlashAttention``: sparse MLA attention forward whose backward is the fused grad kernel."""
 from __future__ import annotations
 
-from mindspore import Tensor, nn
+from mindspore import Tensor
 from mindspore import ops as msops
 
 from .. import ops
 from .._checks import attributes
 from .._optional import Lengths
+from ._amp import KernelCell
 
 
-class SparseFlashAttention(nn.Cell):
+class SparseFlashAttention(KernelCell):
     """Top-k sparse MLA attention (DeepSeek-V3.2), docs/contract.md section 3.
 
     ``construct(query, key, value, sparse_indices, query_rope=None, key_rope=None,

@@ -1,6 +1,8 @@
-"""Every Cell behind upstream layers: an ``nn.Dense`` in front of each float input, gradients of
-the Dense parameters (GRAPH and PyNative, TND and BSND, float32/float16/bfloat16, with and without
-rope, key is value) against the float64 reference, the chain rule through the Dense done in NumPy.
+"""The Cells behind upstream layers in the variants the training matrix
+(tests/training/test_cell_matrix.py: every Cell x mode x layout x dtype) does not vary: lengths as
+lists and int32/int64 tensors, with and without rope, key and value separate / one tensor twice /
+``value=None``, the indexer chain. An ``nn.Dense`` in front of each float input; gradients of the
+Dense parameters against the float64 reference, the chain rule through the Dense done in NumPy.
 
 Differentiating only a Cell's own inputs missed issue 9's GRAPH abort (a bprop whose branches
 returned different structures): these tests differentiate parameters upstream of the Cells.
@@ -12,10 +14,9 @@ from collections.abc import Iterator
 import mindspore as ms
 import numpy as np
 import pytest
-from _upstream import Upstream, check_param_grads
+from _upstream import Upstream, check_param_grads, geometry, sfa_indices, weighted
 from _util import assert_close, quantize, to_ms
 from mindspore import Tensor, nn
-from mindspore import ops as msops
 
 import ms_grad_ops as mgo
 from ms_grad_ops import reference as ref
@@ -27,10 +28,6 @@ def mode(request: pytest.FixtureRequest) -> Iterator[str]:
     ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
     yield request.param
     ms.set_context(mode=ms.PYNATIVE_MODE)
-
-
-def _weighted(out: Tensor, w: Tensor) -> Tensor:
-    return (msops.cast(out, ms.float32) * w).sum()
 
 
 def _lengths(kind: str, cum: list[int]) -> object:
@@ -50,7 +47,7 @@ class _RopeBody(nn.Cell):
 
     def construct(self, xs: tuple, ws: tuple) -> Tensor:
         yq, yk = self.rope(xs[0], xs[1], self.cos, self.sin, self.lens)
-        return _weighted(yq, ws[0]) + _weighted(yk, ws[1])
+        return weighted(yq, ws[0]) + weighted(yk, ws[1])
 
 
 @pytest.mark.parametrize("mode,dtype,lens_kind", [("graph", "float16", "list"), ("graph", "bfloat16", "int64"),
@@ -68,52 +65,7 @@ def test_rotary_embedding(mode: str, dtype: str, lens_kind: str) -> None:
     check_param_grads(up, body, ws, list(want), f"RotaryEmbedding {mode} {dtype}")
 
 
-# ----------------------------------------------------------------------------------- CLA gate
-
-
-class _ClaBody(nn.Cell):
-    def __init__(self) -> None:
-        super().__init__()
-        self.merge = mgo.nn.ClaGateMerge()
-
-    def construct(self, xs: tuple, ws: tuple) -> Tensor:
-        return _weighted(self.merge(xs[0], xs[1], xs[2], xs[3]), ws[0])
-
-
-@pytest.mark.parametrize("mode,dtype", [("graph", "float32"), ("graph", "bfloat16"), ("pynative", "float16")],
-                         indirect=["mode"])
-def test_cla_gate_merge(mode: str, dtype: str) -> None:
-    rng = np.random.default_rng(2)
-    t, n, d = 5, 3, 16
-    up = Upstream.make(rng, [(t, n, d), (t, n, d), (t, n), (t, n)], dtype)
-    w = rng.standard_normal((t, n, d)).astype(np.float32)
-    want = ref.cla_gate_backward(quantize(w, dtype), *up.x)
-    check_param_grads(up, _ClaBody(), [w], list(want), f"ClaGateMerge {mode} {dtype}")
-
-
 # ----------------------------------------------------------------------------------- sparse attention
-
-
-def _geometry(layout: str, lens_q: list[int], lens_k: list[int]) -> tuple[list, tuple, tuple, tuple]:
-    """(per-batch (S1, S2), query token dims, key token dims, cumulative lengths or Nones): TND
-    packs batches of ``lens_q``/``lens_k`` tokens; BSND has len(lens_q) batches of max lengths."""
-    if layout == "TND":
-        cum = (list(np.cumsum(lens_q)), list(np.cumsum(lens_k)))
-        return list(zip(lens_q, lens_k)), (sum(lens_q),), (sum(lens_k),), cum
-    b, s1, s2 = len(lens_q), max(lens_q), max(lens_k)
-    return [(s1, s2)] * b, (b, s1), (b, s2), (None, None)
-
-
-def _sfa_indices(rng: np.random.Generator, batches: list[tuple[int, int]], k: int) -> np.ndarray:
-    """One row of K token indices per query (-1 slots anywhere, a few causally hidden keys)."""
-    rows = []
-    for s1, s2 in batches:
-        for _ in range(s1):
-            row = np.full(k, -1, np.int32)
-            take = rng.permutation(s2)[:int(rng.integers(1, k + 1))]
-            row[:take.size] = take
-            rows.append(rng.permutation(row))
-    return np.stack(rows)
 
 
 class _SfaBody(nn.Cell):
@@ -141,7 +93,7 @@ class _SfaBody(nn.Cell):
         if self.rope:
             qr = xs[self.rope_at]
             kr = xs[self.rope_at + 1]
-        return _weighted(self.attn(q, k, value, self.idx, qr, kr, self.lq, self.lkv), ws[0])
+        return weighted(self.attn(q, k, value, self.idx, qr, kr, self.lq, self.lkv), ws[0])
 
 
 SFA_CASES = [
@@ -162,11 +114,11 @@ def test_sparse_flash_attention(mode: str, layout: str, dtype: str, rope: bool, 
                                 ) -> None:
     rng = np.random.default_rng(3)
     n1, d, dr, k = 4, 16, 8, 5
-    batches, tq, tk, cum = _geometry(layout, [4, 5], [6, 3])
+    batches, tq, tk, cum = geometry(layout, [4, 5], [6, 3])
     shapes = [(*tq, n1, d), (*tk, 1, d)] + ([(*tk, 1, d)] if kv == "separate" else [])
     shapes += [(*tq, n1, dr), (*tk, 1, dr)] if rope else []
     up = Upstream.make(rng, shapes, dtype)
-    idx = _sfa_indices(rng, batches, k).reshape(*tq, 1, k)
+    idx = sfa_indices(rng, batches, k).reshape(*tq, 1, k)
     attrs = {"scale_value": 1.0 / np.sqrt(d + dr), "layout": layout}
     q, key = up.x[0], up.x[1]
     value = up.x[2] if kv == "separate" else key
@@ -214,13 +166,13 @@ class _KLBody(nn.Cell):
 def test_indexer_kl_loss(mode: str, layout: str, dtype: str, rope: bool, lens_kind: str | None) -> None:
     rng = np.random.default_rng(4)
     n1, d, dr, nidx, didx, k = 4, 16, 8, 2, 8, 5
-    batches, tq, tk, cum = _geometry(layout, [4, 5], [6, 3])
+    batches, tq, tk, cum = geometry(layout, [4, 5], [6, 3])
     shapes = [(*tq, n1, d), (*tk, 1, d), (*tq, nidx, didx), (*tk, 1, didx), (*tq, nidx)]
     shapes += [(*tq, n1, dr), (*tk, 1, dr)] if rope else []
     up = Upstream.make(rng, shapes, dtype)
     q, key, qi, ki, wts = up.x[:5]
     qr, kr = (up.x[5], up.x[6]) if rope else (None, None)
-    idx = _sfa_indices(rng, batches, k).reshape(*tq, 1, k)
+    idx = sfa_indices(rng, batches, k).reshape(*tq, 1, k)
     scale = 1.0 / np.sqrt(d + dr)
     kw = {"scale_value": scale, "layout": layout}
     smax, ssum = (s.astype(np.float32) for s in ref.attention_softmax_stats(q, key, idx, qr, kr, *cum, **kw))
@@ -254,7 +206,7 @@ class _DsaBody(nn.Cell):
         idx, _ = self.indexer(qi, ki, wts, self.lq, self.lk)
         out, smax, ssum = self.attn(q, kv, None, idx, qr, kr, self.lq, self.lk)
         kl = self.kl(q, kv, qi, ki, wts, idx, smax, ssum, qr, kr, self.lq, self.lk)
-        return _weighted(out, ws[0]) + kl.sum()
+        return weighted(out, ws[0]) + kl.sum()
 
 
 @pytest.mark.parametrize("mode,layout,dtype,lens_kind", [
@@ -266,7 +218,7 @@ def test_dsa_chain(mode: str, layout: str, dtype: str, lens_kind: str | None) ->
     lists and int32/int64 tensors pass through all three Cells, forward and backward."""
     rng = np.random.default_rng(5)
     n1, d, dr, nidx, didx, k = 4, 16, 8, 2, 8, 4
-    _, tq, _, cum = _geometry(layout, [5, 6], [5, 6])
+    _, tq, _, cum = geometry(layout, [5, 6], [5, 6])
     shapes = [(*tq, n1, d), (*tq, 1, d), (*tq, n1, dr), (*tq, 1, dr), (*tq, nidx, didx), (*tq, 1, didx),
               (*tq, nidx)]
     up = Upstream.make(rng, shapes, dtype)

@@ -1,6 +1,7 @@
 """Every validation path: error type and message (op, argument, shapes), never a crash."""
 from __future__ import annotations
 
+import inspect
 import re
 
 import mindspore as ms
@@ -385,3 +386,33 @@ def test_every_attribute_is_checked_by_name(op: str, attr: str, value: object) -
     fn, tensors, kwargs = _case(op, **{attr: value})
     with pytest.raises((TypeError, ValueError), match=rf"^{op}: attribute '{attr}' .*got .*{re.escape(str(value))}"):
         fn(*tensors, **kwargs)
+
+
+# ------------------------------------------------------------------ Cells: int arguments beyond int64
+
+def _cell_kwargs() -> dict[str, dict]:
+    """A valid constructor call of every public Cell that takes int arguments."""
+    from _cell_matrix import DSA_CFG
+    attn = mgo.nn.DSAttention(**DSA_CFG, max_seq_len=16)
+    return {"SparseFlashAttention": {"scale_value": 0.5}, "LightningIndexer": {"sparse_count": 4},
+            "IndexerKLLoss": {"scale_value": 0.5}, "DSAttention": {**DSA_CFG, "max_seq_len": 16},
+            "ContextParallelDSAttention": {"attn": attn, "cp_size": 1}}
+
+
+def _int_arguments(cell: type) -> list[str]:
+    return [n for n, p in inspect.signature(cell.__init__).parameters.items() if p.annotation == "int"]
+
+
+@pytest.mark.parametrize("value", [2**64, -(2**64), 2**63])
+def test_cell_int_arguments_outside_int64_are_value_errors(exec_mode: str, value: int) -> None:
+    """Every int argument of every public Cell, checked in its constructor (Python, before any graph:
+    a GRAPH compile cannot hold such an int at all, see the attribute cases above): a ValueError
+    naming the Cell or its op and the argument, in both modes."""
+    from _cell_matrix import public_cells
+    kwargs = _cell_kwargs()
+    cells = {c.__name__: c for c in public_cells()}
+    assert {n for n, c in cells.items() if _int_arguments(c)} == set(kwargs)
+    for name, base in kwargs.items():
+        for arg in _int_arguments(cells[name]):
+            with pytest.raises(ValueError, match=rf"^(\w+): (argument|attribute) '{arg}' .*got {value}"):
+                cells[name](**{**base, arg: value})

@@ -1,23 +1,23 @@
-"""``nn.DSAttention``: every parameter's gradient against the float64 oracle in ``_dsa_oracle``
-(dense attention with mask = selected & causal, the selection taken from the layer's forward).
-A gradient sums one term per token and the terms cancel, so its error is measured against the
-terms' magnitude (``_dsa_oracle.term_magnitude``) where that exceeds the gradient's norm."""
+"""``nn.DSAttention`` beside its training matrix: the float64 oracle in ``_dsa_oracle`` (dense
+attention with mask = selected & causal, the selection taken from the layer's forward) against
+itself, the split of the two losses, lengths and bad arguments. Every parameter's gradient against
+that oracle, in each mode, layout and dtype, is ``tests/training/test_cell_matrix.py``: a gradient
+sums one term per token and the terms cancel, so its error is measured against the terms'
+magnitude (``_dsa_oracle.term_magnitude``) where that exceeds the gradient's norm."""
 from __future__ import annotations
 
 import _dsa_oracle as oracle
 import mindspore as ms
 import numpy as np
 import pytest
-from _util import MS_DTYPES, TOLERANCES, quantize, rel_l2
+from _cell_matrix import DSA_CFG as CFG
+from _cell_matrix import DSA_EXTRA as EXTRA
+from _cell_matrix import DSA_INDEXER as INDEXER
+from _cell_matrix import KL_WEIGHT
+from _util import MS_DTYPES
 from mindspore import Tensor, nn
 
 import ms_grad_ops as mgo
-
-CFG = {"dim": 20, "n_heads": 2, "q_lora_rank": 12, "kv_lora_rank": 10, "qk_nope_head_dim": 6,
-       "qk_rope_head_dim": 4, "v_head_dim": 5, "index_n_heads": 3, "index_head_dim": 8, "index_topk": 3}
-EXTRA = {"rope_theta": 10000.0, "eps": 1e-6}
-INDEXER = ("wq_idx.", "wk_idx.", "k_norm.", "weights_proj.")
-KL_WEIGHT = 0.5
 
 
 def _layer(layout: str, dtype: str) -> mgo.nn.DSAttention:
@@ -53,52 +53,8 @@ def _short(name: str) -> str:
     return name[len("layer."):] if name.startswith("layer.") else name
 
 
-# A GRAPH compile of the layer's gradient costs ~20 s of CPU, a PyNative run ~3 s: every layout
-# and dtype runs in PyNative, the low-precision ones (the GRAPH training case) in GRAPH too.
-CASES = [("pynative", "BSND", "float32"), ("pynative", "TND", "float32"), ("pynative", "BSND", "bfloat16"),
-         ("pynative", "TND", "float16"), ("graph", "BSND", "float16"), ("graph", "TND", "bfloat16")]
-
-
-@pytest.mark.parametrize(("mode", "layout", "dtype"), CASES)
-def test_gradients_match_oracle(mode: str, layout: str, dtype: str) -> None:
-    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
-    try:
-        _check_gradients(mode, layout, dtype)
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-
-
-def _check_gradients(exec_mode: str, layout: str, dtype: str) -> None:
-    rng = np.random.default_rng(7)
-    layer = _layer(layout, dtype)
-    x, lengths, seq, pos = _inputs(layout, rng)
-    d_out = rng.standard_normal(x.shape)
-    objective = _Objective(layer, Tensor(d_out.astype(np.float32)), True)
-    params = layer.trainable_params()
-    grads = ms.grad(objective, None, params)(x, lengths)
-    out, loss = layer(x, lengths)
-    selected = layer.select(x, lengths).asnumpy().reshape(seq.size, -1)
-
-    values = {_short(p.name): p.asnumpy().astype(np.float64) for p in params}
-    cfg = {**CFG, **EXTRA, "scale": (CFG["qk_nope_head_dim"] + CFG["qk_rope_head_dim"]) ** -0.5}
-    case = (values, x.asnumpy().reshape(seq.size, -1).astype(np.float64), seq, pos, selected, cfg,
-            d_out.reshape(seq.size, -1), lambda a: quantize(a, dtype))
-    ref_out, ref_loss, main_terms, kl_terms = oracle.gradient_terms(*case)
-    tol = TOLERANCES["attention"][dtype]
-    assert (selected >= 0).sum(1).min() >= 1
-    assert rel_l2(out.asnumpy().reshape(ref_out.shape), ref_out) <= tol
-    assert abs(float(loss.asnumpy()[0]) - ref_loss) <= tol * abs(ref_loss) + 1e-6
-    for p, g in zip(params, grads):
-        name = _short(p.name)
-        terms = KL_WEIGHT * kl_terms[name] if name.startswith(INDEXER) else main_terms[name]
-        ref = terms.sum(0)
-        assert np.linalg.norm(ref) > 0, p.name
-        err = rel_l2(g.asnumpy(), ref, oracle.term_magnitude(terms))
-        assert err <= tol, f"{p.name}: relative L2 error {err:.3g} > {tol:g} ({layout}, {dtype}, {exec_mode})"
-
-
 def test_gradient_terms_sum_to_the_gradients() -> None:
-    """The oracle's per-token terms (the tolerance scale above) add up to its gradients, and they
+    """The oracle's per-token terms (the tolerance scale of the matrix) add up to its gradients, and they
     cancel: for k_norm.beta their magnitude exceeds the gradient more than twice."""
     rng = np.random.default_rng(11)
     layer = _layer("TND", "float32")

@@ -189,14 +189,16 @@ def _masked_softmax(s: Var, mask: np.ndarray) -> Var:
     return e * unary(e.sum(-1), lambda a: 1.0 / a, lambda a: -1.0 / a ** 2)
 
 
-def forward(p: dict[str, Var], x: np.ndarray, seq: np.ndarray, pos: np.ndarray, selected: np.ndarray,
+def forward(p: dict[str, Var], x: np.ndarray | Var, seq: np.ndarray, pos: np.ndarray, selected: np.ndarray,
             cfg: dict, rounding: Callable[[np.ndarray], np.ndarray]) -> tuple[Var, Var]:
     """``(out [N, dim], indexer_loss [])`` for flat tokens x ``[N, dim]`` (``seq``: sequence id,
-    ``pos``: position in it). The indexer branch reads detached copies of x and qr; the teacher
-    distribution is a constant (its value from the main attention). ``rounding``: the kernels' dtype."""
+    ``pos``: position in it; a Var to get the gradient of x). The indexer branch reads detached
+    copies of x and qr; the teacher distribution is a constant (its value from the main attention).
+    ``rounding``: the kernels' dtype."""
+    xv = x if isinstance(x, Var) else Var(x)
+    x = xv.value
     n, h = x.shape[0], cfg["n_heads"]
     nope, r, c, th = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["kv_lora_rank"], cfg["rope_theta"]
-    xv = Var(x)
     qr = rms_norm(dense(xv, p["wq_a.weight"]), p["q_norm.weight"], cfg["eps"])
     q = dense(qr, p["wq_b.weight"]).reshape(n, h, nope + r)
     q_lat = by_weight("nhd,hdc->nhc", q[..., :nope], p["w_uk"])
@@ -243,6 +245,17 @@ def gradients(params: dict[str, np.ndarray], x: np.ndarray, seq: np.ndarray, pos
     backward(kl, np.ones_like(kl.value))
     return (out.value, float(kl.value.reshape(-1)[0]), {k: v.grad for k, v in main.items()},
             {k: v.grad for k, v in idx.items()})
+
+
+def input_gradient(params: dict[str, np.ndarray], x: np.ndarray, seq: np.ndarray, pos: np.ndarray,
+                   selected: np.ndarray, cfg: dict, d_out: np.ndarray,
+                   rounding: Callable[[np.ndarray], np.ndarray] = lambda a: a) -> np.ndarray:
+    """The gradient of ``sum(out * d_out)`` with respect to x ``[N, dim]`` (what a layer in front of
+    this one receives; the indexer loss reads x detached, so it adds nothing)."""
+    xv = Var(x)
+    out, _ = forward({k: Var(v) for k, v in params.items()}, xv, seq, pos, selected, cfg, rounding)
+    backward(out, d_out)
+    return xv.grad
 
 
 def gradient_terms(params: dict[str, np.ndarray], x: np.ndarray, seq: np.ndarray, pos: np.ndarray,

@@ -14,6 +14,33 @@ from mindspore import ops as msops
 FIN = 8  # input features of every upstream Dense
 
 
+def weighted(out: Tensor, w: Tensor) -> Tensor:
+    """``sum(out * w)`` in float32 (d/d out = w, rounded to out's dtype on the way back)."""
+    return (msops.cast(out, ms.float32) * w).sum()
+
+
+def geometry(layout: str, lens_q: list[int], lens_k: list[int]) -> tuple[list, tuple, tuple, tuple]:
+    """(per-batch (S1, S2), query token dims, key token dims, cumulative lengths or Nones): TND
+    packs batches of ``lens_q``/``lens_k`` tokens; BSND has len(lens_q) batches of max lengths."""
+    if layout == "TND":
+        cum = (list(np.cumsum(lens_q)), list(np.cumsum(lens_k)))
+        return list(zip(lens_q, lens_k)), (sum(lens_q),), (sum(lens_k),), cum
+    b, s1, s2 = len(lens_q), max(lens_q), max(lens_k)
+    return [(s1, s2)] * b, (b, s1), (b, s2), (None, None)
+
+
+def sfa_indices(rng: np.random.Generator, batches: list[tuple[int, int]], k: int) -> np.ndarray:
+    """One row of K token indices per query (-1 slots anywhere, a few causally hidden keys)."""
+    rows = []
+    for s1, s2 in batches:
+        for _ in range(s1):
+            row = np.full(k, -1, np.int32)
+            take = rng.permutation(s2)[:int(rng.integers(1, k + 1))]
+            row[:take.size] = take
+            rows.append(rng.permutation(row))
+    return np.stack(rows)
+
+
 @dataclass
 class Upstream:
     """Inputs ``x_i = cast(Dense_i(h_i).reshape(shape_i), dtype)``: the float64 values the Cell sees
@@ -46,22 +73,25 @@ class Upstream:
         return out
 
 
-class _Net(nn.Cell):
-    """``body(xs, ws)`` fed by one float32 ``nn.Dense`` per float input (cast to ``dtype``)."""
+class UpstreamNet(nn.Cell):
+    """``construct(*hs, *rest) -> body(xs, rest)``: one float32 ``nn.Dense`` per float input makes
+    ``x_i = cast(Dense_i(h_i), dtype)``, reshaped to ``shapes[i]`` but for its first dim, which
+    follows h's (so one graph takes other token counts under ``set_inputs``)."""
 
     def __init__(self, up: Upstream, body: nn.Cell) -> None:
         super().__init__()
         self.denses = nn.CellList([nn.Dense(FIN, w.shape[0], weight_init=Tensor(w), bias_init=Tensor(b))
                                    for w, b in zip(up.w, up.b)])
-        self.shapes = tuple(up.shapes)
+        self.tails = tuple(shape[1:] for shape in up.shapes)
         self.dtype = MS_DTYPES[up.dtype]
         self.body = body
 
-    def construct(self, hs: tuple, ws: tuple) -> Tensor:
+    def construct(self, *tensors: Tensor) -> object:
+        n = len(self.tails)
         xs = ()
-        for dense, h, shape in zip(self.denses, hs, self.shapes):
-            xs = xs + (msops.cast(dense(h).reshape(shape), self.dtype),)
-        return self.body(xs, ws)
+        for dense, h, tail in zip(self.denses, tensors[:n], self.tails):
+            xs = xs + (msops.cast(dense(h).reshape((-1,) + tail), self.dtype),)
+        return self.body(xs, tensors[n:])
 
 
 def check_param_grads(up: Upstream, body: nn.Cell, out_weights: list[np.ndarray],
@@ -71,10 +101,10 @@ def check_param_grads(up: Upstream, body: nn.Cell, out_weights: list[np.ndarray]
     Each Dense's weight and bias gradients are compared together: a bias gradient alone can be
     zero in exact arithmetic (attention is invariant to adding one vector to every key, so the
     key-side bias gets only rounding noise) and has no meaningful relative error of its own."""
-    net = _Net(up, body)
+    net = UpstreamNet(up, body)
     params = net.denses.trainable_params()
-    grads = ms.grad(net, grad_position=None, weights=params)(tuple(Tensor(h) for h in up.h),
-                                                            tuple(Tensor(w) for w in out_weights))
+    grads = ms.grad(net, grad_position=None, weights=params)(*(Tensor(h) for h in up.h),
+                                                            *(Tensor(w) for w in out_weights))
     wants = up.param_grads(want_x_grads)
     for i in range(0, len(params), 2):
         got = np.concatenate([g.asnumpy().astype(np.float64).ravel() for g in grads[i:i + 2]])
