@@ -10,7 +10,7 @@ MindSpore's class (and functional form) -> stand-in module: how
 
 - ``RmsNorm`` (``ops.rms_norm``) -> ``norm``: mean of squares, rsqrt, products
 - ``Outer`` (``mint.outer``), ``BatchMatMul`` (batch broadcasting), ``GroupedMatmul``
-  (``ops.grouped_matmul``) -> ``matmul``: ``[n, 1] * [1, m]``; ``broadcast_to`` + MindSpore's
+  (``auto_generate.grouped_matmul``) -> ``matmul``: ``[n, 1] * [1, m]``; ``broadcast_to`` + MindSpore's
   ``BatchMatMul``; every expert's product masked to its rows
 - ``SliceExt``, ``IndexSelect`` (``mint.index_select``), ``Embedding``
   (``mint.nn.functional.embedding``, whose backward is ``EmbeddingDenseBackward``) -> ``indexing``:

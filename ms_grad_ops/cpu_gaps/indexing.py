@@ -1,6 +1,6 @@
 """``SliceExt``, ``IndexSelect`` and the embedding lookup (whose gradient is MindSpore's
-``EmbeddingDenseBackward``) on CPU: composites of ``StridedSlice``/``Gather``, whose gradients
-(``StridedSliceGrad``, ``UnsortedSegmentSum``) have CPU kernels."""
+``EmbeddingDenseBackward``) on CPU: composites of ``Slice``/``Gather``, whose gradients
+(``SliceGrad``, ``UnsortedSegmentSum``) have CPU kernels."""
 from __future__ import annotations
 
 import mindspore as ms
@@ -11,9 +11,9 @@ from ._standin import PrimitiveStandIn, upcast
 
 
 @constexpr
-def _slice_bounds(shape: tuple, dim: int, start: int, end: int, step: int) -> tuple:
-    """(begin, end, strides) of the StridedSlice doing ``SliceExt``: negative ``start``/``end`` count
-    from the end, both are clamped to the dimension, ``end < start`` gives an empty slice."""
+def _slice_plan(shape: tuple, dim: int, start: int, end: int, step: int) -> tuple:
+    """(dim >= 0, first index, count) of ``SliceExt``: negative ``start``/``end`` count from the
+    end, both are clamped to the dimension, ``end < start`` gives an empty slice."""
     rank = len(shape)
     if not -rank <= dim < rank:
         raise ValueError(f"SliceExt: dim {dim} is out of range for an input of shape {shape}")
@@ -23,23 +23,28 @@ def _slice_bounds(shape: tuple, dim: int, start: int, end: int, step: int) -> tu
     size = shape[dim]
     start = min(max(start + size if start < 0 else start, 0), size)
     end = min(max(end + size if end < 0 else end, start), size)
-    begin = tuple(start if i == dim else 0 for i in range(rank))
-    stop = tuple(end if i == dim else shape[i] for i in range(rank))
-    strides = tuple(step if i == dim else 1 for i in range(rank))
-    return begin, stop, strides
+    return dim, start, (end - start + step - 1) // step
 
 
 @ms.jit_class
 class SliceExt(PrimitiveStandIn):
     """``SliceExt()(input, dim, start, end, step)``: ``input`` sliced along ``dim`` from ``start`` to
-    ``end`` (exclusive) by ``step > 0``, MindSpore's bounds rule (see ``_slice_bounds``)."""
+    ``end`` (exclusive) by ``step > 0``, MindSpore's bounds rule (see ``_slice_plan``). A ``Slice``
+    for ``step == 1``, a ``Gather`` of the positions otherwise (MindSpore 2.10's CPU
+    ``StridedSliceGrad`` reads out of bounds for strided slices)."""
 
     def __init__(self) -> None:
         pass
 
     def __call__(self, input: Tensor, dim: int, start: int, end: int, step: int) -> Tensor:  # noqa: A002
-        begin, stop, strides = _slice_bounds(input.shape, dim, start, end, step)
-        return ops.strided_slice(upcast(input), begin, stop, strides).astype(input.dtype)
+        axis, first, count = _slice_plan(input.shape, dim, start, end, step)
+        x = upcast(input)
+        if step == 1 or count == 0:
+            begin = tuple(first if i == axis else 0 for i in range(x.ndim))
+            size = tuple(count if i == axis else x.shape[i] for i in range(x.ndim))
+            return ops.slice(x, begin, size).astype(input.dtype)
+        positions = ops.arange(first, first + count * step, step, dtype=ms.int64)
+        return ops.gather(x, positions, axis).astype(input.dtype)
 
 
 @constexpr

@@ -164,6 +164,6 @@ def grouped_matmul(x: tuple, weight: tuple, bias: tuple | None = None, scale: tu
                    offset: tuple | None = None, antiquant_scale: tuple | None = None,
                    antiquant_offset: tuple | None = None, group_list: Tensor | None = None, split_item: int = 0,
                    group_type: int = -1, transpose_a: bool = False, transpose_b: bool = False) -> tuple:
-    """``mindspore.ops.grouped_matmul`` on :class:`GroupedMatmul`."""
+    """``mindspore.ops.auto_generate.grouped_matmul`` on :class:`GroupedMatmul`."""
     return GroupedMatmul(split_item, group_type, transpose_a, transpose_b)(
         x, weight, bias, scale, offset, antiquant_scale, antiquant_offset, group_list)
