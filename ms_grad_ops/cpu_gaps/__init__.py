@@ -16,7 +16,7 @@ MindSpore's class (and functional form) -> stand-in module: how
   (``mint.nn.functional.embedding``, whose backward is ``EmbeddingDenseBackward``) -> ``indexing``:
   ``StridedSlice``; ``Gather`` (gradient ``UnsortedSegmentSum``)
 - ``TopkExt`` (``mint.topk``), ``SortExt`` (``mint.sort``), ``CumsumExt`` (``mint.cumsum``) ->
-  ``sorting``: ``TopK``/``Sort``/``CumSum`` on the last axis, transposes
+  ``sorting``: ``Sort`` (stable: ties in index order) / ``CumSum`` on the last axis, transposes
 - ``Swiglu`` (``ops.swiglu``), ``FmodScalar`` -> ``elementwise``: halves, sigmoid, products; ``Mod``
 - ``MoeTokenPermute``, ``MoeTokenUnpermute`` (+ functions) -> ``moe``: ``Sort``, ``Gather``, sums
 - ``AlltoAll``, ``AlltoAllV`` over a group of one member, ``MoveTo`` (``ops.move_to``) -> ``comm``:

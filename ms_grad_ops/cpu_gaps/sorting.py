@@ -1,6 +1,6 @@
-"""``TopkExt``, ``SortExt`` and ``CumsumExt`` on CPU: composites of ``TopK``/``Sort``/``CumSum``
-(CPU kernels on the last axis; ties keep the lower index first, as MindSpore documents for
-``topk``) with transposes; autodiff gives the gradients."""
+"""``TopkExt``, ``SortExt`` and ``CumsumExt`` on CPU: composites of ``Sort``/``CumSum`` (CPU kernels on
+the last axis; MindSpore's CPU ``Sort`` is stable, so ties keep the lower index first, as MindSpore
+documents for ``topk``) with transposes; autodiff gives the gradients."""
 from __future__ import annotations
 
 import mindspore as ms
@@ -45,11 +45,8 @@ class TopkExt(PrimitiveStandIn):
         perm = _last_axis_perm("TopkExt", input.ndim, dim)
         x = upcast(input).transpose(perm)
         _check_k(k, x.shape[-1])
-        if largest:
-            values, indices = P.TopK(sorted=True)(x, k)
-        else:
-            values, indices = P.Sort(-1, False)(x)
-            values, indices = values[..., :k], indices[..., :k]
+        values, indices = P.Sort(-1, largest)(x)  # stable; CPU TopK breaks ties arbitrarily when k < n
+        values, indices = values[..., :k], indices[..., :k]
         return values.transpose(perm).astype(input.dtype), indices.transpose(perm).astype(ms.int64)
 
 
