@@ -14,7 +14,7 @@ MindSpore's class (and functional form) -> stand-in module: how
   ``BatchMatMul``; every expert's product masked to its rows
 - ``SliceExt``, ``IndexSelect`` (``mint.index_select``), ``Embedding``
   (``mint.nn.functional.embedding``, whose backward is ``EmbeddingDenseBackward``) -> ``indexing``:
-  ``StridedSlice``; ``Gather`` (gradient ``UnsortedSegmentSum``)
+  ``Slice`` (a ``Gather`` for strided slices); ``Gather`` (gradient ``UnsortedSegmentSum``)
 - ``TopkExt`` (``mint.topk``), ``SortExt`` (``mint.sort``), ``CumsumExt`` (``mint.cumsum``) ->
   ``sorting``: ``Sort`` (stable: ties in index order) / ``CumSum`` on the last axis, transposes
 - ``Swiglu`` (``ops.swiglu``), ``FmodScalar`` -> ``elementwise``: halves, sigmoid, products; ``Mod``
