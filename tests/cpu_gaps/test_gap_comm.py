@@ -1,12 +1,21 @@
 """``AlltoAll``/``AlltoAllV`` over a group of one member and ``MoveTo`` on CPU
 (ms_grad_ops.cpu_gaps.comm): the identity, differentiable, PyNative and GRAPH, in one process
-(communication not initialised: the world is this process)."""
+(communication not initialised: the world is this process) and under msrun with communication
+initialised and a created group of one member."""
 from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import mindspore as ms
 import numpy as np
 import pytest
 from _gaps import forward, random, upstream
+from _paths import SUPPORT
 from mindspore import Tensor, ops
 
 from ms_grad_ops.cpu_gaps import comm
@@ -44,3 +53,23 @@ def test_move_to(exec_mode: str) -> None:
 def test_split_count_must_match_the_group() -> None:
     with pytest.raises(ValueError, match="AlltoAll: split_count must equal the group's size 1, got 2"):
         ops.AlltoAll(split_count=2, split_dim=0, concat_dim=0)
+
+
+def test_initialised_group_of_one(tmp_path: Path) -> None:
+    """Communication initialised (msrun, one worker) and a group of one member created, as
+    mindformers' expert group under data parallelism with expert_model_parallel_size=1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # msrun runs `python`
+    cmd = [str(Path(sys.executable).parent / "msrun"), "--worker_num=1", "--local_worker_num=1",
+           "--master_addr=127.0.0.1", f"--master_port={port}", "--join=True", f"--log_dir={tmp_path}",
+           str(SUPPORT / "_gap_comm_worker.py")]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    log = (tmp_path / "worker_0.log").read_text() if (tmp_path / "worker_0.log").is_file() else done.stdout
+    lines = [line for line in log.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, log[-4000:]
+    result = json.loads(lines[0].split(" ", 1)[1])
+    assert result["group_size"] == 1
+    assert result["out"] == np.arange(12).reshape(3, 4).tolist() and result["grad"] == np.ones((3, 4)).tolist()
