@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import mindspore as ms
 import numpy as np
-from _util import MS_DTYPES, quantize, to_np
+from _util import MS_DTYPES, Fn, quantize, to_np
 from mindspore import Parameter, ParameterTuple, Tensor, nn
 
 
@@ -21,18 +21,9 @@ def random(rng: np.random.Generator, shape: tuple, dtype: str, scale: float = 1.
     return quantize(rng.standard_normal(shape) * scale, dtype)
 
 
-class _Forward(nn.Cell):
-    def __init__(self, fn: Callable[..., object]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def construct(self, *args: object) -> object:
-        return self.fn(*args)
-
-
 def forward(fn: Callable[..., object], *args: object) -> object:
     """``fn(*args)`` in a Cell: compiled in GRAPH mode, eager in PyNative."""
-    return _Forward(fn)(*args)
+    return Fn(fn)(*args)
 
 
 class _Upstream(nn.Cell):
