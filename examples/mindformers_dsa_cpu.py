@@ -9,22 +9,11 @@ Both training stages run: the dense warm-up (``dsa_indexer_use_sparse_loss=False
 own dense indexer and KL loss in plain ops) and the sparse stage (the lightning indexer's top-k;
 the indexer learns only through the gradient of its ``sparse_values``).
 
-What else is worked around below is MindSpore's CPU backend and mindformers' packaging, not this
-package (each workaround says why; docs/migrating.md lists them):
-
-1. Imports: ``mindformers/__init__`` imports its whole tree, which needs packages the DSA layer
-   never uses (tokenizers, datasets, pyarrow, pandas builds that need numpy 2, jieba, nltk,
-   hyper_parallel (not on PyPI), ...). Stand-in modules are put in ``sys.modules`` for them, and
-   ``mindformers.tools`` is imported first (``transformer_config`` alone hits a circular import).
-2. Sizes: ``MLATransformerConfig`` accepts the ``dsa`` variant only at DeepSeek's sizes (512/64/
-   64x128): the config is built without the variant, which is set afterwards, with the layout.
-3. CPU kernels MindSpore lacks: ``BatchMatMul`` does not broadcast batch dimensions on CPU
-   (mindformers multiplies [S,B,N,1,D] by [N,D,R], [B,S,N,D] by [B,1,D,S] and by a [D,D] Hadamard
-   matrix), and there is no CPU kernel for ``TopkExt`` or ``SliceExt``. The layer's instances of
-   those three primitives are replaced by small Cells that do the same on CPU ops.
-4. ``fused_norm=False`` (no CPU ``RmsNorm``); float32 only (no bfloat16 Reshape/AddN on CPU).
-   The rotary frequencies are made in NumPy (mindformers' rotary module uses ``Outer``, which has
-   no CPU kernel either).
+``install()`` also supplies the primitives MindSpore 2.10 runs only on Ascend that the layer uses
+(``ms_grad_ops.cpu_gaps``: ``BatchMatMul``'s batch broadcasting, ``TopkExt``, ``SliceExt``,
+``RmsNorm``). What is left is mindformers' own setup, done by ``mindformers_2_0_0`` (imports past
+its unused dependencies; the ``dsa`` variant set after ``MLATransformerConfig``'s size check;
+docs/migrating.md). float32 only: MindSpore has no bfloat16 Reshape/AddN on CPU.
 
 Run: ``PYTHONPATH=<folder with mindformers 2.0.0> python examples/mindformers_dsa_cpu.py``
 (``tests/integration/test_mindformers_dsa.py`` installs that folder: ``pip install --no-deps --target``
@@ -34,9 +23,6 @@ comparisons of the test as JSON instead of training.
 from __future__ import annotations
 
 import argparse
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import json
 import sys
 import time
@@ -51,57 +37,16 @@ from mindspore.ops import operations as P
 ms.set_device("CPU")
 ms.set_context(mode=ms.GRAPH_MODE)
 
+import mindformers_2_0_0  # noqa: E402  (this folder: mindformers' own setup quirks)
+
 import ms_grad_ops  # noqa: E402
 
 ms_grad_ops.builtins.install()
 
-# ----------------------------------------------------------------------------------------------
-# 1. Imports
-# ----------------------------------------------------------------------------------------------
-# Packages mindformers/__init__ pulls in that its DSA layer never uses. pandas/pyarrow are stood
-# in even when installed: the builds mindformers' requirements pick need numpy 2 (MindSpore needs < 2).
-_UNUSED = ("jieba", "rouge_chinese", "nltk", "datasets", "tokenizers", "tqdm", "hyper_parallel", "sentencepiece",
-           "tiktoken", "mindpet", "tensorboardX", "transformers", "safetensors", "ftfy", "cv2", "setproctitle",
-           "jinja2", "astunparse")
-_ALWAYS_STOOD_IN = ("pandas", "pyarrow")
-
-
-class _StandIn(types.ModuleType):
-    """A module whose every attribute is an inert class (enough for import-time references)."""
-
-    def __getattr__(self, name: str) -> type:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        value = type(name, (), {"__init__": lambda self, *a, **k: None})
-        setattr(self, name, value)
-        return value
-
-
-class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, names: set[str]) -> None:
-        self.names = names
-
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
-        if fullname.split(".")[0] in self.names:
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = _StandIn(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        pass
-
 
 def import_mindformers() -> types.SimpleNamespace:
-    """mindformers' config, layer spec and helpers, imported past the unused parts of its tree."""
-    missing = {n for n in _UNUSED if importlib.util.find_spec(n) is None} | set(_ALWAYS_STOOD_IN)
-    for name in _ALWAYS_STOOD_IN:
-        sys.modules.pop(name, None)
-    sys.meta_path.insert(0, _StandInFinder(missing))
-    import mindformers.tools  # noqa: F401  (first: transformer_config alone runs into a circular import)
+    """mindformers' config, layer spec and helpers (imported past the unused parts of its tree)."""
+    mindformers_2_0_0.import_mindformers()
     from mindformers.parallel_core.training_graph.base_models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from mindformers.parallel_core.training_graph.device_matrix import layout
     from mindformers.parallel_core.transformer_config import MLATransformerConfig
@@ -112,77 +57,6 @@ def import_mindformers() -> types.SimpleNamespace:
 
 
 # ----------------------------------------------------------------------------------------------
-# 3. MindSpore CPU gaps: CPU versions of the primitives mindformers' layer uses
-# ----------------------------------------------------------------------------------------------
-class BroadcastBatchMatMul(nn.Cell):
-    """``BatchMatMul(transpose_a, transpose_b)`` with NumPy-style batch broadcasting (MindSpore's
-    CPU BatchMatMul requires equal batch dimensions)."""
-
-    def __init__(self, transpose_a: bool = False, transpose_b: bool = False) -> None:
-        super().__init__()
-        self.bmm = P.BatchMatMul(transpose_a, transpose_b)
-
-    def construct(self, a: Tensor, b: Tensor) -> Tensor:
-        rank = max(a.ndim, b.ndim)
-        a = a.reshape((1,) * (rank - a.ndim) + a.shape)
-        b = b.reshape((1,) * (rank - b.ndim) + b.shape)
-        batch = tuple(max(x, y) for x, y in zip(a.shape[:-2], b.shape[:-2]))
-        a = msops.broadcast_to(a, batch + a.shape[-2:])
-        b = msops.broadcast_to(b, batch + b.shape[-2:])
-        return self.bmm(a, b)
-
-
-class TopkLastDim(nn.Cell):
-    """``TopkExt(x, k, dim)`` for the last dim (all mindformers uses), on the CPU ``TopK``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.topk = P.TopK(sorted=True)
-
-    def construct(self, x: Tensor, k: int, dim: int = -1, largest: bool = True, is_sorted: bool = True
-                  ) -> tuple[Tensor, Tensor]:
-        values, indices = self.topk(x, k)
-        return values, indices.astype(ms.int64)
-
-
-class SliceDim(nn.Cell):
-    """``SliceExt(x, dim, start, end, step)`` on the CPU ``StridedSlice``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.strided_slice = P.StridedSlice()
-
-    def construct(self, x: Tensor, dim: int, start: int, end: int, step: int) -> Tensor:
-        dim = dim % x.ndim
-        begin = tuple(start if i == dim else 0 for i in range(x.ndim))
-        stop = tuple(end if i == dim else x.shape[i] for i in range(x.ndim))
-        strides = tuple(step if i == dim else 1 for i in range(x.ndim))
-        return self.strided_slice(x, begin, stop, strides)
-
-
-def replace_cpu_gaps(layer: nn.Cell) -> int:
-    """Replaces, in every cell of ``layer``, the primitives without a CPU kernel (or without batch
-    broadcasting on CPU) by the Cells above. Returns how many were replaced."""
-    from mindspore.ops.auto_generate import gen_ops_prim
-
-    replaced = 0
-    for _, cell in list(layer.cells_and_names()):
-        for name, value in list(vars(cell).get("_primitives", {}).items()):
-            if isinstance(value, gen_ops_prim.BatchMatMul):
-                new = BroadcastBatchMatMul(value.transpose_a, value.transpose_b)
-            elif isinstance(value, gen_ops_prim.TopkExt):
-                new = TopkLastDim()
-            elif isinstance(value, gen_ops_prim.SliceExt):
-                new = SliceDim()
-            else:
-                continue
-            del cell._primitives[name]
-            setattr(cell, name, new)
-            replaced += 1
-    return replaced
-
-
-# ----------------------------------------------------------------------------------------------
 # The model: mindformers' MLA + DSA layer, a task loss on its output
 # ----------------------------------------------------------------------------------------------
 SIZES = {"hidden_size": 32, "num_attention_heads": 2, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_head_dim": 8,
@@ -190,7 +64,7 @@ SIZES = {"hidden_size": 32, "num_attention_heads": 2, "q_lora_rank": 16, "kv_lor
 
 
 def build_layer(mf: types.SimpleNamespace, seq_len: int, batch: int, topk: int, sparse: bool, seed: int) -> nn.Cell:
-    """mindformers' ``MLASelfAttentionConcatenated`` with DSA, tiny and float32, CPU gaps replaced."""
+    """mindformers' ``MLASelfAttentionConcatenated`` with DSA, tiny and float32."""
     ms.set_seed(seed)
     np.random.seed(seed)
     cfg = mf.MLATransformerConfig(
@@ -203,15 +77,13 @@ def build_layer(mf: types.SimpleNamespace, seq_len: int, batch: int, topk: int, 
         rotary_dtype="float32", softmax_compute_dtype="float32", add_bias_linear=False, init_method_std=0.2,
         dsa_indexer_n_heads=SIZES["dsa_indexer_n_heads"], dsa_indexer_head_dim=SIZES["dsa_indexer_head_dim"],
         dsa_indexer_topk=topk, dsa_indexer_loss_coeff=1.0, dsa_indexer_use_sparse_loss=sparse)
-    # 2. The dsa variant is refused at these sizes: set it (and the layout it implies) afterwards.
+    # The dsa variant is refused at these sizes: set it (and the layout it implies) afterwards.
     cfg.experimental_attention_variant = "dsa"
     cfg.input_layout = "BSND"
     mf.layout.init_layout(cfg)  # the Hadamard cells call shard() on construction
     spec = mf.spec(multi_latent_attention=True, sparse_attention=True, qk_layernorm=True, fused_norm=False,
                    mla_qkv_concat=True)
-    layer = mf.build_module(spec.submodules.self_attention, config=cfg, layer_number=1)
-    replace_cpu_gaps(layer)
-    return layer
+    return mf.build_module(spec.submodules.self_attention, config=cfg, layer_number=1)
 
 
 def rotary_freqs(seq_len: int, dim: int, base: float = 10000.0) -> Tensor:

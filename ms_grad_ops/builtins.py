@@ -27,6 +27,7 @@ from mindspore import Tensor
 from mindspore import ops as msops
 from mindspore.ops import constexpr
 
+from . import cpu_gaps as _cpu_gaps
 from . import ops as _ops
 
 __all__ = ["install", "installed", "lightning_indexer", "lightning_indexer_grad", "sparse_flash_attention",
@@ -217,6 +218,7 @@ def install() -> bool:
             if attrs.get(name) is original:
                 _saved[(module_name, name)] = original
                 setattr(module, name, _OURS[name])
+    _cpu_gaps.install()
     return True
 
 
@@ -228,3 +230,4 @@ def uninstall() -> None:
         if module is not None and getattr(module, name, None) is _OURS[name]:
             setattr(module, name, original)
         del _saved[(module_name, name)]
+    _cpu_gaps.uninstall()
