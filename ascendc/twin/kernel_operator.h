@@ -38,4 +38,6 @@
 #define REGISTER_TILING_DEFAULT(TilingStruct) using TwinDefaultTiling_ = TilingStruct
 #define GET_TILING_DATA(var, tiling) \
   TwinDefaultTiling_ var = ::AscendC::twin::LoadTiling<TwinDefaultTiling_>(tiling)
-#define TILING_KEY_IS(key) (::AscendC::twin::Current().TilingKey() == static_cast<uint64_t>(key))
+// TILING_KEY_IS compares without a cast, as on the device (a uint64_t key variable: impl/basic_api/
+// utils/kernel_utils_macros.h), so a key of a scoped-enum type does not compile.
+#define TILING_KEY_IS(key) (::AscendC::twin::Current().TilingKey() == (key))

@@ -16,8 +16,11 @@
 
 namespace AscendC {
 
-enum class TPosition { GM, VECIN, VECOUT, VECCALC };
+// uint8_t underlying, as in the real API (impl/basic_api/common_types.h); the positions the
+// kernels use.
+enum class TPosition : uint8_t { GM, VECIN, VECOUT, VECCALC };
 using QuePosition = TPosition;
+using TEventID = int8_t;  // FetchEventID's return type (impl/basic_api/kernel_tensor_base.h)
 
 namespace twin {
 
@@ -147,8 +150,10 @@ class TQue {
   void EnQue(const LocalTensor<T>& t) { core_.EnQue(t); }
   template <typename T>
   LocalTensor<T> DeQue() { return core_.template DeQue<T>(); }
+  // A non-const reference, as in the real API (include/basic_api/kernel_tpipe.h): a temporary or
+  // a const tensor cannot be freed.
   template <typename T>
-  void FreeTensor(const LocalTensor<T>& t) { core_.Free(t); }
+  void FreeTensor(LocalTensor<T>& t) { core_.Free(t); }
 
   twin::QueueCore& TwinCore() { return core_; }
 
@@ -237,11 +242,12 @@ class TPipe {
     return true;
   }
 
-  // The lowest event id of this type with no SetFlag pending.
-  int32_t FetchEventID(HardEvent e) const {
+  // The lowest event id of this type with no SetFlag pending. Not const and returning TEventID, as
+  // in the real API (include/basic_api/kernel_tpipe.h).
+  TEventID FetchEventID(HardEvent e) {
     auto& ctx = twin::Current();
     for (int id = 0; id < twin::kEventIdsPerType; ++id) {
-      if (!ctx.FlagPending(static_cast<int>(e), id)) return id;
+      if (!ctx.FlagPending(static_cast<int>(e), id)) return static_cast<TEventID>(id);
     }
     throw twin::TwinError(twin::Cat("Ascend C rule violated: FetchEventID<", twin::EventName(e),
                                     ">: all event ids are pending"));
