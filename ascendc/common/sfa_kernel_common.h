@@ -46,6 +46,10 @@ __aicore__ inline TCubeTiling ToCubeTiling(const SfaMatmulTiling& m) {
   t.baseK = static_cast<int32_t>(m.baseK);
   t.depthA1 = 1;
   t.depthB1 = 1;
+  t.stepM = 1;  // every field defaults to 0, and the Matmul divides by the steps
+  t.stepN = 1;
+  t.stepKa = 1;
+  t.stepKb = 1;
   t.dbL0A = 2;
   t.dbL0B = 2;
   t.dbL0C = 1;

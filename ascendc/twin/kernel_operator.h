@@ -10,12 +10,15 @@
 #include <cstdint>
 
 // Ascend C function/address-space qualifiers. They are compiler keywords on the device, so the
-// twin has to spell them as (empty) macros.
+// twin has to spell them as (empty) macros (g++ has no address spaces: a pointer that lacks
+// __gm__ is not caught here).
 #define __aicore__
 #define __global__
 #define __gm__
 
-using GM_ADDR = uint8_t*;
+// A macro in the real API (impl/basic_api/utils/kernel_utils_macros.h), not a type: `GM_ADDR a, b;`
+// makes only `a` a pointer, on the twin as on the device.
+#define GM_ADDR __gm__ uint8_t*
 
 #include "twin_copy.h"
 #include "twin_launch.h"
@@ -35,4 +38,6 @@ using GM_ADDR = uint8_t*;
 #define REGISTER_TILING_DEFAULT(TilingStruct) using TwinDefaultTiling_ = TilingStruct
 #define GET_TILING_DATA(var, tiling) \
   TwinDefaultTiling_ var = ::AscendC::twin::LoadTiling<TwinDefaultTiling_>(tiling)
-#define TILING_KEY_IS(key) (::AscendC::twin::Current().TilingKey() == static_cast<uint64_t>(key))
+// TILING_KEY_IS compares without a cast, as on the device (a uint64_t key variable: impl/basic_api/
+// utils/kernel_utils_macros.h), so a key of a scoped-enum type does not compile.
+#define TILING_KEY_IS(key) (::AscendC::twin::Current().TilingKey() == (key))

@@ -13,7 +13,15 @@
 
 namespace AscendC {
 
+// Both parameter structs have constructors in the real API (include/basic_api/kernel_struct_data_copy.h):
+// the default one and one taking every field, so `{count, len}` with fields left out does not
+// compile. The widths are 2201's (3510 widens the strides to int64_t).
 struct DataCopyExtParams {
+  DataCopyExtParams() = default;
+  DataCopyExtParams(const uint16_t count, const uint32_t len, const uint32_t srcStrideIn, const uint32_t dstStrideIn,
+                    const uint32_t rsvIn)
+      : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn), rsv(rsvIn) {}
+
   uint16_t blockCount = 1;
   uint32_t blockLen = 0;   // bytes per row
   uint32_t srcStride = 0;  // gap after each row: bytes in GM, 32-byte blocks in UB
@@ -23,6 +31,10 @@ struct DataCopyExtParams {
 
 template <typename T>
 struct DataCopyPadExtParams {
+  DataCopyPadExtParams() = default;
+  DataCopyPadExtParams(const bool isPadValue, const uint8_t leftPadValue, const uint8_t rightPadValue, T padValue)
+      : isPad(isPadValue), leftPadding(leftPadValue), rightPadding(rightPadValue), paddingValue(padValue) {}
+
   bool isPad = false;
   uint8_t leftPadding = 0;
   uint8_t rightPadding = 0;

@@ -7,6 +7,7 @@
 // Rules checked (silent wrong results or hangs on the device):
 //   * Matmul only from an AIV of a mixed launch (never on the AIC, never in a vector launch);
 //   * REGIST_MATMUL_OBJ before any InitBuffer, at most four objects;
+//   * the tiling's depths and steps set (> 0: TCubeTiling's fields default to 0);
 //   * the tiling's base block is whole 16 x 16 fractals (512-byte L0 operands) and, with its
 //     double buffers, fits L0A / L0B / L0C and L1;
 //   * the single shape stays within the tiling's singleCore shape and the org shape;
@@ -25,9 +26,18 @@
 #include "twin_pipe.h"
 #include "twin_tensor.h"
 
-// The standard cube tiling (kernel_tiling.h on the device), fields the twin reads.
+namespace AscendC::tiling {
+// The standard cube tiling, the fields the twin reads. On the device it is generated into
+// kernel_tiling/kernel_tiling.h (impl/adv_api/cmake/scripts/gen_kernel_tiling_data_def.py) as
+// AscendC::tiling::TCubeTiling, every field an int32_t defaulting to 0, and exported to the
+// global namespace. Zero defaults here too: a field the kernel leaves unset is 0 on the device,
+// and Matmul::Init rejects the zeros the real Matmul cannot run with. The constructor (the
+// generated struct is an aggregate) keeps a positional `TCubeTiling{...}` from compiling: the
+// twin's field order is not the generated one.
 struct TCubeTiling {
-  int32_t usedCoreNum = 1;
+  TCubeTiling() {}  // NOLINT(modernize-use-equals-default): user-provided on purpose, see above
+
+  int32_t usedCoreNum = 0;
   int32_t M = 0;
   int32_t N = 0;
   int32_t Ka = 0;
@@ -38,22 +48,26 @@ struct TCubeTiling {
   int32_t baseM = 0;
   int32_t baseN = 0;
   int32_t baseK = 0;
-  int32_t depthA1 = 1;
-  int32_t depthB1 = 1;
-  int32_t stepM = 1;
-  int32_t stepN = 1;
-  int32_t stepKa = 1;
-  int32_t stepKb = 1;
+  int32_t depthA1 = 0;
+  int32_t depthB1 = 0;
+  int32_t stepM = 0;
+  int32_t stepN = 0;
   int32_t isBias = 0;
   int32_t iterateOrder = 0;
-  int32_t dbL0A = 2;
-  int32_t dbL0B = 2;
-  int32_t dbL0C = 1;
+  int32_t stepKa = 0;
+  int32_t stepKb = 0;
+  int32_t dbL0A = 0;
+  int32_t dbL0B = 0;
+  int32_t dbL0C = 0;
 };
+}  // namespace AscendC::tiling
+
+using AscendC::tiling::TCubeTiling;
+
+// Global and without a fixed underlying type, as in the real API (include/adv_api/matmul/matmul_config.h).
+enum class CubeFormat { ND, NZ };
 
 namespace AscendC {
-
-enum class CubeFormat { ND, NZ };
 
 template <TPosition POS, CubeFormat FORMAT, typename TYPE, bool ISTRANS = false>
 struct MatmulType {
@@ -63,19 +77,18 @@ struct MatmulType {
   using T = TYPE;
 };
 
-inline GM_ADDR& TwinSysWorkspace() {
+namespace twin {
+inline GM_ADDR& SysWorkspace() {
   static thread_local GM_ADDR ws = nullptr;
   return ws;
 }
-inline void SetSysWorkspace(GM_ADDR workspace) { TwinSysWorkspace() = workspace; }
-inline GM_ADDR GetSysWorkSpacePtr() { return TwinSysWorkspace(); }
 
-namespace twin {
 // The system workspace in front of the user workspace (the device's is 16 MiB; the twin's
 // Matmul needs none, so a token size keeps the tests small). Hosts declare sys + user bytes.
 inline constexpr uint64_t kSysWorkspaceBytes = 1024;
 }  // namespace twin
 
+inline void SetSysWorkspace(GM_ADDR workspace) { twin::SysWorkspace() = workspace; }
 inline GM_ADDR GetUserWorkspace(GM_ADDR workspace) { return workspace + twin::kSysWorkspaceBytes; }
 
 template <class A_TYPE, class B_TYPE, class C_TYPE, class BIAS_TYPE = C_TYPE>
@@ -98,6 +111,17 @@ class Matmul {
     twin::Require(tiling != nullptr, [] { return std::string("Matmul::Init with a null tiling"); });
     const TCubeTiling& t = *tiling;
     const auto& cube = twin::CurrentMix("Matmul::Init").Cube();
+    // The counts the real Matmul divides by or loops over (CPU-debug NumericalValidCheck in
+    // impl/adv_api/detail/matmul/param/matmul_shape_tiling.h; stepKa / stepKb divide the K loop in
+    // copy_cube_in_params_base.h). TCubeTiling's fields default to 0, so an unset one trips this.
+    twin::Require(t.depthA1 > 0 && t.depthB1 > 0 && t.stepM > 0 && t.stepN > 0 && t.stepKa > 0 && t.stepKb > 0 &&
+                      t.isBias >= 0 && t.iterateOrder >= 0,
+                  [&] {
+                    return twin::Cat("Matmul tiling: depthA1 ", t.depthA1, ", depthB1 ", t.depthB1, ", stepM ",
+                                     t.stepM, ", stepN ", t.stepN, ", stepKa ", t.stepKa, ", stepKb ", t.stepKb,
+                                     " must be > 0 and isBias ", t.isBias, ", iterateOrder ", t.iterateOrder,
+                                     " >= 0 (TCubeTiling fields default to 0)");
+                  });
     twin::Require(t.baseM > 0 && t.baseN > 0 && t.baseK > 0 && t.baseM % 16 == 0 && t.baseN % 16 == 0 &&
                       t.baseK % 16 == 0,
                   [&] {
@@ -108,8 +132,12 @@ class Matmul {
     const uint64_t a = uint64_t(t.baseM) * t.baseK * sizeof(SrcAT);
     const uint64_t b = uint64_t(t.baseK) * t.baseN * sizeof(SrcBT);
     const uint64_t c = uint64_t(t.baseM) * t.baseN * sizeof(float);
-    twin::Require(a * t.dbL0A <= cube.l0a && b * t.dbL0B <= cube.l0b && c * t.dbL0C <= cube.l0c, [&] {
-      return twin::Cat("Matmul tiling: L0 blocks A ", a * t.dbL0A, " B ", b * t.dbL0B, " C ", c * t.dbL0C,
+    // L0A and L0B are double-buffered together unless dbL0A or dbL0B is 1, L0C when dbL0C is 2
+    // (the buffer factors of the real ShapeValidCheck, matmul_shape_tiling.h).
+    const uint64_t db_ab = ((t.dbL0A - 1) & (t.dbL0B - 1)) != 0 ? 2 : 1;
+    const uint64_t db_c = t.dbL0C == 2 ? 2 : 1;
+    twin::Require(a * db_ab <= cube.l0a && b * db_ab <= cube.l0b && c * db_c <= cube.l0c, [&] {
+      return twin::Cat("Matmul tiling: L0 blocks A ", a * db_ab, " B ", b * db_ab, " C ", c * db_c,
                        " bytes exceed L0A ", cube.l0a, " / L0B ", cube.l0b, " / L0C ", cube.l0c, " of NPU arch ",
                        cube.arch);
     });
@@ -290,15 +318,16 @@ void InitMatmuls(MM& mm, const TCubeTiling* tiling, Rest&&... rest) {
 
 // REGIST_MATMUL_OBJ: on the AIC, serve the AIVs' requests until they End() every object; on
 // an AIV, register the objects (before any InitBuffer, at most four) with their tilings.
+// Returns true on the AIC once it has served every request (the macro then returns).
 template <typename... Args>
-void RegistMatmulObj(TPipe* pipe, GM_ADDR workspace, Args&&... args) {
+bool RegistMatmulObj(TPipe* pipe, GM_ADDR workspace, Args&&... args) {
   (void)pipe;
   (void)workspace;
   auto& mix = CurrentMix("REGIST_MATMUL_OBJ");
   auto& ctx = Current();
   if (ctx.kind == CoreKind::kAic) {
     mix.Serve(t_agent);
-    return;
+    return true;
   }
   Require(ctx.UbUsed() == 0, [&] {
     return Cat("REGIST_MATMUL_OBJ after TPipe::InitBuffer (", ctx.UbUsed(),
@@ -306,9 +335,21 @@ void RegistMatmulObj(TPipe* pipe, GM_ADDR workspace, Args&&... args) {
   });
   mix.RegisterMatmuls(t_agent, CountMatmuls(args...));
   InitMatmuls(args...);
+  return false;
 }
 
 }  // namespace twin
 }  // namespace AscendC
 
-#define REGIST_MATMUL_OBJ(pipe, workspace, ...) ::AscendC::twin::RegistMatmulObj(pipe, workspace, __VA_ARGS__)
+// A global function in the real API (include/basic_api/kernel_operator_swap_mem_intf.h), outside
+// namespace AscendC.
+inline GM_ADDR GetSysWorkSpacePtr() { return AscendC::twin::SysWorkspace(); }
+
+// On the device REGIST_MATMUL_OBJ (impl/adv_api/detail/kfc/kfc_register_obj.h) is a run of
+// statements: it declares locals (the Matmul client lives to the end of the enclosing scope) and
+// on the AIC serves the AIVs and then returns from the enclosing function. So does the twin's:
+// it is a statement, once per scope, in a function returning void, and the AIC does not get past
+// it.
+#define REGIST_MATMUL_OBJ(tpipe, workspace, ...)                                                       \
+  const bool regist_matmul_obj_served_twin_ = ::AscendC::twin::RegistMatmulObj(tpipe, workspace, __VA_ARGS__); \
+  if (regist_matmul_obj_served_twin_) return

@@ -535,10 +535,12 @@ MixStats LaunchMix(int64_t block_dim, uint64_t tiling_key, Arch arch, uint64_t s
 
 namespace AscendC {
 
+namespace twin {
 // On a device the two flavours of a mixed kernel are compiled separately and these are
 // constants; on the twin they ask the running core.
-inline bool TwinIsAic() { return twin::Current().kind == twin::CoreKind::kAic; }
-inline bool TwinIsAiv() { return twin::Current().kind != twin::CoreKind::kAic; }
+inline bool IsAic() { return Current().kind == CoreKind::kAic; }
+inline bool IsAiv() { return Current().kind != CoreKind::kAic; }
+}  // namespace twin
 
 inline int64_t GetSubBlockIdx() { return twin::Current().sub_idx; }
 inline int64_t GetTaskRatio() { return twin::Current().kind == twin::CoreKind::kAiv ? 2 : 1; }
@@ -565,5 +567,10 @@ void SyncAll() {
 
 }  // namespace AscendC
 
-#define ASCEND_IS_AIC (::AscendC::TwinIsAic())
-#define ASCEND_IS_AIV (::AscendC::TwinIsAiv())
+// On the device `ASCEND_IS_AIC` is `constexpr(<core type> == AIC)` (impl/utils/sys_macros.h), so it
+// is only ever written as `if ASCEND_IS_AIC { ... }` (an `if constexpr`), never inside an
+// expression (`if (ASCEND_IS_AIV && x)`, `bool b = ASCEND_IS_AIC;`). The twin asks at run time
+// (one build runs both flavours); as an if-statement with initializer it compiles in exactly the
+// places the device form does.
+#define ASCEND_IS_AIC (const bool ascend_is_aic_twin_ = ::AscendC::twin::IsAic(); ascend_is_aic_twin_)
+#define ASCEND_IS_AIV (const bool ascend_is_aiv_twin_ = ::AscendC::twin::IsAiv(); ascend_is_aiv_twin_)

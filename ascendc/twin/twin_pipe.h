@@ -16,8 +16,11 @@
 
 namespace AscendC {
 
-enum class TPosition { GM, VECIN, VECOUT, VECCALC };
+// uint8_t underlying, as in the real API (impl/basic_api/common_types.h); the positions the
+// kernels use.
+enum class TPosition : uint8_t { GM, VECIN, VECOUT, VECCALC };
 using QuePosition = TPosition;
+using TEventID = int8_t;  // FetchEventID's return type (impl/basic_api/kernel_tensor_base.h)
 
 namespace twin {
 
@@ -147,8 +150,10 @@ class TQue {
   void EnQue(const LocalTensor<T>& t) { core_.EnQue(t); }
   template <typename T>
   LocalTensor<T> DeQue() { return core_.template DeQue<T>(); }
+  // A non-const reference, as in the real API (include/basic_api/kernel_tpipe.h): a temporary or
+  // a const tensor cannot be freed.
   template <typename T>
-  void FreeTensor(const LocalTensor<T>& t) { core_.Free(t); }
+  void FreeTensor(LocalTensor<T>& t) { core_.Free(t); }
 
   twin::QueueCore& TwinCore() { return core_; }
 
@@ -159,15 +164,17 @@ class TQue {
 template <TPosition Pos>
 class TBuf {
  public:
+  // Not const, as in the real API (include/basic_api/kernel_tpipe.h): a const TBuf hands out no
+  // tensor.
   template <typename T>
-  LocalTensor<T> Get() const {
+  LocalTensor<T> Get() {
     twin::Require(len_ > 0, [] { return std::string("TBuf::Get before pipe.InitBuffer"); });
     return LocalTensor<T>(offset_, static_cast<uint32_t>(len_ / sizeof(T)), nullptr);
   }
   // The first `count` elements (kernel_tbuf_impl.h: count > 0, whole 32-byte blocks, within
   // the buffer).
   template <typename T>
-  LocalTensor<T> Get(uint32_t count) const {
+  LocalTensor<T> Get(uint32_t count) {
     const uint64_t bytes = uint64_t{count} * sizeof(T);
     twin::Require(len_ > 0, [] { return std::string("TBuf::Get before pipe.InitBuffer"); });
     twin::Require(count > 0 && bytes % twin::kUbAlign == 0 && bytes <= len_, [&] {
@@ -235,21 +242,24 @@ class TPipe {
     return true;
   }
 
-  // The lowest event id of this type with no SetFlag pending.
-  int32_t FetchEventID(HardEvent e) const {
+  // The lowest event id of this type with no SetFlag pending. Not const and returning TEventID, as
+  // in the real API (include/basic_api/kernel_tpipe.h).
+  TEventID FetchEventID(HardEvent e) {
     auto& ctx = twin::Current();
     for (int id = 0; id < twin::kEventIdsPerType; ++id) {
-      if (!ctx.FlagPending(static_cast<int>(e), id)) return id;
+      if (!ctx.FlagPending(static_cast<int>(e), id)) return static_cast<TEventID>(id);
     }
     throw twin::TwinError(twin::Cat("Ascend C rule violated: FetchEventID<", twin::EventName(e),
                                     ">: all event ids are pending"));
   }
 };
 
-inline TPipe* GetTPipePtr() {
-  auto& ctx = twin::Current();
-  twin::Require(ctx.pipe != nullptr, [] { return std::string("GetTPipePtr with no live TPipe"); });
-  return static_cast<TPipe*>(ctx.pipe);
-}
-
 }  // namespace AscendC
+
+// A global function in the real API (include/basic_api/kernel_common.h), outside namespace AscendC:
+// `AscendC::GetTPipePtr()` does not compile there, nor here.
+inline AscendC::TPipe* GetTPipePtr() {
+  auto& ctx = AscendC::twin::Current();
+  AscendC::twin::Require(ctx.pipe != nullptr, [] { return std::string("GetTPipePtr with no live TPipe"); });
+  return static_cast<AscendC::TPipe*>(ctx.pipe);
+}

@@ -16,7 +16,8 @@ enum pipe_t { PIPE_S, PIPE_V, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_M, PIPE_FIX,
 
 namespace AscendC {
 
-enum class HardEvent { MTE2_V, V_MTE3, V_S, S_V, MTE3_MTE2, MTE2_S, S_MTE3, V_MTE2, MTE3_V, MTE2_MTE3 };
+// uint8_t underlying, as in the real API (impl/basic_api/kernel_event.h); the values the kernels use.
+enum class HardEvent : uint8_t { MTE2_V, V_MTE3, V_S, S_V, MTE3_MTE2, MTE2_S, S_MTE3, V_MTE2, MTE3_V, MTE2_MTE3 };
 
 namespace twin {
 inline const char* EventName(HardEvent e) {

@@ -16,7 +16,14 @@ struct SlotState {
   uint64_t generation = 0;
   bool allocated = false;
 };
+class QueueCore;
 }  // namespace twin
+
+// Defined in twin_pipe.h; only queues and TBufs make LocalTensors (a kernel cannot make one up
+// from an offset, as it cannot on the device).
+enum class TPosition : uint8_t;
+template <TPosition Pos>
+class TBuf;
 
 template <typename T>
 class GlobalTensor {
@@ -40,13 +47,16 @@ class GlobalTensor {
     twin::GmRegistry::Instance().NoteRead(ptr_ + i, sizeof(T), "GlobalTensor::GetValue");
     return ptr_[i];
   }
-  void SetValue(uint64_t i, T v) const {
+  // Not const, as in the real API (include/basic_api/kernel_tensor.h): a const GlobalTensor is
+  // read-only.
+  void SetValue(uint64_t i, T v) {
     CheckIndex(i, "SetValue");
     twin::GmRegistry::Instance().NoteWrite(ptr_ + i, sizeof(T), "GlobalTensor::SetValue");
     ptr_[i] = v;
   }
   uint64_t GetSize() const { return size_; }
-  T* GetPhyAddr() const { return ptr_; }
+  // A pointer to const, as in the real API: writes go through SetValue or DataCopy.
+  const T* GetPhyAddr() const { return ptr_; }
 
   // Twin-only: the checked span [offset, offset + count) for a DataCopy (bounds only; the copy
   // reports the bytes it reads or writes with NoteRead / StoreGm).
@@ -74,9 +84,6 @@ template <typename T>
 class LocalTensor {
  public:
   LocalTensor() = default;
-  LocalTensor(uint64_t ub_offset, uint32_t size, std::shared_ptr<const twin::SlotState> slot)
-      : ub_offset_(ub_offset), size_(size), slot_(std::move(slot)),
-        generation_(slot_ ? slot_->generation : 0) {}
 
   // A sub-tensor starting `offset` elements in, as `tensor[offset]` on the device.
   LocalTensor operator[](uint32_t offset) const {
@@ -120,6 +127,13 @@ class LocalTensor {
  private:
   template <typename U>
   friend class LocalTensor;
+  friend class twin::QueueCore;
+  template <TPosition Pos>
+  friend class TBuf;
+
+  LocalTensor(uint64_t ub_offset, uint32_t size, std::shared_ptr<const twin::SlotState> slot)
+      : ub_offset_(ub_offset), size_(size), slot_(std::move(slot)),
+        generation_(slot_ ? slot_->generation : 0) {}
 
   T* Data() const { return reinterpret_cast<T*>(twin::Current().Ub() + ub_offset_); }
   void CheckLive(const char* op) const {

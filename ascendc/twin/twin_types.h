@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace AscendC {
 
-enum class RoundMode { CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD };
+// uint8_t underlying, as in the real API (impl/basic_api/utils/kernel_utils_mode.h).
+enum class RoundMode : uint8_t { CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD };
 
 namespace twin {
 
@@ -139,21 +141,29 @@ inline float BitsToFloat(uint16_t bits, const FloatFormat& f) {
 }  // namespace AscendC
 
 // On the device these are compiler-provided types in the global namespace; kernels name them
-// unqualified, so the twin does too. Construction from float rounds to nearest even.
-struct half {
-  uint16_t bits = 0;
+// unqualified, so the twin does too. Construction from float rounds to nearest even. The bits
+// are private: the device types have no such member (the twin's Cast writes them by memcpy).
+class half {
+ public:
   half() = default;
   half(float v)  // NOLINT(google-explicit-constructor): mirrors the device type
-      : bits(AscendC::twin::RoundToBits(v, AscendC::twin::kHalfFormat, AscendC::RoundMode::CAST_RINT)) {}
-  explicit operator float() const { return AscendC::twin::BitsToFloat(bits, AscendC::twin::kHalfFormat); }
+      : bits_(AscendC::twin::RoundToBits(v, AscendC::twin::kHalfFormat, AscendC::RoundMode::CAST_RINT)) {}
+  explicit operator float() const { return AscendC::twin::BitsToFloat(bits_, AscendC::twin::kHalfFormat); }
+
+ private:
+  uint16_t bits_ = 0;
 };
 
-struct bfloat16_t {
-  uint16_t bits = 0;
+class bfloat16_t {
+ public:
   bfloat16_t() = default;
   bfloat16_t(float v)  // NOLINT(google-explicit-constructor): mirrors the device type
-      : bits(AscendC::twin::RoundToBits(v, AscendC::twin::kBf16Format, AscendC::RoundMode::CAST_RINT)) {}
-  explicit operator float() const { return AscendC::twin::BitsToFloat(bits, AscendC::twin::kBf16Format); }
+      : bits_(AscendC::twin::RoundToBits(v, AscendC::twin::kBf16Format, AscendC::RoundMode::CAST_RINT)) {}
+  explicit operator float() const { return AscendC::twin::BitsToFloat(bits_, AscendC::twin::kBf16Format); }
+
+ private:
+  uint16_t bits_ = 0;
 };
 
 static_assert(sizeof(half) == 2 && sizeof(bfloat16_t) == 2, "16-bit storage types");
+static_assert(std::is_trivially_copyable_v<half> && std::is_trivially_copyable_v<bfloat16_t>, "raw GM/UB bits");

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -107,6 +108,14 @@ void CheckOverlap(const LocalTensor<D>& dst, const LocalTensor<S>& src, uint32_t
   }
 }
 
+// The count-form ops take `const int32_t& count`, as in the real API (include/basic_api/
+// kernel_operator_vec_*_intf.h); a negative count is rejected as the CPU-debug CheckCalcount does
+// (impl/basic_api/kernel_npu_debug.h).
+inline uint32_t Count(int32_t count, const char* op) {
+  Require(count >= 0, [&] { return Cat(op, ": count ", count, " is negative"); });
+  return static_cast<uint32_t>(count);
+}
+
 template <typename T>
 constexpr void RequireFloat() {
   static_assert(std::is_same_v<T, float>, "the twin implements vector math in float32 only: Cast first");
@@ -138,41 +147,43 @@ void Unary(const LocalTensor<T>& dst, const LocalTensor<T>& a, uint32_t count, c
 }  // namespace twin
 
 template <typename T>
-void Add(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, uint32_t count) {
-  twin::Binary(dst, a, b, count, "Add", [](T x, T y) { return x + y; });
+void Add(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, const int32_t& count) {
+  twin::Binary(dst, a, b, twin::Count(count, "Add"), "Add", [](T x, T y) { return x + y; });
 }
 template <typename T>
-void Sub(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, uint32_t count) {
-  twin::Binary(dst, a, b, count, "Sub", [](T x, T y) { return x - y; });
+void Sub(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, const int32_t& count) {
+  twin::Binary(dst, a, b, twin::Count(count, "Sub"), "Sub", [](T x, T y) { return x - y; });
 }
 template <typename T>
-void Mul(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, uint32_t count) {
-  twin::Binary(dst, a, b, count, "Mul", [](T x, T y) { return x * y; });
+void Mul(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, const int32_t& count) {
+  twin::Binary(dst, a, b, twin::Count(count, "Mul"), "Mul", [](T x, T y) { return x * y; });
 }
 template <typename T>
-void Div(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, uint32_t count) {
-  twin::Binary(dst, a, b, count, "Div", [](T x, T y) { return x / y; });
+void Div(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b, const int32_t& count) {
+  twin::Binary(dst, a, b, twin::Count(count, "Div"), "Div", [](T x, T y) { return x / y; });
 }
 template <typename T>
-void Muls(const LocalTensor<T>& dst, const LocalTensor<T>& a, T scalar, uint32_t count) {
-  twin::Unary(dst, a, count, "Muls", [scalar](T x) { return x * scalar; });
+void Muls(const LocalTensor<T>& dst, const LocalTensor<T>& a, const T& scalar, const int32_t& count) {
+  twin::Unary(dst, a, twin::Count(count, "Muls"), "Muls", [scalar](T x) { return x * scalar; });
 }
 template <typename T>
-void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& a, T scalar, uint32_t count) {
-  twin::Unary(dst, a, count, "Adds", [scalar](T x) { return x + scalar; });
+void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& a, const T& scalar, const int32_t& count) {
+  twin::Unary(dst, a, twin::Count(count, "Adds"), "Adds", [scalar](T x) { return x + scalar; });
 }
 template <typename T>
-void Exp(const LocalTensor<T>& dst, const LocalTensor<T>& a, uint32_t count) {
-  twin::Unary(dst, a, count, "Exp", [](T x) { return std::exp(x); });
+void Exp(const LocalTensor<T>& dst, const LocalTensor<T>& a, const int32_t& count) {
+  twin::Unary(dst, a, twin::Count(count, "Exp"), "Exp", [](T x) { return std::exp(x); });
 }
 template <typename T>
-void Duplicate(const LocalTensor<T>& dst, T scalar, uint32_t count) {
+void Duplicate(const LocalTensor<T>& dst, const T& scalar, const int32_t& count) {
   twin::RequireFloat<T>();
-  if (twin::VecNop(count, "Duplicate")) return;
-  T* pd = twin::VecDst(dst, count, "Duplicate");
-  for (uint32_t i = 0; i < count; ++i) pd[i] = scalar;
+  const uint32_t n = twin::Count(count, "Duplicate");
+  if (twin::VecNop(n, "Duplicate")) return;
+  T* pd = twin::VecDst(dst, n, "Duplicate");
+  for (uint32_t i = 0; i < n; ++i) pd[i] = scalar;
 }
 
+namespace twin {
 // Workspace elements ReduceSum needs: one partial per 256-byte repeat, rounded to 32 bytes.
 template <typename T>
 constexpr uint32_t ReduceSumWorkElems(uint32_t count) {
@@ -182,7 +193,6 @@ constexpr uint32_t ReduceSumWorkElems(uint32_t count) {
   return (partials + per_block - 1) / per_block * per_block;
 }
 
-namespace twin {
 // dst[0] = combine over the first `count` elements: one partial per 256-byte repeat into `work`
 // first, then the partials, as the device reduces.
 template <typename T, typename Combine>
@@ -208,16 +218,18 @@ void ReduceRepeats(const LocalTensor<T>& dst, const LocalTensor<T>& src, const L
 
 // dst[0] = sum of the first `count` elements; per-repeat partials first, as the device does.
 template <typename T>
-void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work, uint32_t count) {
-  twin::ReduceRepeats(dst, src, work, count, "ReduceSum", "ReduceSum (workspace)", [](T a, T b) { return a + b; });
+void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work,
+               const int32_t count) {
+  twin::ReduceRepeats(dst, src, work, twin::Count(count, "ReduceSum"), "ReduceSum", "ReduceSum (workspace)",
+                      [](T a, T b) { return a + b; });
 }
 
 // dst[0] = max of the first `count` elements (value only).
 template <typename T>
-void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work, uint32_t count,
+void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work, const int32_t count,
                bool calIndex = false) {
   twin::Require(!calIndex, [] { return std::string("ReduceMax: the twin does not model calIndex"); });
-  twin::ReduceRepeats(dst, src, work, count, "ReduceMax", "ReduceMax (workspace)",
+  twin::ReduceRepeats(dst, src, work, twin::Count(count, "ReduceMax"), "ReduceMax", "ReduceMax (workspace)",
                       [](T a, T b) { return b > a ? b : a; });
 }
 
@@ -243,8 +255,9 @@ D ConvertOne(S v, RoundMode mode) {
   if constexpr (std::is_same_v<D, float>) {
     return static_cast<float>(v);
   } else {
+    const uint16_t bits = RoundToBits(v, std::is_same_v<D, half> ? kHalfFormat : kBf16Format, mode);
     D out;
-    out.bits = RoundToBits(v, std::is_same_v<D, half> ? kHalfFormat : kBf16Format, mode);
+    std::memcpy(static_cast<void*>(&out), &bits, sizeof(out));  // trivially copyable (twin_types.h)
     return out;
   }
 }

@@ -11,20 +11,20 @@
 namespace AscendC {
 
 template <typename T>
-void Relu(const LocalTensor<T>& dst, const LocalTensor<T>& a, uint32_t count) {
-  twin::Unary(dst, a, count, "Relu", [](T x) { return x > T(0) ? x : T(0); });
+void Relu(const LocalTensor<T>& dst, const LocalTensor<T>& a, const int32_t& count) {
+  twin::Unary(dst, a, twin::Count(count, "Relu"), "Relu", [](T x) { return x > T(0) ? x : T(0); });
 }
 template <typename T>
-void Maxs(const LocalTensor<T>& dst, const LocalTensor<T>& a, T scalar, uint32_t count) {
-  twin::Unary(dst, a, count, "Maxs", [scalar](T x) { return x > scalar ? x : scalar; });
+void Maxs(const LocalTensor<T>& dst, const LocalTensor<T>& a, const T& scalar, const int32_t& count) {
+  twin::Unary(dst, a, twin::Count(count, "Maxs"), "Maxs", [scalar](T x) { return x > scalar ? x : scalar; });
 }
 template <typename T>
-void Mins(const LocalTensor<T>& dst, const LocalTensor<T>& a, T scalar, uint32_t count) {
-  twin::Unary(dst, a, count, "Mins", [scalar](T x) { return x < scalar ? x : scalar; });
+void Mins(const LocalTensor<T>& dst, const LocalTensor<T>& a, const T& scalar, const int32_t& count) {
+  twin::Unary(dst, a, twin::Count(count, "Mins"), "Mins", [scalar](T x) { return x < scalar ? x : scalar; });
 }
 template <typename T>
-void Ln(const LocalTensor<T>& dst, const LocalTensor<T>& a, uint32_t count) {
-  twin::Unary(dst, a, count, "Ln", [](T x) { return std::log(x); });
+void Ln(const LocalTensor<T>& dst, const LocalTensor<T>& a, const int32_t& count) {
+  twin::Unary(dst, a, twin::Count(count, "Ln"), "Ln", [](T x) { return std::log(x); });
 }
 
 }  // namespace AscendC

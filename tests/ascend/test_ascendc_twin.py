@@ -47,6 +47,7 @@ EXPECTED_RULES = {
     "ub_overflow": "unified buffer overflow",
     "use_after_free": "used after FreeTensor",
     "vector_after_scalar_write_without_sync": "S (scalar SetValue) -> V",
+    "vector_count_negative": "is negative",
     "vector_count_too_large": "exceeds",
     "vector_unaligned": "is not 32-byte aligned",
     "waitflag_without_setflag": "without a preceding SetFlag",

@@ -27,6 +27,7 @@ EXPECTED_RULES = {
     "matmul_l0_overflow": "exceed L0A",
     "matmul_on_aic": "called on the AIC: in a mixed kernel",
     "matmul_reads_unwritten": "that nobody wrote",
+    "matmul_tiling_step_unset": "must be > 0",
     "matmul_transpose_undeclared": "declared without ISTRANS",
     "matmul_without_end": "Matmul requests or Matmul::End()",
     "mode2_set_by_one_aiv": "set by only AIV",

@@ -55,11 +55,16 @@ using B16T = MatmulType<TPosition::GM, CubeFormat::ND, half, true>;
 using C32 = MatmulType<TPosition::GM, CubeFormat::ND, float>;
 
 TCubeTiling Tiling16(int m, int n, int k, int base = 16) {
-  TCubeTiling t;
+  TCubeTiling t;  // every field 0, as the generated struct
+  t.usedCoreNum = 1;
   t.M = t.singleCoreM = m;
   t.N = t.singleCoreN = n;
   t.Ka = t.Kb = t.singleCoreK = k;
   t.baseM = t.baseN = t.baseK = base;
+  t.depthA1 = t.depthB1 = 1;
+  t.stepM = t.stepN = t.stepKa = t.stepKb = 1;
+  t.dbL0A = t.dbL0B = 2;
+  t.dbL0C = 1;
   return t;
 }
 
@@ -184,6 +189,14 @@ std::map<std::string, Snippet> Snippets() {
     const TCubeTiling t = Tiling16(24, 24, 24, 24);
     REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
   }};
+  // A step left at TCubeTiling's default 0: the real Matmul divides the K loop by it.
+  s["matmul_tiling_step_unset"] = {"must be > 0", [](MixGm&) {
+    TPipe pipe;
+    Matmul<A16, B16T, C32> mm;
+    TCubeTiling t = Tiling16(16, 16, 32);
+    t.stepKa = 0;
+    REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
+  }};
   s["matmul_l0_overflow"] = {"exceed L0A", [](MixGm&) {
     TPipe pipe;
     Matmul<A16, B16T, C32> mm;
@@ -299,12 +312,14 @@ std::map<std::string, Snippet> Snippets() {
   // CANN 8.5's weakness: one AIV zeroes the accumulator, another adds into it atomically, and
   // no barrier orders the two (the scheduler runs AIV 0 first, so the bytes are zeroed).
   s["atomic_after_zeroing_without_barrier"] = {"races with the plain write", [](MixGm& gm) {
-    if (ASCEND_IS_AIV && Aiv() == 0) {
-      FillGm(gm.Ws(), 0.0f, 64);
-    } else if (ASCEND_IS_AIV && Aiv() == 1) {
-      SetAtomicAdd<float>();
-      FillGm(gm.Ws(), 1.0f, 64);
-      SetAtomicNone();
+    if ASCEND_IS_AIV {
+      if (Aiv() == 0) {
+        FillGm(gm.Ws(), 0.0f, 64);
+      } else if (Aiv() == 1) {
+        SetAtomicAdd<float>();
+        FillGm(gm.Ws(), 1.0f, 64);
+        SetAtomicNone();
+      }
     }
   }};
   s["plain_write_race"] = {"with no atomics and no flag or SyncAll ordering them", [](MixGm& gm) {
@@ -345,8 +360,8 @@ std::map<std::string, Snippet> Snippets() {
     }
   }};
   s["syncall_skipped_by_one_core"] = {"SyncAll<true>() (not every core arrived)", [](MixGm&) {
-    if (ASCEND_IS_AIV && GetBlockIdx() != 3) {
-      SyncAll();
+    if ASCEND_IS_AIV {
+      if (GetBlockIdx() != 3) SyncAll();
     }
   }};
   s["flag_never_waited"] = {"never waited before the kernel ended", [](MixGm&) {

@@ -182,6 +182,13 @@ std::map<std::string, Snippet> Snippets() {
     pipe.InitBuffer(b, 64);
     Duplicate(b.Get<float>(), 1.0f, 24);
   }};
+  // The count is an int32_t (as in the real API); the CPU-debug checker rejects a negative one.
+  s["vector_count_negative"] = {"is negative", 1, [](SnippetGm&) {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 64);
+    Duplicate(b.Get<float>(), 1.0f, -8);
+  }};
   s["reduce_sum_small_work"] = {"ReduceSum (workspace)", 1, [](SnippetGm&) {
     TPipe pipe;
     TBuf<TPosition::VECCALC> src;
