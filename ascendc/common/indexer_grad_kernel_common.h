@@ -55,12 +55,13 @@ struct IndexerGradUbBufs {
     pipe.InitBuffer(red, Plan::kRedBytes);
   }
 
-  __aicore__ inline LocalTensor<float> Vec(uint32_t i) const { return vec[i].template Get<float>(); }
-  __aicore__ inline LocalTensor<float> Head(uint32_t i) const { return head[i].template Get<float>(); }
+  // Not const: TBuf::Get is a non-const member in the real API (kernel_tpipe.h).
+  __aicore__ inline LocalTensor<float> Vec(uint32_t i) { return vec[i].template Get<float>(); }
+  __aicore__ inline LocalTensor<float> Head(uint32_t i) { return head[i].template Get<float>(); }
 
   // The core's view, with the vectors and head vectors it uses named by index.
   template <typename T, typename W>
-  __aicore__ inline IndexerGradUb<T, W> View(uint32_t sx, uint32_t tmp, uint32_t di, uint32_t w, uint32_t dw) const {
+  __aicore__ inline IndexerGradUb<T, W> View(uint32_t sx, uint32_t tmp, uint32_t di, uint32_t w, uint32_t dw) {
     return IndexerGradUb<T, W>{Vec(sx), Vec(tmp), Vec(di), Head(w), Head(dw), tile.template Get<float>(),
                                rowF.template Get<float>(), red.template Get<float>(), work.template Get<float>(),
                                vec16.template Get<T>(), tile16.template Get<T>(), rowH.template Get<T>(),
@@ -83,7 +84,14 @@ class IndexerGradCore {
   // The op's tensors this part reads and writes. dI: float32 [t1, k] by slot (read for visible
   // slots only).
   struct Io {
-    GM_ADDR query_index, key_index, weights, indices, d_query_index, d_key_index, d_weights;
+    // One per line: GM_ADDR is the macro `__gm__ uint8_t*`, so `GM_ADDR a, b;` makes only a a pointer.
+    GM_ADDR query_index;
+    GM_ADDR key_index;
+    GM_ADDR weights;
+    GM_ADDR indices;
+    GM_ADDR d_query_index;
+    GM_ADDR d_key_index;
+    GM_ADDR d_weights;
     GlobalTensor<float> dI;
   };
   using Ub = IndexerGradUb<T, W>;

@@ -9,7 +9,7 @@ namespace mgo::kernel {
 // the consumer pipe goes on (e.g. V_S: a vector result is about to be read by the scalar unit).
 template <AscendC::HardEvent E>
 __aicore__ inline void SyncPipes() {
-  const auto event_id = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(E));
+  const auto event_id = static_cast<event_t>(GetTPipePtr()->FetchEventID(E));
   AscendC::SetFlag<E>(event_id);
   AscendC::WaitFlag<E>(event_id);
 }

@@ -15,7 +15,7 @@
 #define __global__
 #define __gm__
 
-using GM_ADDR = uint8_t*;
+#define GM_ADDR __gm__ uint8_t*
 
 #include "twin_copy.h"
 #include "twin_launch.h"

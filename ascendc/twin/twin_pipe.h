@@ -160,14 +160,14 @@ template <TPosition Pos>
 class TBuf {
  public:
   template <typename T>
-  LocalTensor<T> Get() const {
+  LocalTensor<T> Get() {
     twin::Require(len_ > 0, [] { return std::string("TBuf::Get before pipe.InitBuffer"); });
     return LocalTensor<T>(offset_, static_cast<uint32_t>(len_ / sizeof(T)), nullptr);
   }
   // The first `count` elements (kernel_tbuf_impl.h: count > 0, whole 32-byte blocks, within
   // the buffer).
   template <typename T>
-  LocalTensor<T> Get(uint32_t count) const {
+  LocalTensor<T> Get(uint32_t count) {
     const uint64_t bytes = uint64_t{count} * sizeof(T);
     twin::Require(len_ > 0, [] { return std::string("TBuf::Get before pipe.InitBuffer"); });
     twin::Require(count > 0 && bytes % twin::kUbAlign == 0 && bytes <= len_, [&] {
@@ -246,10 +246,11 @@ class TPipe {
   }
 };
 
-inline TPipe* GetTPipePtr() {
-  auto& ctx = twin::Current();
-  twin::Require(ctx.pipe != nullptr, [] { return std::string("GetTPipePtr with no live TPipe"); });
-  return static_cast<TPipe*>(ctx.pipe);
-}
-
 }  // namespace AscendC
+
+// A global function in the real API (kernel_tpipe_impl.h), not a member of namespace AscendC.
+inline AscendC::TPipe* GetTPipePtr() {
+  auto& ctx = AscendC::twin::Current();
+  AscendC::twin::Require(ctx.pipe != nullptr, [] { return std::string("GetTPipePtr with no live TPipe"); });
+  return static_cast<AscendC::TPipe*>(ctx.pipe);
+}

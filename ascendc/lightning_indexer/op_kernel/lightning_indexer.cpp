@@ -23,7 +23,15 @@ namespace mgo::kernel {
 using mgo::tiling::LiTilingData;
 
 struct LiIo {
-  GM_ADDR query_index, key_index, weights, lens_q, lens_k, sparse_indices, sparse_values, workspace;
+  // One per line: GM_ADDR is the macro `__gm__ uint8_t*`, so `GM_ADDR a, b;` makes only a a pointer.
+  GM_ADDR query_index;
+  GM_ADDR key_index;
+  GM_ADDR weights;
+  GM_ADDR lens_q;
+  GM_ADDR lens_k;
+  GM_ADDR sparse_indices;
+  GM_ADDR sparse_values;
+  GM_ADDR workspace;
 };
 
 template <typename T, typename W>
@@ -73,11 +81,12 @@ class LightningIndexerKernel {
     pipe_.InitBuffer(w_, p.wBytes);
   }
 
-  __aicore__ inline LocalTensor<float> Chunk(uint32_t i) const { return chunk_[i].template Get<float>(); }
+  // Not const: TBuf::Get is a non-const member in the real API (kernel_tpipe.h).
+  __aicore__ inline LocalTensor<float> Chunk(uint32_t i) { return chunk_[i].template Get<float>(); }
 
   // Top-k list `which` (0 or 1): values and indices.
-  __aicore__ inline LocalTensor<float> TopV(uint32_t which) const { return top_[2 * which].template Get<float>(); }
-  __aicore__ inline LocalTensor<int32_t> TopI(uint32_t which) const {
+  __aicore__ inline LocalTensor<float> TopV(uint32_t which) { return top_[2 * which].template Get<float>(); }
+  __aicore__ inline LocalTensor<int32_t> TopI(uint32_t which) {
     return top_[2 * which + 1].template Get<int32_t>();
   }
 

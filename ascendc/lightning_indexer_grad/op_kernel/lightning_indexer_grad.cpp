@@ -24,8 +24,18 @@ namespace mgo::kernel {
 using mgo::tiling::LigTilingData;
 
 struct LigGradIo {
-  GM_ADDR query_index, key_index, weights, indices, d_values, lens_q, lens_k;
-  GM_ADDR d_query_index, d_key_index, d_weights, workspace;
+  // One per line: GM_ADDR is the macro `__gm__ uint8_t*`, so `GM_ADDR a, b;` makes only a a pointer.
+  GM_ADDR query_index;
+  GM_ADDR key_index;
+  GM_ADDR weights;
+  GM_ADDR indices;
+  GM_ADDR d_values;
+  GM_ADDR lens_q;
+  GM_ADDR lens_k;
+  GM_ADDR d_query_index;
+  GM_ADDR d_key_index;
+  GM_ADDR d_weights;
+  GM_ADDR workspace;
 };
 
 // T: query_index/key_index dtype (half or bfloat16_t); W: weights and d_weights (T or float).

@@ -88,7 +88,8 @@ class SparseFlashAttentionKernel {
   }
 
   enum StatSlot : uint32_t { kMax = 0, kSum = 1, kNewMax = 2, kRowSum = 3, kAlpha = 4 };
-  __aicore__ inline LocalTensor<float> Stat(StatSlot s) const { return ub_.stat[s].template Get<float>(); }
+  // Not const: TBuf::Get is a non-const member in the real API (kernel_tpipe.h).
+  __aicore__ inline LocalTensor<float> Stat(StatSlot s) { return ub_.stat[s].template Get<float>(); }
 
   // One chunk of n gathered keys: scores, online softmax update, acc (+)= P v.
   __aicore__ inline void Chunk(uint32_t n, uint32_t index) {

@@ -27,8 +27,25 @@ namespace mgo::kernel {
 
 // The kernel's GM arguments (absent optional inputs are null).
 struct SfaGradIo {
-  GM_ADDR query, key, value, indices, d_out, out, softmax_max, softmax_sum, lens_q, lens_kv, query_rope, key_rope;
-  GM_ADDR d_query, d_key, d_value, d_query_rope, d_key_rope, workspace;
+  // One per line: GM_ADDR is the macro `__gm__ uint8_t*`, so `GM_ADDR a, b;` makes only a a pointer.
+  GM_ADDR query;
+  GM_ADDR key;
+  GM_ADDR value;
+  GM_ADDR indices;
+  GM_ADDR d_out;
+  GM_ADDR out;
+  GM_ADDR softmax_max;
+  GM_ADDR softmax_sum;
+  GM_ADDR lens_q;
+  GM_ADDR lens_kv;
+  GM_ADDR query_rope;
+  GM_ADDR key_rope;
+  GM_ADDR d_query;
+  GM_ADDR d_key;
+  GM_ADDR d_value;
+  GM_ADDR d_query_rope;
+  GM_ADDR d_key_rope;
+  GM_ADDR workspace;
 };
 
 template <typename T>
@@ -107,7 +124,8 @@ class SparseFlashAttentionGradKernel {
   __aicore__ inline GlobalTensor<T> Rope(const GlobalTensor<T>& g, uint64_t off) const {
     return RopeAt(t_.hasRope != 0, g, off);
   }
-  __aicore__ inline LocalTensor<float> Stat(StatSlot s) const { return ub_.stat[s].template Get<float>(); }
+  // Not const: TBuf::Get is a non-const member in the real API (kernel_tpipe.h).
+  __aicore__ inline LocalTensor<float> Stat(StatSlot s) { return ub_.stat[s].template Get<float>(); }
 
   // ---------------------------------------------------------------- row pass
   __aicore__ inline void QueryRow(uint32_t row) {

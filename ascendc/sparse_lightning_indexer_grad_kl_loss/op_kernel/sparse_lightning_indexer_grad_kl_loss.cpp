@@ -27,9 +27,24 @@ namespace mgo::kernel {
 using mgo::tiling::SliTilingData;
 
 struct SliGradIo {
-  GM_ADDR query, key, query_index, key_index, weights, indices, softmax_max, softmax_sum, query_rope, key_rope,
-      lens_q, lens_k;
-  GM_ADDR d_query_index, d_key_index, d_weights, loss, workspace;
+  // One per line: GM_ADDR is the macro `__gm__ uint8_t*`, so `GM_ADDR a, b;` makes only a a pointer.
+  GM_ADDR query;
+  GM_ADDR key;
+  GM_ADDR query_index;
+  GM_ADDR key_index;
+  GM_ADDR weights;
+  GM_ADDR indices;
+  GM_ADDR softmax_max;
+  GM_ADDR softmax_sum;
+  GM_ADDR query_rope;
+  GM_ADDR key_rope;
+  GM_ADDR lens_q;
+  GM_ADDR lens_k;
+  GM_ADDR d_query_index;
+  GM_ADDR d_key_index;
+  GM_ADDR d_weights;
+  GM_ADDR loss;
+  GM_ADDR workspace;
 };
 
 inline constexpr float kLogFloor = 1e-8f;
@@ -95,13 +110,14 @@ class SparseLightningIndexerGradKernel {
 
   enum Vec : uint32_t { kP = 0, kY = 1, kDi = 2, kTmp0 = 3, kTmp1 = 4, kSlot = 5 };
   enum Head : uint32_t { kMax = 0, kSum = 1, kW = 2, kDw = 3 };
-  __aicore__ inline LocalTensor<float> V(Vec v) const { return ub_.Vec(v); }
-  __aicore__ inline LocalTensor<float> H(Head h) const { return ub_.Head(h); }
+  // Not const: TBuf::Get is a non-const member in the real API (kernel_tpipe.h).
+  __aicore__ inline LocalTensor<float> V(Vec v) { return ub_.Vec(v); }
+  __aicore__ inline LocalTensor<float> H(Head h) { return ub_.Head(h); }
   __aicore__ inline GlobalTensor<T> Rope(const GlobalTensor<T>& g, uint64_t off) const {
     return t_.hasRope ? g[off] : g;
   }
-  __aicore__ inline LocalTensor<float> Red() const { return ub_.red.template Get<float>(); }
-  __aicore__ inline float Reduced() const { return Red().GetValue(0); }
+  __aicore__ inline LocalTensor<float> Red() { return ub_.red.template Get<float>(); }
+  __aicore__ inline float Reduced() { return Red().GetValue(0); }
 
   // ---------------------------------------------------------------- row pass
   __aicore__ inline void QueryRow(uint32_t t) {
