@@ -3,11 +3,13 @@
 
 #include <cstdint>
 
+#include "../../infer_shape/op_attrs.h"
 #include "../common/rope_tiling_common.h"
 
 namespace mgo::tiling {
 
-enum class RopeGradMode : uint32_t { kAtb = 0, kVjp = 1 };
+// The attribute mode as the table numbers it (atb 0, vjp 1).
+using RopeGradMode = mgo::table::Mode;
 
 // Tiling key = 10 * mode + dtype; the kernel entry dispatches on it with TILING_KEY_IS.
 inline constexpr uint64_t RopeGradTilingKey(DType dtype, RopeGradMode mode) {

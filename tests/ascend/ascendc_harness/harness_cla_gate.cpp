@@ -39,11 +39,12 @@ int twin_cla_gate_schedule(int kernel, int64_t t, int64_t n, int64_t d, int64_t 
   return harness::kOk;
 }
 
-int twin_cla_gate_backward(int dtype, int64_t t, int64_t n, int64_t d, const void* grad, const void* og,
-                           const void* ol, const void* zg, const void* zl, void* dog, void* dol, void* dzg,
-                           void* dzl, int64_t core_num, int64_t ub_bytes, int64_t arch, harness::RunInfo* info,
-                           char* err, int64_t err_len) {
+int twin_cla_gate_backward(int dtype, const harness::ClaGateBackwardAttrArgs* raw, int64_t t, int64_t n, int64_t d,
+                           const void* grad, const void* og, const void* ol, const void* zg, const void* zl,
+                           void* dog, void* dol, void* dzg, void* dzl, int64_t core_num, int64_t ub_bytes,
+                           int64_t arch, harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
+    harness::ToAttrs(*raw);  // read as the op_host reads them; the kernel takes none (TND only)
     const auto tiling = mgo::tiling::ComputeClaGateBackwardTiling(
         ClaGateShape{static_cast<uint64_t>(t), static_cast<uint64_t>(n), static_cast<uint64_t>(d)},
         static_cast<DType>(dtype), static_cast<uint32_t>(core_num), static_cast<uint64_t>(ub_bytes));
