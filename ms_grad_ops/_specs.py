@@ -9,8 +9,8 @@ Standard library only: the generators load this file by path, without MindSpore.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
-
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 FLOAT32_MAX = 3.4028234663852886e38
@@ -168,10 +168,29 @@ class OpSpec:
     """(backend, limit): sizes the backend's kernel bounds beyond the shape rules (its tiling refuses the rest)."""
     cell: str = ""
     """The ``ms_grad_ops.nn`` Cell whose constructor takes this op's attributes and whose construct
-    takes its inputs (tests/repository/test_signatures.py holds both to the table)."""
+    takes its inputs (tests/all_ops/test_signatures.py holds both to the table)."""
 
     def attr(self, name: str) -> AttrSpec:
         return next(a for a in self.attrs if a.name == name)
+
+    def inputs_parameters(self) -> list[inspect.Parameter]:
+        """The inputs as a Python signature takes them (the functional op, a Cell's construct): in
+        order, the optional ones that no required input follows defaulting to None (absent)."""
+        last_required = max((i for i, n in enumerate(self.inputs) if n not in self.optional), default=-1)
+        return [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                  default=None if i > last_required else inspect.Parameter.empty)
+                for i, n in enumerate(self.inputs)]
+
+    def attrs_parameters(self, kind: inspect._ParameterKind = inspect.Parameter.KEYWORD_ONLY
+                         ) -> list[inspect.Parameter]:
+        """The attributes as a Python signature takes them: in order, keyword-only in the functional
+        op (a Cell's constructor: positional-or-keyword), a required one without default."""
+        return [inspect.Parameter(a.name, kind, default=inspect.Parameter.empty if a.required else a.default)
+                for a in self.attrs]
+
+    def signature(self) -> inspect.Signature:
+        """The functional op ``ms_grad_ops.ops.<name>`` as the table states it (tests hold the code to it)."""
+        return inspect.Signature([*self.inputs_parameters(), *self.attrs_parameters()])
 
 
 FLOATS = ("float16", "bfloat16", "float32")

@@ -180,8 +180,9 @@ def _op(op: object) -> list[str]:
 
 
 def generate(specs: ModuleType) -> dict[str, str]:
-    lines = [banner("//").rstrip("\n"), "#pragma once", "", "#include <array>", "#include <cstdint>", "#include <cstdio>",
-             "#include <string>", "#include <tuple>", "#include <type_traits>", "#include <vector>", "",
+    lines = [banner("//").rstrip("\n"), "#pragma once", "", "#include <array>", "#include <cstdint>",
+             "#include <cstdio>", "#include <string>", "#include <tuple>", "#include <type_traits>",
+             "#include <vector>", "",
              '#include "common.h"', '#include "op_attrs.h"', "", "namespace mgo::table {", "",
              _SHARED.replace("{DOMAIN_ERROR}", _wording(specs))]
     for attr in choice_attrs(specs):
