@@ -18,10 +18,6 @@ namespace mgo::tiling {
 
 inline constexpr uint32_t kMaxKeyChunk = 512;  // keys per chunk, as CANN uses
 
-// The kernels' former spellings, until they use the neutral names (a separate kernel commit).
-using SfaMatmulTiling = MatmulTiling;
-using SfaLayout = mgo::table::Layout;
-
 // Shapes as the op sees them: the tokens (seq) and per token the heads and dims.
 struct SfaShape {
   SeqShape seq;

@@ -8,11 +8,9 @@
 
 namespace mgo::tiling {
 
-// The attribute mode as the table numbers it (atb 0, vjp 1).
-using RopeGradMode = mgo::table::Mode;
-
-// Tiling key = 10 * mode + dtype; the kernel entry dispatches on it with TILING_KEY_IS.
-inline constexpr uint64_t RopeGradTilingKey(DType dtype, RopeGradMode mode) {
+// Tiling key = 10 * mode + dtype (mode as the table numbers it: atb 0, vjp 1); the kernel entry
+// dispatches on it with TILING_KEY_IS.
+inline constexpr uint64_t RopeGradTilingKey(DType dtype, mgo::table::Mode mode) {
   return 10u * static_cast<uint64_t>(mode) + static_cast<uint64_t>(dtype);
 }
 
@@ -21,7 +19,7 @@ struct RopeGradTiling {
   uint64_t tilingKey;
 };
 
-inline RopeGradTiling ComputeRopeGradTiling(const RopeShape& shape, DType dtype, RopeGradMode mode,
+inline RopeGradTiling ComputeRopeGradTiling(const RopeShape& shape, DType dtype, mgo::table::Mode mode,
                                             uint32_t core_num, uint64_t ub_bytes) {
   return RopeGradTiling{ComputeRopeFamilyTiling(shape, core_num, ub_bytes), RopeGradTilingKey(dtype, mode)};
 }
