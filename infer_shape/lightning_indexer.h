@@ -7,8 +7,8 @@
 // Size rule for sparse_count = K. MindSpore allocates both outputs, T1 * K slots of 8 bytes together, before
 // the kernel runs, so a K nothing can hold used to end in its "Allocate output memory failed". K beyond a
 // row's visible keys only adds -1 padding, and no model selects more than a million keys per row, hence:
-//   K <= 2**20 = 1,048,576 (512 times DeepSeek-V3.2's 2048; to select every visible key, pass the longest
-//        key sequence's length, not 2**31 - 1): sparse_count's domain in the table, checked by every
+//   K within sparse_count's domain in the table (512 times DeepSeek-V3.2's 2048 at most; to select
+//        every visible key, pass the longest key sequence's length, not 2**31 - 1), checked by every
 //        reader of the attributes (op_table.h), and
 //   T1 * K <= kMaxSparseSlots = 2**31 - 1 where T1 is known (B * S1 in BSND): each output stays
 //        int32-indexable (at most 16 GiB together), checked here.
