@@ -3,64 +3,21 @@
 
 #include <array>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <tuple>
-#include <type_traits>
 #include <vector>
 
+#include "attr_reading.h"
 #include "common.h"
 #include "op_attrs.h"
 
 namespace mgo::table {
-
-// The backends a limit is stated for; kAny checks the attributes' own domains only.
-enum class Backend { kAny, kAscend };
 
 // The one wording of every attribute domain error (DOMAIN_ERROR of ms_grad_ops/_specs.py), a
 // ValueError in every layer.
 [[noreturn]] inline void DomainError(const char* op, const char* attr, const std::string& domain,
                                      const std::string& got) {
   throw infer::ValueError(std::string(op) + ": attribute '" + attr + "' must be " + domain + ", got " + got);
-}
-
-inline std::string Got(int64_t v) { return std::to_string(v); }
-inline std::string Got(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-template <class T>
-void CheckRange(const char* op, const char* attr, T value, T lo, T hi, const char* domain) {
-  if (!(value >= lo && value <= hi)) DomainError(op, attr, domain, Got(value));  // NaN is outside
-}
-
-// Choice<E>: the choice attribute whose enum is E (op_attrs.h): its raw type (what an OpDef,
-// MindSpore and Python hold), Name/Value of each enumerator and Parse (a DomainError naming the op).
-template <class E>
-struct Choice;
-
-// The raw type of an Attrs field: a choice's Raw, else the field's own type.
-template <class Field, bool = std::is_enum_v<Field>>
-struct RawType {
-  using type = Field;
-};
-template <class Field>
-struct RawType<Field, true> {
-  using type = typename Choice<Field>::Raw;
-};
-template <class Field>
-using RawOf = typename RawType<Field>::type;
-
-// A raw attribute value into its Attrs field of op `op`: a choice is parsed, the rest copied.
-template <class Field>
-void SetAttr(const char* op, Field& field, const RawOf<Field>& raw) {
-  if constexpr (std::is_enum_v<Field>) {
-    field = Choice<Field>::Parse(op, raw);
-  } else {
-    field = raw;
-  }
 }
 
 // mode

@@ -2,9 +2,10 @@
 (shape rules, CPU kernels, op_host, tiling, twin harness). Inputs and outputs are addressed by
 name (``SparseFlashAttentionGrad::In::kQueryRope``), never by a hand-written index.
 
-Attributes: the ``Attrs`` structs and choice enums are ``op_attrs.h`` (shared with the device);
-here each choice enum gets its ``Choice<E>`` (raw type, name, parse), each op its ``CheckAttrs``,
-and every domain error its one wording, ``DOMAIN_ERROR`` of the table."""
+Attributes: the ``Attrs`` structs and choice enums are ``op_attrs.h`` (shared with the device), the
+machinery every reader shares ``attr_reading.h`` (hand-written); here each choice enum gets its
+``Choice<E>`` (raw type, name, parse), each op its ``CheckAttrs``, and every domain error its one
+wording, ``DOMAIN_ERROR`` of the table."""
 from __future__ import annotations
 
 from types import ModuleType
@@ -14,56 +15,14 @@ from .op_attrs import choice_attrs
 
 PATH = "infer_shape/op_table.h"
 
-# The machinery every reader shares, the same for every table; DomainError's wording is the table's.
-_SHARED = '''// The backends a limit is stated for; kAny checks the attributes' own domains only.
-enum class Backend { kAny, kAscend };
-
-// The one wording of every attribute domain error (DOMAIN_ERROR of ms_grad_ops/_specs.py), a
+# The one wording of every domain error, declared in attr_reading.h (the machinery every reader shares).
+_DOMAIN_ERROR = """// The one wording of every attribute domain error (DOMAIN_ERROR of ms_grad_ops/_specs.py), a
 // ValueError in every layer.
 [[noreturn]] inline void DomainError(const char* op, const char* attr, const std::string& domain,
                                      const std::string& got) {
   throw infer::ValueError({DOMAIN_ERROR});
 }
-
-inline std::string Got(int64_t v) { return std::to_string(v); }
-inline std::string Got(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-template <class T>
-void CheckRange(const char* op, const char* attr, T value, T lo, T hi, const char* domain) {
-  if (!(value >= lo && value <= hi)) DomainError(op, attr, domain, Got(value));  // NaN is outside
-}
-
-// Choice<E>: the choice attribute whose enum is E (op_attrs.h): its raw type (what an OpDef,
-// MindSpore and Python hold), Name/Value of each enumerator and Parse (a DomainError naming the op).
-template <class E>
-struct Choice;
-
-// The raw type of an Attrs field: a choice's Raw, else the field's own type.
-template <class Field, bool = std::is_enum_v<Field>>
-struct RawType {
-  using type = Field;
-};
-template <class Field>
-struct RawType<Field, true> {
-  using type = typename Choice<Field>::Raw;
-};
-template <class Field>
-using RawOf = typename RawType<Field>::type;
-
-// A raw attribute value into its Attrs field of op `op`: a choice is parsed, the rest copied.
-template <class Field>
-void SetAttr(const char* op, Field& field, const RawOf<Field>& raw) {
-  if constexpr (std::is_enum_v<Field>) {
-    field = Choice<Field>::Parse(op, raw);
-  } else {
-    field = raw;
-  }
-}
-'''
+"""
 
 
 def _wording(specs: ModuleType) -> str:
@@ -181,10 +140,9 @@ def _op(op: object) -> list[str]:
 
 def generate(specs: ModuleType) -> dict[str, str]:
     lines = [banner("//").rstrip("\n"), "#pragma once", "", "#include <array>", "#include <cstdint>",
-             "#include <cstdio>", "#include <string>", "#include <tuple>", "#include <type_traits>",
-             "#include <vector>", "",
+             "#include <string>", "#include <tuple>", "#include <vector>", "", '#include "attr_reading.h"',
              '#include "common.h"', '#include "op_attrs.h"', "", "namespace mgo::table {", "",
-             _SHARED.replace("{DOMAIN_ERROR}", _wording(specs))]
+             _DOMAIN_ERROR.replace("{DOMAIN_ERROR}", _wording(specs))]
     for attr in choice_attrs(specs):
         lines += _choice(attr) + [""]
     for op in specs.OP_SPECS.values():

@@ -28,10 +28,7 @@ int twin_cla_gate_schedule(int kernel, int64_t t, int64_t n, int64_t d, int64_t 
                            int64_t* used_cores, int64_t* tile_rows, int64_t* tiling_ub, int64_t* starts,
                            int64_t* counts, char* err, int64_t err_len) {
   const auto r = Tiling(kernel, t, n, d, core_num, ub_bytes);
-  if (!r.ok) {
-    harness::CopyMessage(r.error, err, err_len);
-    return harness::kTilingError;
-  }
+  if (harness::Refused(r, err, err_len)) return harness::kTilingError;
   *used_cores = r.data.usedCoreNum;
   *tile_rows = r.data.tileRows;
   *tiling_ub = static_cast<int64_t>(r.ubBytes);
@@ -48,10 +45,7 @@ int twin_cla_gate_backward(int dtype, const harness::ClaGateBackwardAttrArgs* ra
     const auto tiling = mgo::tiling::ComputeClaGateBackwardTiling(
         ClaGateShape{static_cast<uint64_t>(t), static_cast<uint64_t>(n), static_cast<uint64_t>(d)},
         static_cast<DType>(dtype), static_cast<uint32_t>(core_num), static_cast<uint64_t>(ub_bytes));
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const uint64_t big = static_cast<uint64_t>(t * n * d) * 2;
     const uint64_t gate = static_cast<uint64_t>(t * n) * 2;
     auto tiling_gm = harness::TilingBytes(tiling.result.data);
@@ -86,10 +80,7 @@ int twin_cla_gate_merge(int dtype, int64_t t, int64_t n, int64_t d, const void* 
     const auto tiling = mgo::tiling::ComputeClaGateMergeTiling(
         ClaGateShape{static_cast<uint64_t>(t), static_cast<uint64_t>(n), static_cast<uint64_t>(d)},
         static_cast<DType>(dtype), static_cast<uint32_t>(core_num), static_cast<uint64_t>(ub_bytes));
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const uint64_t big = static_cast<uint64_t>(t * n * d) * 2;
     const uint64_t gate = static_cast<uint64_t>(t * n) * 2;
     auto tiling_gm = harness::TilingBytes(tiling.result.data);

@@ -34,10 +34,7 @@ int twin_li_schedule(int dtype, const IndexerArgs* a, const LightningIndexerAttr
     const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
     const auto tiling = Tile(dtype, *a, attrs, lens);
     const auto& r = tiling.result;
-    if (!r.ok) {
-      harness::CopyMessage(r.error, err, err_len);
-      return harness::kTilingError;
-    }
+    if (harness::Refused(r, err, err_len)) return harness::kTilingError;
     const auto& t = r.data;
     const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.kPad, static_cast<int64_t>(r.ubBytes),
                             static_cast<int64_t>(r.workspaceBytes), static_cast<int64_t>(tiling.tilingKey),
@@ -55,10 +52,7 @@ int twin_lightning_indexer(int dtype, const IndexerArgs* a, const LightningIndex
     const auto attrs = harness::ToAttrs(*raw);
     const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
     const auto tiling = Tile(dtype, *a, attrs, lens);
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const auto t1 = static_cast<uint64_t>(a->t1);
     const auto t2 = static_cast<uint64_t>(a->t2);
     const auto nidx = static_cast<uint64_t>(a->n_idx);

@@ -24,10 +24,7 @@ int twin_rope_schedule(int64_t n_tokens, int64_t hidden, int64_t max_seq, int64_
   const auto r = mgo::tiling::ComputeRopeFamilyTiling(Shape(n_tokens, hidden, max_seq, batch),
                                                       static_cast<uint32_t>(core_num),
                                                       static_cast<uint64_t>(ub_bytes));
-  if (!r.ok) {
-    harness::CopyMessage(r.error, err, err_len);
-    return harness::kTilingError;
-  }
+  if (harness::Refused(r, err, err_len)) return harness::kTilingError;
   *used_cores = r.data.usedCoreNum;
   *tile_rows = r.data.tileRows;
   *tiling_ub = static_cast<int64_t>(r.ubBytes);
@@ -57,10 +54,7 @@ int twin_rope_family(const harness::RopeGradAttrArgs* grad, int dtype, int64_t n
       tiling = t.result;
       key = t.tilingKey;
     }
-    if (!tiling.ok) {
-      harness::CopyMessage(tiling.error, err, err_len);
-      return harness::kTilingError;
-    }
+    if (harness::Refused(tiling, err, err_len)) return harness::kTilingError;
     const uint64_t big = static_cast<uint64_t>(n_tokens * hidden) * 2;
     const uint64_t trig = static_cast<uint64_t>(max_seq) * mgo::tiling::kRopeHeadDim * 2;
     auto tiling_gm = harness::TilingBytes(tiling.data);

@@ -93,10 +93,7 @@ int twin_sfa_schedule(int dtype, const SfaArgs* a, const SparseFlashAttentionAtt
   return harness::Guarded(err, err_len, [&]() -> int {
     const auto write = [&](const auto& tiling) -> int {
       const auto& r = tiling.result;
-      if (!r.ok) {
-        harness::CopyMessage(r.error, err, err_len);
-        return harness::kTilingError;
-      }
+      if (harness::Refused(r, err, err_len)) return harness::kTilingError;
       const auto& t = r.data;
       const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.rowChunk, static_cast<int64_t>(r.ubBytes),
                               static_cast<int64_t>(r.workspaceBytes), static_cast<int64_t>(tiling.tilingKey),
@@ -132,10 +129,7 @@ int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const SparseFlashAt
     const HostLens lens(*a, attrs.layout, lens_q, lens_kv);
     const auto tiling = mgo::tiling::ComputeSparseFlashAttentionTiling(
         Shape(*a, attrs.layout), attrs, static_cast<DType>(dtype), lens.view, Platform(*a));
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const uint64_t q_rows = static_cast<uint64_t>(a->t1 * a->n1);
     std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
     auto tiling_gm = harness::TilingBytes(tiling.result.data);
@@ -172,10 +166,7 @@ int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const SparseFl
     const HostLens lens(*a, attrs.layout, lens_q, lens_kv);
     const auto tiling = mgo::tiling::ComputeSparseFlashAttentionGradTiling(
         Shape(*a, attrs.layout), attrs, static_cast<DType>(dtype), lens.view, Platform(*a));
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const uint64_t q_rows = static_cast<uint64_t>(a->t1 * a->n1);
     const uint64_t k_rows = static_cast<uint64_t>(a->t2 * a->n2);
     std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);

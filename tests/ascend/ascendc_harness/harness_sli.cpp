@@ -40,10 +40,7 @@ int twin_sli_schedule(int dtype, const SliArgs* a, const SparseLightningIndexerG
     const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
     const auto tiling = Tile(dtype, *a, attrs, lens);
     const auto& r = tiling.result;
-    if (!r.ok) {
-      harness::CopyMessage(r.error, err, err_len);
-      return harness::kTilingError;
-    }
+    if (harness::Refused(r, err, err_len)) return harness::kTilingError;
     const auto& t = r.data;
     const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.tileRows, t.gatherRows, t.keyBlock, t.keyBlocks,
                             t.rowChunk, t.mKey, static_cast<int64_t>(r.ubBytes),
@@ -70,10 +67,7 @@ int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a,
     const Attrs attrs = harness::ToAttrs(*raw);
     const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
     const auto tiling = Tile(dtype, *a, attrs, lens);
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const auto t1 = static_cast<uint64_t>(a->t1);
     const auto t2 = static_cast<uint64_t>(a->t2);
     const auto n1 = static_cast<uint64_t>(a->n1);

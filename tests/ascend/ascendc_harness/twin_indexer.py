@@ -23,6 +23,7 @@ from .twin_lib import (
     call,
     from_bits,
     lib,
+    mixed_schedule,
     poisoned,
     ptr,
     ptr_or_none,
@@ -148,19 +149,9 @@ class SliSchedule:
 
 def sli_schedule(p: SliProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> SliSchedule:
     """The pure tiling of sparse_lightning_indexer_grad_kl_loss for ``p`` on ``core_num`` AI cores."""
-    args = p.args(core_num, 0, ub_bytes)
-    lq, lk, keep = p.lens()
-    out = np.zeros(16, np.int64)
-    starts = np.zeros(2 * max(core_num, 1) + 1, np.int64)
-    kstarts = np.zeros_like(starts)
-    err = ctypes.create_string_buffer(ERR_LEN)
-    code = lib().twin_sli_schedule(ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
-                                   ctypes.byref(attr_args(SLI, p.attrs)), lq, lk, P(ptr(out)), P(ptr(starts)),
-                                   P(ptr(kstarts)), err, I64(ERR_LEN))
-    del keep
-    raise_for(code, err)
-    aiv = int(out[1])
-    return SliSchedule(*(int(x) for x in out), starts[: aiv + 1].copy(), kstarts[: aiv + 1].copy())
+    out, rows, keys = mixed_schedule("twin_sli_schedule", p.dtype, p.args(core_num, 0, ub_bytes),
+                                     [ctypes.byref(attr_args(SLI, p.attrs))], p.lens(), 16, core_num, True)
+    return SliSchedule(*(int(x) for x in out), rows, keys)
 
 
 # ---------------------------------------------------------------- lightning_indexer
@@ -232,18 +223,9 @@ class LiSchedule:
 
 def li_schedule(p: LiProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> LiSchedule:
     """The pure tiling of lightning_indexer for ``p`` on ``core_num`` AI cores."""
-    args = p.args(core_num, 0, ub_bytes)
-    lq, lk, keep = p.lens()
-    out = np.zeros(8, np.int64)
-    starts = np.zeros(2 * max(core_num, 1) + 1, np.int64)
-    err = ctypes.create_string_buffer(ERR_LEN)
-    code = lib().twin_li_schedule(ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
-                                  ctypes.byref(attr_args(LI, p.attrs)), lq, lk, P(ptr(out)), P(ptr(starts)), err,
-                                  I64(ERR_LEN))
-    del keep
-    raise_for(code, err)
-    aiv = int(out[1])
-    return LiSchedule(*(int(x) for x in out), starts[: aiv + 1].copy())
+    out, rows, _ = mixed_schedule("twin_li_schedule", p.dtype, p.args(core_num, 0, ub_bytes),
+                                  [ctypes.byref(attr_args(LI, p.attrs))], p.lens(), 8, core_num, False)
+    return LiSchedule(*(int(x) for x in out), rows)
 
 
 def sort32(scores: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -331,16 +313,6 @@ class LigSchedule:
 
 def lig_schedule(p: LigProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> LigSchedule:
     """The pure tiling of lightning_indexer_grad for ``p`` on ``core_num`` AI cores."""
-    args = p.args(core_num, 0, ub_bytes)
-    lq, lk, keep = p.lens()
-    out = np.zeros(12, np.int64)
-    starts = np.zeros(2 * max(core_num, 1) + 1, np.int64)
-    kstarts = np.zeros_like(starts)
-    err = ctypes.create_string_buffer(ERR_LEN)
-    code = lib().twin_lig_schedule(ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
-                                   ctypes.byref(attr_args(LIG, p.attrs)), lq, lk, P(ptr(out)), P(ptr(starts)),
-                                   P(ptr(kstarts)), err, I64(ERR_LEN))
-    del keep
-    raise_for(code, err)
-    aiv = int(out[1])
-    return LigSchedule(*(int(x) for x in out), starts[: aiv + 1].copy(), kstarts[: aiv + 1].copy())
+    out, rows, keys = mixed_schedule("twin_lig_schedule", p.dtype, p.args(core_num, 0, ub_bytes),
+                                     [ctypes.byref(attr_args(LIG, p.attrs))], p.lens(), 12, core_num, True)
+    return LigSchedule(*(int(x) for x in out), rows, keys)

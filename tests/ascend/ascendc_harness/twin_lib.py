@@ -125,6 +125,25 @@ def ptr_or_none(a: np.ndarray | None) -> object:
     return None if a is None else P(ptr(a))
 
 
+def mixed_schedule(fn_name: str, dtype: str, args: ctypes.Structure, attrs: list[object],
+                   lens: tuple[object, object, list[np.ndarray]], n_out: int, core_num: int,
+                   key_starts: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A mixed kernel's pure tiling through its schedule entry ``fn_name(dtype, args, *attrs, lens_q,
+    lens_k, out, row_start[, key_start], err, err_len)``: its ``n_out`` scalars (aivNum second)
+    and the AIVs' row (and key) range starts."""
+    lq, lk, keep = lens
+    out = np.zeros(n_out, np.int64)
+    starts = np.zeros(2 * max(core_num, 1) + 1, np.int64)
+    kstarts = np.zeros_like(starts) if key_starts else None
+    err = ctypes.create_string_buffer(ERR_LEN)
+    code = getattr(lib(), fn_name)(ctypes.c_int(DTYPE_CODES[dtype]), ctypes.byref(args), *attrs, lq, lk, P(ptr(out)),
+                                   P(ptr(starts)), *([] if kstarts is None else [P(ptr(kstarts))]), err, I64(ERR_LEN))
+    del keep
+    raise_for(code, err)
+    aiv = int(out[1])
+    return out, starts[: aiv + 1].copy(), None if kstarts is None else kstarts[: aiv + 1].copy()
+
+
 # ---------------------------------------------------------------- attributes
 def attr_args(op: str, attrs: dict[str, object]) -> ctypes.Structure:
     """The attributes of one ``op`` call as its harness struct (``twin_args.<OpType>AttrArgs``,

@@ -14,19 +14,16 @@ from .twin_lib import (
     ARCH_A2,
     DEFAULT_UB,
     DTYPE_CODES,
-    ERR_LEN,
-    I64,
     NAN16,
     KernelRun,
     P,
     attr_args,
     call,
     from_bits,
-    lib,
+    mixed_schedule,
     poisoned,
     ptr,
     ptr_or_none,
-    raise_for,
     to_bits,
 )
 
@@ -131,22 +128,12 @@ def sfa_schedule(kernel: str, p: SfaProblem, core_num: int, ub_bytes: int = DEFA
                  **grad_attrs: object) -> SfaSchedule:
     """The pure tiling of "forward" or "grad" for problem ``p`` on ``core_num`` AI cores (``grad_attrs``:
     the grad's attributes beyond the problem's)."""
-    args = p.args(core_num, 0, ub_bytes)
     fwd = attr_args("sparse_flash_attention", p.attrs) if kernel == "forward" else None
     grad = None if kernel == "forward" else attr_args("sparse_flash_attention_grad", {**p.attrs, **grad_attrs})
-    lq, lkv, keep = p.lens_ptrs()
-    out = np.zeros(13, np.int64)
-    starts = np.zeros(2 * max(core_num, 1) + 1, np.int64)
-    kstarts = np.zeros_like(starts)
-    err = ctypes.create_string_buffer(ERR_LEN)
-    code = lib().twin_sfa_schedule(ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
-                                   None if fwd is None else ctypes.byref(fwd),
-                                   None if grad is None else ctypes.byref(grad), lq, lkv, P(ptr(out)),
-                                   P(ptr(starts)), P(ptr(kstarts)), err, I64(ERR_LEN))
-    del keep
-    raise_for(code, err)
-    aiv = int(out[1])
-    return SfaSchedule(*(int(x) for x in out), starts[: aiv + 1].copy(), kstarts[: aiv + 1].copy())
+    attrs = [None if a is None else ctypes.byref(a) for a in (fwd, grad)]
+    out, rows, keys = mixed_schedule("twin_sfa_schedule", p.dtype, p.args(core_num, 0, ub_bytes), attrs,
+                                     p.lens_ptrs(), 13, core_num, True)
+    return SfaSchedule(*(int(x) for x in out), rows, keys)
 
 
 def sparse_flash_attention_grad(p: SfaProblem, d_out: np.ndarray, out: np.ndarray, softmax_max: np.ndarray,
