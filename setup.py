@@ -59,9 +59,17 @@ def sources(folder: str) -> list[str]:
     return sorted(str(p.relative_to(ROOT)) for p in (ROOT / folder).glob("*.cc"))
 
 
+def headers(*folders: str) -> list[str]:
+    """The headers an extension's sources include: setuptools rebuilds an extension only when one
+    of its sources or ``depends`` is newer than it, and a changed header (the generated
+    infer_shape/op_table.h, say) must rebuild it too, or an in-tree build links stale objects."""
+    return sorted(str(p.relative_to(ROOT)) for folder in folders for p in (ROOT / folder).glob("*.h"))
+
+
 cpu_kernels = Extension(
     "ms_grad_ops._cpu_kernels",
     sources=sources("cpu"),
+    depends=headers("cpu", "infer_shape"),
     include_dirs=[str(ROOT), str(DNNL_INCLUDE)],
     language="c++",
     extra_compile_args=[*CXXFLAGS, "-fvisibility=default"],
@@ -72,6 +80,7 @@ cpu_kernels = Extension(
 validate = Pybind11Extension(
     "ms_grad_ops._validate",
     sources=["infer_shape/python_module.cc"],
+    depends=headers("infer_shape"),
     include_dirs=[str(ROOT)],
     cxx_std=17,
     extra_compile_args=CXXFLAGS,

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../infer_shape/op_table.h"
 #include "aot.h"
 
 namespace mgo::aot {
@@ -30,12 +31,19 @@ inline void read_attr(AotExtra* extra, const char* name, std::vector<int64_t>& v
   value = extra->GetAttrIntVec(name);
 }
 
-// Every attribute of op `Op`, read by its table name into its Attrs field.
+// Every attribute of op `Op`, read by its table name as its raw type into its Attrs field (a
+// choice parsed), then every domain checked (op_table.h: the one check of every reader).
 template <class Op>
 typename Op::Attrs read_attrs(AotExtra* extra) {
-  typename Op::Attrs attrs;
+  typename Op::Attrs attrs{};
   size_t i = 0;
-  std::apply([&](auto... field) { (read_attr(extra, Op::kAttrNames[i++], attrs.*field), ...); }, Op::kAttrs);
+  const auto read = [&](auto field) {
+    table::RawOf<std::remove_reference_t<decltype(attrs.*field)>> raw{};
+    read_attr(extra, Op::kAttrNames[i++], raw);
+    table::SetAttr(Op::kName, attrs.*field, raw);
+  };
+  std::apply([&](auto... field) { (read(field), ...); }, Op::kAttrs);
+  Op::CheckAttrs(attrs, table::Backend::kAny);
   return attrs;
 }
 

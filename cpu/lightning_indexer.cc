@@ -123,7 +123,7 @@ void run(const mgo::aot::KernelArgs& args, const mgo::cpu::RowPlan& plan, bool b
 }  // namespace
 
 void mgo::cpu::kernels::lightning_indexer(const aot::KernelArgs& args, const table::LightningIndexer::Attrs& attrs) {
-  const bool bsnd = attrs.layout == "BSND";
+  const bool bsnd = attrs.layout == table::Layout::kBSND;
   const int64_t k = attrs.sparse_count;
   const RowPlan plan = plan_rows(Li::kName, args, bsnd, In::kQueryIndex, In::kKeyIndex, In::kActualSeqLengthsQuery,
                                  In::kActualSeqLengthsKey, attrs.sparse_mode);

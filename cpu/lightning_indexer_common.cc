@@ -42,7 +42,7 @@ inline float lane_sum(const float (&lanes)[kLanes]) {
 }  // namespace
 
 RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi_arg, int ki_arg, int lens_q_arg,
-                  int lens_k_arg, int64_t sparse_mode) {
+                  int lens_k_arg, table::SparseMode sparse_mode) {
   const int64_t t1 = token_count(args, qi_arg, bsnd);
   const int64_t t2 = token_count(args, ki_arg, bsnd);
   const Batches bat = read_batches(op, args, bsnd, bsnd ? args.dim(qi_arg, 0) : 0, t1, t2, lens_q_arg, lens_k_arg,
@@ -55,7 +55,8 @@ RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi
     for (int64_t i = 0; i < s1; ++i) {
       plan.key_base[q0 + i] = k0;
       plan.key_count[q0 + i] = s2;
-      plan.limit[q0 + i] = sparse_mode == 3 ? std::clamp<int64_t>(i + s2 - s1 + 1, 0, s2) : s2;
+      plan.limit[q0 + i] =
+          sparse_mode == table::SparseMode::kRightDownCausal ? std::clamp<int64_t>(i + s2 - s1 + 1, 0, s2) : s2;
       plan.active[q0 + i] = 1;
     }
   }

@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../infer_shape/op_attrs.h"
 #include "aot.h"
 #include "convert.h"
 #include "gemm.h"
@@ -36,7 +37,7 @@ struct RowPlan {
 // = one sequence; per batch in BSND). Throws std::runtime_error naming `op` for bad length values.
 // Call outside any parallel region.
 RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi_arg, int ki_arg, int lens_q_arg,
-                  int lens_k_arg, int64_t sparse_mode);
+                  int lens_k_arg, table::SparseMode sparse_mode);
 
 // Throws std::runtime_error naming `op` if any index of an active row is < -1 or >= S2 of its batch.
 void check_sparse_indices(const char* op, const int32_t* idx, int64_t t1, int64_t k, const RowPlan& plan);

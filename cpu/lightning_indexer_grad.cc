@@ -88,7 +88,7 @@ void run(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPl
 
 void mgo::cpu::kernels::lightning_indexer_grad(const aot::KernelArgs& args,
                                                const table::LightningIndexerGrad::Attrs& attrs) {
-  const bool bsnd = attrs.layout == "BSND";
+  const bool bsnd = attrs.layout == table::Layout::kBSND;
   const int r = bsnd ? 4 : 3;
   Sizes z{};
   z.t1 = token_count(args, In::kQueryIndex, bsnd);

@@ -38,8 +38,7 @@ void rope_grad(const aot::KernelArgs& args, const table::RopeGrad::Attrs& attrs)
   using Op = table::RopeGrad;
   const RopeSlots slots{Op::In::kQGrad, Op::In::kKGrad, Op::In::kCos, Op::In::kSin, Op::In::kQSeqLen,
                         Op::OutParam::kQGradOut, Op::OutParam::kKGradOut};
-  const auto mode = infer::parse_rope_grad_mode(attrs.mode);
-  run_rope_family(Op::kName, args, slots, mode == infer::RopeGradMode::kAtb ? atb_mix : vjp_mix);
+  run_rope_family(Op::kName, args, slots, attrs.mode == table::Mode::kAtb ? atb_mix : vjp_mix);
 }
 
 }  // namespace kernels

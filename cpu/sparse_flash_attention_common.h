@@ -41,7 +41,7 @@ struct Problem {
   int64_t k = 0;               // index slots per row
   bool shared_kv = false;      // value absent: key is value (DeepSeek's shared latent KV)
   int64_t bs = 1;
-  int64_t mode = 3;
+  table::SparseMode mode = table::SparseMode::kRightDownCausal;
   float scale = 1.0f;
   int64_t s1 = 0;              // BSND: padded query rows per batch
   Batches batches;             // per batch: first row and length of its queries and keys
@@ -58,7 +58,7 @@ struct Problem {
     if (b < 0) return -1;
     const int64_t s1_len = batches.q_len[b];
     const int64_t s2_len = batches.kv_len[b];
-    if (mode == 0) return s2_len - 1;
+    if (mode == table::SparseMode::kNoMask) return s2_len - 1;
     const int64_t causal = (t - batches.q0[b]) + s2_len - s1_len;
     return causal < s2_len - 1 ? causal : s2_len - 1;
   }
@@ -106,7 +106,7 @@ void fill_geometry(const char* op, const aot::KernelArgs& args, const Slots& s, 
 template <class Attrs>
 Problem make_problem(const char* op, const aot::KernelArgs& args, const Attrs& attrs, const Slots& s) {
   Problem p;
-  p.bsnd = attrs.layout == "BSND";
+  p.bsnd = attrs.layout == table::Layout::kBSND;
   p.bs = attrs.sparse_block_size;
   p.mode = attrs.sparse_mode;
   p.scale = static_cast<float>(attrs.scale_value);

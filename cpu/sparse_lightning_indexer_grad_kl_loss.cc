@@ -152,7 +152,7 @@ void run(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPl
 
 void mgo::cpu::kernels::sparse_lightning_indexer_grad_kl_loss(
     const aot::KernelArgs& args, const table::SparseLightningIndexerGradKLLoss::Attrs& attrs) {
-  const bool bsnd = attrs.layout == "BSND";
+  const bool bsnd = attrs.layout == table::Layout::kBSND;
   const int r = bsnd ? 4 : 3;
   Sizes z{};
   z.t1 = token_count(args, In::kQuery, bsnd);

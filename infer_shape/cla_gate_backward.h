@@ -11,12 +11,10 @@
 
 namespace mgo::infer {
 
-inline InferResult cla_gate_backward(const std::vector<TensorDesc>& in, const table::ClaGateBackward::Attrs& attrs) {
+// input_attn_layout (TND only) changes nothing; its readers parse it (op_table.h).
+inline InferResult cla_gate_backward(const std::vector<TensorDesc>& in, const table::ClaGateBackward::Attrs&) {
   using Op = table::ClaGateBackward;
   const Checker c(Op::kName);
-  if (attrs.input_attn_layout != "TND") {
-    c.value_error("attribute 'input_attn_layout' must be \"TND\", got \"" + attrs.input_attn_layout + "\"");
-  }
   c.arity(in, Op::kNumInputs);
   const TensorDesc& g = in[Op::In::kGradMerged];
   const TensorDesc& og = check_cla_gate_inputs<Op>(c, in);

@@ -21,9 +21,9 @@ using Shape = std::vector<int64_t>;
 
 constexpr int64_t kUnknownDim = -1;
 constexpr int64_t kUnknownRank = -2;
-// The largest value of an int attribute (they are int32; ms_grad_ops/_checks.py rejects larger
-// Python ints before they reach these rules).
-constexpr int64_t kMaxIntAttr = 2147483647;
+// The largest int32: the index outputs' type (attribute domains are the table's, checked by the
+// readers through op_table.h before any rule runs).
+constexpr int64_t kMaxInt32 = 2147483647;
 
 // Every MindSpore number dtype has a name here, so a wrong one is reported as what it is (the rules
 // accept only a few); kOther is any other dtype name, kUnknown a dtype not known yet (GRAPH infer).
@@ -176,14 +176,6 @@ class Checker {
     if (t.dtype == DType::kUnknown || ref.dtype == DType::kUnknown || t.dtype == ref.dtype) return;
     type_error(std::string("argument '") + arg + "' must have the dtype of '" + ref_arg + "' (" +
                dtype_name(ref.dtype) + "), got " + dtype_name(t.dtype));
-  }
-
-  // An int attribute (int32 everywhere: the Ascend attributes and the int32 index outputs) in [lo, hi].
-  void int_attr(const char* name, int64_t value, int64_t lo, int64_t hi = kMaxIntAttr) const {
-    if (value < lo || value > hi) {
-      value_error(std::string("attribute '") + name + "' must be in [" + std::to_string(lo) + ", " +
-                  std::to_string(hi) + "], got " + std::to_string(value));
-    }
   }
 
   void arity(const std::vector<TensorDesc>& in, size_t want) const {

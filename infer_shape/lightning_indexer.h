@@ -7,10 +7,11 @@
 // Size rule for sparse_count = K. MindSpore allocates both outputs, T1 * K slots of 8 bytes together, before
 // the kernel runs, so a K nothing can hold used to end in its "Allocate output memory failed". K beyond a
 // row's visible keys only adds -1 padding, and no model selects more than a million keys per row, hence:
-//   K <= kMaxSparseCount = 2**20 = 1,048,576 (512 times DeepSeek-V3.2's 2048; to select every visible key,
-//        pass the longest key sequence's length, not 2**31 - 1), and
+//   K within sparse_count's domain in the table (512 times DeepSeek-V3.2's 2048 at most; to select
+//        every visible key, pass the longest key sequence's length, not 2**31 - 1), checked by every
+//        reader of the attributes (op_table.h), and
 //   T1 * K <= kMaxSparseSlots = 2**31 - 1 where T1 is known (B * S1 in BSND): each output stays
-//        int32-indexable (at most 16 GiB together).
+//        int32-indexable (at most 16 GiB together), checked here.
 // Either is a ValueError naming the op and sparse_count, eagerly, at GRAPH compile, and at run time when a
 // dynamic T1 becomes known.
 #pragma once
@@ -22,19 +23,10 @@
 
 namespace mgo::infer {
 
-constexpr int64_t kMaxSparseCount = int64_t{1} << 20;
-constexpr int64_t kMaxSparseSlots = kMaxIntAttr;
-
-inline void check_sparse_count(const Checker& c, int64_t sparse_count) {
-  if (sparse_count < 1 || sparse_count > kMaxSparseCount) {
-    c.value_error("attribute 'sparse_count' must be in [1, " + std::to_string(kMaxSparseCount) +
-                  "] (top-k slots per query row; to select every visible key pass the longest key length), got " +
-                  std::to_string(sparse_count));
-  }
-}
+constexpr int64_t kMaxSparseSlots = kMaxInt32;
 
 // T1 * K <= kMaxSparseSlots once T1 (the token dims of query_index) is known.
-inline void check_sparse_slots(const Checker& c, IndexerLayout l, const TensorDesc& qi, int64_t sparse_count) {
+inline void check_sparse_slots(const Checker& c, Layout l, const TensorDesc& qi, int64_t sparse_count) {
   int64_t t1 = 1;
   for (size_t i = 0; i < token_dims(l); ++i) {
     const int64_t d = dim_or_unknown(qi, i);
@@ -55,13 +47,11 @@ inline InferResult lightning_indexer(const std::vector<TensorDesc>& in, const ta
   using In = Op::In;
   const Checker c(Op::kName);
   c.arity(in, Op::kNumInputs);
-  const IndexerLayout l = parse_indexer_layout(c, attrs.layout);
-  check_indexer_sparse_mode(c, attrs.sparse_mode);
-  check_sparse_count(c, attrs.sparse_count);
+  const Layout l = attrs.layout;
   const TensorDesc& qi = in[In::kQueryIndex];
   check_indexer_tensors(c, l, qi, in[In::kKeyIndex], in[In::kWeights]);
   check_sparse_slots(c, l, qi, attrs.sparse_count);
-  check_seq_lengths(c, l == IndexerLayout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
+  check_seq_lengths(c, l == Layout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
                     "actual_seq_lengths_key", dim_or_unknown(qi, 0));
   const Shape s = sparse_shape(l, qi, attrs.sparse_count);
   return {{s, s}, {DType::kInt32, DType::kFloat32}};

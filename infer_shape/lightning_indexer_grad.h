@@ -20,8 +20,7 @@ inline InferResult lightning_indexer_grad(const std::vector<TensorDesc>& in,
   using In = Op::In;
   const Checker c(Op::kName);
   c.arity(in, Op::kNumInputs);
-  const IndexerLayout l = parse_indexer_layout(c, attrs.layout);
-  check_indexer_sparse_mode(c, attrs.sparse_mode);
+  const Layout l = attrs.layout;
   const TensorDesc &qi = in[In::kQueryIndex], &ki = in[In::kKeyIndex], &w = in[In::kWeights];
   const TensorDesc &si = in[In::kSparseIndices], &dv = in[In::kDValues];
   check_indexer_tensors(c, l, qi, ki, w);
@@ -30,7 +29,7 @@ inline InferResult lightning_indexer_grad(const std::vector<TensorDesc>& in,
   if (dv.dtype != DType::kUnknown && dv.dtype != DType::kFloat32) {
     c.type_error(std::string("argument 'd_values' must be float32, got ") + dtype_name(dv.dtype));
   }
-  check_seq_lengths(c, l == IndexerLayout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
+  check_seq_lengths(c, l == Layout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
                     "actual_seq_lengths_key", dim_or_unknown(qi, 0));
   return {{qi.shape, ki.shape, w.shape}, {qi.dtype, ki.dtype, w.dtype}};
 }

@@ -1,5 +1,6 @@
-// Shape rules shared by `lightning_indexer` and `sparse_lightning_indexer_grad_kl_loss` (docs/contract.md
-// section 4): layout/sparse_mode attributes, the indexer tensors and the optional inputs.
+// Shape rules shared by `lightning_indexer`, `lightning_indexer_grad` and
+// `sparse_lightning_indexer_grad_kl_loss` (docs/contract.md section 4): the indexer tensors in either
+// layout and the optional inputs. The attributes are parsed and checked by their readers (op_table.h).
 //
 // Optional inputs (query_rope/key_rope, actual_seq_lengths_*) reach the kernels as the absent
 // placeholder of common.h; the lengths follow the one rule of seq_lengths_rules.h.
@@ -14,39 +15,26 @@
 
 namespace mgo::infer {
 
-enum class IndexerLayout { kTND, kBSND };
-
-inline IndexerLayout parse_indexer_layout(const Checker& c, const std::string& layout) {
-  if (layout == "TND") return IndexerLayout::kTND;
-  if (layout == "BSND") return IndexerLayout::kBSND;
-  c.value_error("attribute 'layout' must be \"TND\" or \"BSND\", got \"" + layout + "\"");
-}
-
-inline void check_indexer_sparse_mode(const Checker& c, int64_t sparse_mode) {
-  if (sparse_mode != 0 && sparse_mode != 3) {
-    c.value_error("attribute 'sparse_mode' must be 0 (no mask) or 3 (rightDownCausal), got " +
-                  std::to_string(sparse_mode));
-  }
-}
+using table::Layout;
 
 // Rank of a [tokens..., N, D] tensor in this layout (TND 3, BSND 4).
-inline size_t token_rank(IndexerLayout l) { return l == IndexerLayout::kTND ? 3 : 4; }
+inline size_t token_rank(Layout l) { return l == Layout::kTND ? 3 : 4; }
 // Number of leading token dims (TND: T; BSND: B, S).
-inline size_t token_dims(IndexerLayout l) { return l == IndexerLayout::kTND ? 1 : 2; }
+inline size_t token_dims(Layout l) { return l == Layout::kTND ? 1 : 2; }
 
 // `t` must share the leading token dims of `ref` (T1, or B and S1); only B when `batch_only`.
-inline void same_tokens(const Checker& c, IndexerLayout l, const char* arg, const TensorDesc& t, const char* ref_arg,
+inline void same_tokens(const Checker& c, Layout l, const char* arg, const TensorDesc& t, const char* ref_arg,
                         const TensorDesc& ref, bool batch_only = false) {
-  const size_t n = batch_only ? (l == IndexerLayout::kBSND ? 1 : 0) : token_dims(l);
+  const size_t n = batch_only ? (l == Layout::kBSND ? 1 : 0) : token_dims(l);
   for (size_t i = 0; i < n; ++i) {
-    c.dim(arg, t, i, dim_or_unknown(ref, i), std::string(i == 0 && l == IndexerLayout::kBSND ? "B" : "tokens") +
+    c.dim(arg, t, i, dim_or_unknown(ref, i), std::string(i == 0 && l == Layout::kBSND ? "B" : "tokens") +
                                                  " of '" + ref_arg + "'");
   }
 }
 
 // query_index [T1, Nidx, Didx] / [B, S1, Nidx, Didx], key_index [T2, 1, Didx] / [B, S2, 1, Didx],
 // weights [T1, Nidx] / [B, S1, Nidx]: one float dtype, weights may be float32 instead.
-inline void check_indexer_tensors(const Checker& c, IndexerLayout l, const TensorDesc& qi, const TensorDesc& ki,
+inline void check_indexer_tensors(const Checker& c, Layout l, const TensorDesc& qi, const TensorDesc& ki,
                                   const TensorDesc& w) {
   const size_t r = token_rank(l);
   c.rank("query_index", qi, r);
@@ -65,7 +53,7 @@ inline void check_indexer_tensors(const Checker& c, IndexerLayout l, const Tenso
 }
 
 // sparse_indices int32 [T1, 1, K] / [B, S1, 1, K], non-empty, with the query rows of `ref`.
-inline void check_sparse_indices(const Checker& c, IndexerLayout l, const TensorDesc& si, const char* ref_arg,
+inline void check_sparse_indices(const Checker& c, Layout l, const TensorDesc& si, const char* ref_arg,
                                  const TensorDesc& ref) {
   const size_t r = token_rank(l);
   c.rank("sparse_indices", si, r);
@@ -78,7 +66,7 @@ inline void check_sparse_indices(const Checker& c, IndexerLayout l, const Tensor
 }
 
 // Output shape [tokens..., 1, K] of the sparse indices for query rows shaped like `qi`.
-inline Shape sparse_shape(IndexerLayout l, const TensorDesc& qi, int64_t k) {
+inline Shape sparse_shape(Layout l, const TensorDesc& qi, int64_t k) {
   Shape s;
   for (size_t i = 0; i < token_dims(l); ++i) s.push_back(dim_or_unknown(qi, i));
   s.push_back(1);

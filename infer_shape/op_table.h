@@ -7,7 +7,138 @@
 #include <tuple>
 #include <vector>
 
+#include "attr_reading.h"
+#include "common.h"
+#include "op_attrs.h"
+
 namespace mgo::table {
+
+// The one wording of every attribute domain error (DOMAIN_ERROR of ms_grad_ops/_specs.py), a
+// ValueError in every layer.
+[[noreturn]] inline void DomainError(const char* op, const char* attr, const std::string& domain,
+                                     const std::string& got) {
+  throw infer::ValueError(std::string(op) + ": attribute '" + attr + "' must be " + domain + ", got " + got);
+}
+
+// mode
+template <>
+struct Choice<Mode> {
+  using Raw = std::string;
+  static constexpr const char* kAttr = "mode";
+  static constexpr const char* kDomain = "one of \"atb\", \"vjp\"";
+  static const char* Name(Mode v) {
+    switch (v) {
+      case Mode::kAtb: return "atb";
+      case Mode::kVjp: return "vjp";
+    }
+    return "?";
+  }
+  static Raw Value(Mode v) { return Name(v); }
+  static Mode Parse(const char* op, const Raw& raw) {
+    if (raw == "atb") return Mode::kAtb;
+    if (raw == "vjp") return Mode::kVjp;
+    DomainError(op, kAttr, kDomain, "\"" + raw + "\"");
+  }
+};
+
+// input_attn_layout
+template <>
+struct Choice<InputAttnLayout> {
+  using Raw = std::string;
+  static constexpr const char* kAttr = "input_attn_layout";
+  static constexpr const char* kDomain = "one of \"TND\"";
+  static const char* Name(InputAttnLayout v) {
+    switch (v) {
+      case InputAttnLayout::kTND: return "TND";
+    }
+    return "?";
+  }
+  static Raw Value(InputAttnLayout v) { return Name(v); }
+  static InputAttnLayout Parse(const char* op, const Raw& raw) {
+    if (raw == "TND") return InputAttnLayout::kTND;
+    DomainError(op, kAttr, kDomain, "\"" + raw + "\"");
+  }
+};
+
+// layout
+template <>
+struct Choice<Layout> {
+  using Raw = std::string;
+  static constexpr const char* kAttr = "layout";
+  static constexpr const char* kDomain = "one of \"BSND\", \"TND\"";
+  static const char* Name(Layout v) {
+    switch (v) {
+      case Layout::kBSND: return "BSND";
+      case Layout::kTND: return "TND";
+    }
+    return "?";
+  }
+  static Raw Value(Layout v) { return Name(v); }
+  static Layout Parse(const char* op, const Raw& raw) {
+    if (raw == "BSND") return Layout::kBSND;
+    if (raw == "TND") return Layout::kTND;
+    DomainError(op, kAttr, kDomain, "\"" + raw + "\"");
+  }
+};
+
+// sparse_mode
+template <>
+struct Choice<SparseMode> {
+  using Raw = int64_t;
+  static constexpr const char* kAttr = "sparse_mode";
+  static constexpr const char* kDomain = "one of 0 (no mask), 3 (rightDownCausal)";
+  static const char* Name(SparseMode v) {
+    switch (v) {
+      case SparseMode::kNoMask: return "0";
+      case SparseMode::kRightDownCausal: return "3";
+    }
+    return "?";
+  }
+  static Raw Value(SparseMode v) { return static_cast<Raw>(v); }
+  static SparseMode Parse(const char* op, const Raw& raw) {
+    if (raw == 0) return SparseMode::kNoMask;
+    if (raw == 3) return SparseMode::kRightDownCausal;
+    DomainError(op, kAttr, kDomain, Got(raw));
+  }
+};
+
+// pre_tokens
+template <>
+struct Choice<PreTokens> {
+  using Raw = int64_t;
+  static constexpr const char* kAttr = "pre_tokens";
+  static constexpr const char* kDomain = "one of 2147483647 (unbounded)";
+  static const char* Name(PreTokens v) {
+    switch (v) {
+      case PreTokens::kUnbounded: return "2147483647";
+    }
+    return "?";
+  }
+  static Raw Value(PreTokens v) { return static_cast<Raw>(v); }
+  static PreTokens Parse(const char* op, const Raw& raw) {
+    if (raw == 2147483647) return PreTokens::kUnbounded;
+    DomainError(op, kAttr, kDomain, Got(raw));
+  }
+};
+
+// next_tokens
+template <>
+struct Choice<NextTokens> {
+  using Raw = int64_t;
+  static constexpr const char* kAttr = "next_tokens";
+  static constexpr const char* kDomain = "one of 2147483647 (unbounded)";
+  static const char* Name(NextTokens v) {
+    switch (v) {
+      case NextTokens::kUnbounded: return "2147483647";
+    }
+    return "?";
+  }
+  static Raw Value(NextTokens v) { return static_cast<Raw>(v); }
+  static NextTokens Parse(const char* op, const Raw& raw) {
+    if (raw == 2147483647) return NextTokens::kUnbounded;
+    DomainError(op, kAttr, kDomain, Got(raw));
+  }
+};
 
 // rope
 struct Rope {
@@ -28,12 +159,18 @@ struct Rope {
   static constexpr std::array<const char*, 5> kInputNames{"q", "k", "cos", "sin", "q_seq_len"};
   static constexpr std::array<const char*, 2> kOutputNames{"q_embed", "k_embed"};
   static constexpr std::array<bool, 5> kOptional{false, false, false, false, false};
-  // The primitive's attributes, in table order, with the table's defaults.
-  struct Attrs {
-  };
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = RopeAttrs;
+  static constexpr Attrs kDefaults{};
   static constexpr std::array<const char*, 0> kAttrNames{};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 0> kAttrRequired{};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
   static constexpr auto kAttrs = std::tuple<>();
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs&, Backend) {}
 };
 
 // rope_grad
@@ -55,13 +192,18 @@ struct RopeGrad {
   static constexpr std::array<const char*, 5> kInputNames{"q_grad", "k_grad", "cos", "sin", "q_seq_len"};
   static constexpr std::array<const char*, 2> kOutputNames{"q_grad_out", "k_grad_out"};
   static constexpr std::array<bool, 5> kOptional{false, false, false, false, false};
-  // The primitive's attributes, in table order, with the table's defaults.
-  struct Attrs {
-    std::string mode = "atb";
-  };
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = RopeGradAttrs;
+  static constexpr Attrs kDefaults{Mode::kAtb};
   static constexpr std::array<const char*, 1> kAttrNames{"mode"};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 1> kAttrRequired{false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
   static constexpr auto kAttrs = std::make_tuple(&Attrs::mode);
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs&, Backend) {}
 };
 
 // cla_gate_merge
@@ -83,12 +225,18 @@ struct ClaGateMerge {
   static constexpr std::array<const char*, 4> kInputNames{"global_attn", "local_attn", "global_gate_logits", "local_gate_logits"};
   static constexpr std::array<const char*, 1> kOutputNames{"merged"};
   static constexpr std::array<bool, 4> kOptional{false, false, false, false};
-  // The primitive's attributes, in table order, with the table's defaults.
-  struct Attrs {
-  };
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = ClaGateMergeAttrs;
+  static constexpr Attrs kDefaults{};
   static constexpr std::array<const char*, 0> kAttrNames{};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 0> kAttrRequired{};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
   static constexpr auto kAttrs = std::tuple<>();
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs&, Backend) {}
 };
 
 // cla_gate_backward
@@ -110,13 +258,18 @@ struct ClaGateBackward {
   static constexpr std::array<const char*, 5> kInputNames{"grad_merged", "global_attn", "local_attn", "global_gate_logits", "local_gate_logits"};
   static constexpr std::array<const char*, 4> kOutputNames{"grad_global_attn", "grad_local_attn", "grad_global_gate_logits", "grad_local_gate_logits"};
   static constexpr std::array<bool, 5> kOptional{false, false, false, false, false};
-  // The primitive's attributes, in table order, with the table's defaults.
-  struct Attrs {
-    std::string input_attn_layout = "TND";
-  };
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = ClaGateBackwardAttrs;
+  static constexpr Attrs kDefaults{InputAttnLayout::kTND};
   static constexpr std::array<const char*, 1> kAttrNames{"input_attn_layout"};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 1> kAttrRequired{false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
   static constexpr auto kAttrs = std::make_tuple(&Attrs::input_attn_layout);
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs&, Backend) {}
 };
 
 // lightning_indexer
@@ -138,15 +291,23 @@ struct LightningIndexer {
   static constexpr std::array<const char*, 5> kInputNames{"query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"};
   static constexpr std::array<const char*, 2> kOutputNames{"sparse_indices", "sparse_values"};
   static constexpr std::array<bool, 5> kOptional{false, false, false, true, true};
-  // The primitive's attributes, in table order, with the table's defaults.
-  struct Attrs {
-    int64_t sparse_count = 2048;
-    std::string layout = "BSND";
-    int64_t sparse_mode = 3;
-  };
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = LightningIndexerAttrs;
+  static constexpr Attrs kDefaults{2048, Layout::kBSND, SparseMode::kRightDownCausal};
   static constexpr std::array<const char*, 3> kAttrNames{"sparse_count", "layout", "sparse_mode"};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 3> kAttrRequired{false, false, false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
   static constexpr auto kAttrs = std::make_tuple(&Attrs::sparse_count, &Attrs::layout, &Attrs::sparse_mode);
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs& a, Backend backend) {
+    CheckRange<int64_t>(kName, "sparse_count", a.sparse_count, 1, 1048576, "an integer in [1, 1048576]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "sparse_count", a.sparse_count, 1, 16384, "an integer in [1, 16384] on Ascend");
+    }
+  }
 };
 
 // lightning_indexer_grad
@@ -168,14 +329,18 @@ struct LightningIndexerGrad {
   static constexpr std::array<const char*, 7> kInputNames{"query_index", "key_index", "weights", "sparse_indices", "d_values", "actual_seq_lengths_query", "actual_seq_lengths_key"};
   static constexpr std::array<const char*, 3> kOutputNames{"d_query_index", "d_key_index", "d_weights"};
   static constexpr std::array<bool, 7> kOptional{false, false, false, false, false, true, true};
-  // The primitive's attributes, in table order, with the table's defaults.
-  struct Attrs {
-    std::string layout = "BSND";
-    int64_t sparse_mode = 3;
-  };
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = LightningIndexerGradAttrs;
+  static constexpr Attrs kDefaults{Layout::kBSND, SparseMode::kRightDownCausal};
   static constexpr std::array<const char*, 2> kAttrNames{"layout", "sparse_mode"};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 2> kAttrRequired{false, false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
   static constexpr auto kAttrs = std::make_tuple(&Attrs::layout, &Attrs::sparse_mode);
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs&, Backend) {}
 };
 
 // sparse_lightning_indexer_grad_kl_loss
@@ -197,16 +362,20 @@ struct SparseLightningIndexerGradKLLoss {
   static constexpr std::array<const char*, 12> kInputNames{"query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"};
   static constexpr std::array<const char*, 4> kOutputNames{"d_query_index", "d_key_index", "d_weights", "loss"};
   static constexpr std::array<bool, 12> kOptional{false, false, false, false, false, false, false, false, true, true, true, true};
-  // The primitive's attributes, in table order, with the table's defaults.
-  struct Attrs {
-    double scale_value = 1.0;
-    std::string layout = "BSND";
-    int64_t sparse_mode = 3;
-    bool deterministic = false;
-  };
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = SparseLightningIndexerGradKLLossAttrs;
+  static constexpr Attrs kDefaults{{}, Layout::kBSND, SparseMode::kRightDownCausal, false};
   static constexpr std::array<const char*, 4> kAttrNames{"scale_value", "layout", "sparse_mode", "deterministic"};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 4> kAttrRequired{true, false, false, false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
   static constexpr auto kAttrs = std::make_tuple(&Attrs::scale_value, &Attrs::layout, &Attrs::sparse_mode, &Attrs::deterministic);
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs& a, Backend /*backend*/) {
+    CheckRange<double>(kName, "scale_value", a.scale_value, -3.4028234663852886e+38, 3.4028234663852886e+38, "a finite float32 (|x| <= 3.4028235e+38)");
+  }
 };
 
 // sparse_flash_attention
@@ -228,16 +397,24 @@ struct SparseFlashAttention {
   static constexpr std::array<const char*, 8> kInputNames{"query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_kv"};
   static constexpr std::array<const char*, 3> kOutputNames{"out", "softmax_max", "softmax_sum"};
   static constexpr std::array<bool, 8> kOptional{false, false, true, false, true, true, true, true};
-  // The primitive's attributes, in table order, with the table's defaults.
-  struct Attrs {
-    double scale_value = 1.0;
-    int64_t sparse_block_size = 1;
-    std::string layout = "BSND";
-    int64_t sparse_mode = 3;
-  };
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = SparseFlashAttentionAttrs;
+  static constexpr Attrs kDefaults{{}, 1, Layout::kBSND, SparseMode::kRightDownCausal};
   static constexpr std::array<const char*, 4> kAttrNames{"scale_value", "sparse_block_size", "layout", "sparse_mode"};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 4> kAttrRequired{true, false, false, false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
   static constexpr auto kAttrs = std::make_tuple(&Attrs::scale_value, &Attrs::sparse_block_size, &Attrs::layout, &Attrs::sparse_mode);
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs& a, Backend backend) {
+    CheckRange<double>(kName, "scale_value", a.scale_value, -3.4028234663852886e+38, 3.4028234663852886e+38, "a finite float32 (|x| <= 3.4028235e+38)");
+    CheckRange<int64_t>(kName, "sparse_block_size", a.sparse_block_size, 1, 2147483647, "an integer in [1, 2147483647]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "sparse_block_size", a.sparse_block_size, 1, 64, "an integer in [1, 64] on Ascend");
+    }
+  }
 };
 
 // sparse_flash_attention_grad
@@ -259,19 +436,24 @@ struct SparseFlashAttentionGrad {
   static constexpr std::array<const char*, 12> kInputNames{"query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum", "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope"};
   static constexpr std::array<const char*, 5> kOutputNames{"d_query", "d_key", "d_value", "d_query_rope", "d_key_rope"};
   static constexpr std::array<bool, 12> kOptional{false, false, true, false, false, false, false, false, true, true, true, true};
-  // The primitive's attributes, in table order, with the table's defaults.
-  struct Attrs {
-    double scale_value = 1.0;
-    int64_t sparse_block_size = 1;
-    std::string layout = "BSND";
-    int64_t sparse_mode = 3;
-    int64_t pre_tokens = 2147483647;
-    int64_t next_tokens = 2147483647;
-    bool deterministic = false;
-  };
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = SparseFlashAttentionGradAttrs;
+  static constexpr Attrs kDefaults{{}, 1, Layout::kBSND, SparseMode::kRightDownCausal, PreTokens::kUnbounded, NextTokens::kUnbounded, false};
   static constexpr std::array<const char*, 7> kAttrNames{"scale_value", "sparse_block_size", "layout", "sparse_mode", "pre_tokens", "next_tokens", "deterministic"};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 7> kAttrRequired{true, false, false, false, false, false, false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
   static constexpr auto kAttrs = std::make_tuple(&Attrs::scale_value, &Attrs::sparse_block_size, &Attrs::layout, &Attrs::sparse_mode, &Attrs::pre_tokens, &Attrs::next_tokens, &Attrs::deterministic);
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs& a, Backend backend) {
+    CheckRange<double>(kName, "scale_value", a.scale_value, -3.4028234663852886e+38, 3.4028234663852886e+38, "a finite float32 (|x| <= 3.4028235e+38)");
+    CheckRange<int64_t>(kName, "sparse_block_size", a.sparse_block_size, 1, 2147483647, "an integer in [1, 2147483647]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "sparse_block_size", a.sparse_block_size, 1, 64, "an integer in [1, 64] on Ascend");
+    }
+  }
 };
 
 }  // namespace mgo::table

@@ -40,7 +40,8 @@ inline void bind_rules(pybind11::module_& m) {
   m.def(
       "rope",
       [](const Shapes& s, const DTypeNames& t) {
-        table::Rope::Attrs a;
+        table::Rope::Attrs a{};
+        table::Rope::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::rope(descs(s, t), a));
       },
       shapes, dtypes);
@@ -48,8 +49,9 @@ inline void bind_rules(pybind11::module_& m) {
   m.def(
       "rope_grad",
       [](const Shapes& s, const DTypeNames& t, const std::string& mode) {
-        table::RopeGrad::Attrs a;
-        a.mode = mode;
+        table::RopeGrad::Attrs a{};
+        table::SetAttr(table::RopeGrad::kName, a.mode, mode);
+        table::RopeGrad::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::rope_grad(descs(s, t), a));
       },
       shapes, dtypes, py::arg("mode"));
@@ -57,7 +59,8 @@ inline void bind_rules(pybind11::module_& m) {
   m.def(
       "cla_gate_merge",
       [](const Shapes& s, const DTypeNames& t) {
-        table::ClaGateMerge::Attrs a;
+        table::ClaGateMerge::Attrs a{};
+        table::ClaGateMerge::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::cla_gate_merge(descs(s, t), a));
       },
       shapes, dtypes);
@@ -65,8 +68,9 @@ inline void bind_rules(pybind11::module_& m) {
   m.def(
       "cla_gate_backward",
       [](const Shapes& s, const DTypeNames& t, const std::string& input_attn_layout) {
-        table::ClaGateBackward::Attrs a;
-        a.input_attn_layout = input_attn_layout;
+        table::ClaGateBackward::Attrs a{};
+        table::SetAttr(table::ClaGateBackward::kName, a.input_attn_layout, input_attn_layout);
+        table::ClaGateBackward::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::cla_gate_backward(descs(s, t), a));
       },
       shapes, dtypes, py::arg("input_attn_layout"));
@@ -74,10 +78,11 @@ inline void bind_rules(pybind11::module_& m) {
   m.def(
       "lightning_indexer",
       [](const Shapes& s, const DTypeNames& t, int64_t sparse_count, const std::string& layout, int64_t sparse_mode) {
-        table::LightningIndexer::Attrs a;
-        a.sparse_count = sparse_count;
-        a.layout = layout;
-        a.sparse_mode = sparse_mode;
+        table::LightningIndexer::Attrs a{};
+        table::SetAttr(table::LightningIndexer::kName, a.sparse_count, sparse_count);
+        table::SetAttr(table::LightningIndexer::kName, a.layout, layout);
+        table::SetAttr(table::LightningIndexer::kName, a.sparse_mode, sparse_mode);
+        table::LightningIndexer::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::lightning_indexer(descs(s, t), a));
       },
       shapes, dtypes, py::arg("sparse_count"), py::arg("layout"), py::arg("sparse_mode"));
@@ -85,9 +90,10 @@ inline void bind_rules(pybind11::module_& m) {
   m.def(
       "lightning_indexer_grad",
       [](const Shapes& s, const DTypeNames& t, const std::string& layout, int64_t sparse_mode) {
-        table::LightningIndexerGrad::Attrs a;
-        a.layout = layout;
-        a.sparse_mode = sparse_mode;
+        table::LightningIndexerGrad::Attrs a{};
+        table::SetAttr(table::LightningIndexerGrad::kName, a.layout, layout);
+        table::SetAttr(table::LightningIndexerGrad::kName, a.sparse_mode, sparse_mode);
+        table::LightningIndexerGrad::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::lightning_indexer_grad(descs(s, t), a));
       },
       shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"));
@@ -96,11 +102,12 @@ inline void bind_rules(pybind11::module_& m) {
       "sparse_lightning_indexer_grad_kl_loss",
       [](const Shapes& s, const DTypeNames& t, double scale_value, const std::string& layout, int64_t sparse_mode,
          bool deterministic) {
-        table::SparseLightningIndexerGradKLLoss::Attrs a;
-        a.scale_value = scale_value;
-        a.layout = layout;
-        a.sparse_mode = sparse_mode;
-        a.deterministic = deterministic;
+        table::SparseLightningIndexerGradKLLoss::Attrs a{};
+        table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.scale_value, scale_value);
+        table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.layout, layout);
+        table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.sparse_mode, sparse_mode);
+        table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.deterministic, deterministic);
+        table::SparseLightningIndexerGradKLLoss::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::sparse_lightning_indexer_grad_kl_loss(descs(s, t), a));
       },
       shapes, dtypes, py::arg("scale_value"), py::arg("layout"), py::arg("sparse_mode"), py::arg("deterministic"));
@@ -109,11 +116,12 @@ inline void bind_rules(pybind11::module_& m) {
       "sparse_flash_attention",
       [](const Shapes& s, const DTypeNames& t, double scale_value, int64_t sparse_block_size, const std::string& layout,
          int64_t sparse_mode) {
-        table::SparseFlashAttention::Attrs a;
-        a.scale_value = scale_value;
-        a.sparse_block_size = sparse_block_size;
-        a.layout = layout;
-        a.sparse_mode = sparse_mode;
+        table::SparseFlashAttention::Attrs a{};
+        table::SetAttr(table::SparseFlashAttention::kName, a.scale_value, scale_value);
+        table::SetAttr(table::SparseFlashAttention::kName, a.sparse_block_size, sparse_block_size);
+        table::SetAttr(table::SparseFlashAttention::kName, a.layout, layout);
+        table::SetAttr(table::SparseFlashAttention::kName, a.sparse_mode, sparse_mode);
+        table::SparseFlashAttention::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::sparse_flash_attention(descs(s, t), a));
       },
       shapes, dtypes, py::arg("scale_value"), py::arg("sparse_block_size"), py::arg("layout"), py::arg("sparse_mode"));
@@ -122,14 +130,15 @@ inline void bind_rules(pybind11::module_& m) {
       "sparse_flash_attention_grad",
       [](const Shapes& s, const DTypeNames& t, double scale_value, int64_t sparse_block_size, const std::string& layout,
          int64_t sparse_mode, int64_t pre_tokens, int64_t next_tokens, bool deterministic) {
-        table::SparseFlashAttentionGrad::Attrs a;
-        a.scale_value = scale_value;
-        a.sparse_block_size = sparse_block_size;
-        a.layout = layout;
-        a.sparse_mode = sparse_mode;
-        a.pre_tokens = pre_tokens;
-        a.next_tokens = next_tokens;
-        a.deterministic = deterministic;
+        table::SparseFlashAttentionGrad::Attrs a{};
+        table::SetAttr(table::SparseFlashAttentionGrad::kName, a.scale_value, scale_value);
+        table::SetAttr(table::SparseFlashAttentionGrad::kName, a.sparse_block_size, sparse_block_size);
+        table::SetAttr(table::SparseFlashAttentionGrad::kName, a.layout, layout);
+        table::SetAttr(table::SparseFlashAttentionGrad::kName, a.sparse_mode, sparse_mode);
+        table::SetAttr(table::SparseFlashAttentionGrad::kName, a.pre_tokens, pre_tokens);
+        table::SetAttr(table::SparseFlashAttentionGrad::kName, a.next_tokens, next_tokens);
+        table::SetAttr(table::SparseFlashAttentionGrad::kName, a.deterministic, deterministic);
+        table::SparseFlashAttentionGrad::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::sparse_flash_attention_grad(descs(s, t), a));
       },
       shapes, dtypes, py::arg("scale_value"), py::arg("sparse_block_size"), py::arg("layout"), py::arg("sparse_mode"),

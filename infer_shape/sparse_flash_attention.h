@@ -16,7 +16,6 @@ inline InferResult sparse_flash_attention(const std::vector<TensorDesc>& in,
   using Op = table::SparseFlashAttention;
   const Checker c(Op::kName);
   c.arity(in, Op::kNumInputs);
-  check_sfa_attrs(c, attrs);
   const Shape stats = check_sfa_inputs(c, sfa_inputs<Op>(in), attrs.layout);
   const TensorDesc& q = in[Op::In::kQuery];
   return {{q.shape, stats, stats}, {q.dtype, DType::kFloat32, DType::kFloat32}};

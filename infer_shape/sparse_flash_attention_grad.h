@@ -13,19 +13,13 @@
 
 namespace mgo::infer {
 
-// scale_value and deterministic do not change shapes.
+// No attribute but layout changes shapes.
 inline InferResult sparse_flash_attention_grad(const std::vector<TensorDesc>& in,
                                                const table::SparseFlashAttentionGrad::Attrs& attrs) {
   using Op = table::SparseFlashAttentionGrad;
   using In = Op::In;
   const Checker c(Op::kName);
   c.arity(in, Op::kNumInputs);
-  check_sfa_attrs(c, attrs);
-  if (attrs.pre_tokens != kSfaDefaultTokens || attrs.next_tokens != kSfaDefaultTokens) {
-    c.value_error("attributes 'pre_tokens'/'next_tokens' must keep their default 2147483647 in sparse_mode " +
-                  std::to_string(attrs.sparse_mode) + ", got " + std::to_string(attrs.pre_tokens) + "/" +
-                  std::to_string(attrs.next_tokens));
-  }
   const Shape stats = check_sfa_inputs(c, sfa_inputs<Op>(in), attrs.layout);
   const TensorDesc& q = in[In::kQuery];
   c.same_shape("d_out", in[In::kDOut], "query", q);

@@ -19,8 +19,6 @@
 
 namespace mgo::infer {
 
-constexpr int64_t kSfaDefaultTokens = 2147483647;
-
 // The named inputs common to both ops (value, the ropes and the lengths may be absent).
 struct SfaInputs {
   const TensorDesc &query, &key, &value, &sparse_indices, &query_rope, &key_rope, &lens_q, &lens_kv;
@@ -35,22 +33,10 @@ SfaInputs sfa_inputs(const std::vector<TensorDesc>& in) {
           in[In::kQueryRope], in[In::kKeyRope], in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKv]};
 }
 
-// The attributes both ops have (their table Attrs name them alike).
-template <class Attrs>
-void check_sfa_attrs(const Checker& c, const Attrs& a) {
-  if (a.layout != "TND" && a.layout != "BSND") {
-    c.value_error("attribute 'layout' must be \"TND\" or \"BSND\", got \"" + a.layout + "\"");
-  }
-  if (a.sparse_mode != 0 && a.sparse_mode != 3) {
-    c.value_error("attribute 'sparse_mode' must be 0 or 3, got " + std::to_string(a.sparse_mode));
-  }
-  c.int_attr("sparse_block_size", a.sparse_block_size, 1);
-}
-
-// Checks the inputs common to both ops in `layout` (checked by check_sfa_attrs); returns the
-// statistics shape.
-inline Shape check_sfa_inputs(const Checker& c, const SfaInputs& in, const std::string& layout) {
-  const bool bsnd = layout == "BSND";
+// Checks the inputs common to both ops in `layout`; returns the statistics shape. (The attributes
+// are parsed and checked by their readers, op_table.h.)
+inline Shape check_sfa_inputs(const Checker& c, const SfaInputs& in, table::Layout layout) {
+  const bool bsnd = layout == table::Layout::kBSND;
   const size_t r = bsnd ? 4 : 3;
   const TensorDesc& q = in.query;
   const TensorDesc& k = in.key;

@@ -23,8 +23,7 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   using In = Op::In;
   const Checker c(Op::kName);
   c.arity(in, Op::kNumInputs);
-  const IndexerLayout l = parse_indexer_layout(c, attrs.layout);
-  check_indexer_sparse_mode(c, attrs.sparse_mode);
+  const Layout l = attrs.layout;
   const TensorDesc &q = in[In::kQuery], &k = in[In::kKey], &qi = in[In::kQueryIndex], &ki = in[In::kKeyIndex];
   const TensorDesc &w = in[In::kWeights], &si = in[In::kSparseIndices], &mx = in[In::kSoftmaxMax];
   const TensorDesc &sm = in[In::kSoftmaxSum], &qr = in[In::kQueryRope], &kr = in[In::kKeyRope];
@@ -41,7 +40,7 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   check_sparse_indices(c, l, si, "query", q);
   // Statistics: [1, T1, N1] or [B, 1, S1, N1].
   c.rank("softmax_max", mx, r);
-  if (l == IndexerLayout::kTND) {
+  if (l == Layout::kTND) {
     c.dim("softmax_max", mx, 0, 1, "N2");
     c.dim("softmax_max", mx, 1, dim_or_unknown(q, 0), "T1 of 'query'");
   } else {
@@ -52,7 +51,7 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   c.dim("softmax_max", mx, r - 1, dim_or_unknown(q, r - 2), "N1 of 'query'");
   c.same_shape("softmax_sum", sm, "softmax_max", mx);
   check_rope_pair(c, r, q, k, qr, kr);
-  check_seq_lengths(c, l == IndexerLayout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
+  check_seq_lengths(c, l == Layout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
                     "actual_seq_lengths_key", dim_or_unknown(q, 0));
   // Dtypes.
   c.floating("query", q);

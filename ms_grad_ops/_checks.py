@@ -17,12 +17,9 @@ from mindspore import ops as msops
 from mindspore.ops import constexpr
 
 from . import _validate
-from ._custom import reads_int64
+from ._custom import device_target, reads_int64
 from ._dtypes import dtype_name
-from ._specs import OP_SPECS, AttrSpec
-
-INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
-FLOAT32_MAX = float(np.finfo(np.float32).max)
+from ._specs import BACKENDS, INT32_MAX, INT32_MIN, OP_SPECS, AttrSpec
 
 
 def check_tensor(op: str, arg: str, value: object) -> Tensor:
@@ -41,37 +38,33 @@ def _run_rules(op: str, shapes: tuple, dtypes: tuple, attr_items: tuple) -> bool
     return True
 
 
-def _attribute(op: str, spec: AttrSpec, value: object) -> object:
+def _attribute(op: str, spec: AttrSpec, value: object, backend: str | None) -> object:
     """``value`` checked against the exact type of attribute ``spec`` and returned as that Python
-    type. int attributes are int32 and take integers (not bool, float or str); float attributes
-    are float32 and take ints or floats (not bool or str), finite; bool takes bools; str takes str.
-    The value ranges of each attribute are the op's rules in ``infer_shape/``."""
+    type: int attributes take integers (not bool, float or str), float attributes ints or floats
+    (not bool or str), bool takes bools, str takes str (``TypeError``). Then its domain in the table
+    on ``backend`` (``ValueError`` in the table's one wording, as every C++ reader words it)."""
     seen = f"got {type(value).__name__} {value!r}"
     is_bool = isinstance(value, (bool, np.bool_))
     if spec.type == "int":
         if is_bool or not isinstance(value, numbers.Integral):
             raise TypeError(f"{op}: attribute '{spec.name}' must be an int, {seen}")
-        if not INT32_MIN <= int(value) <= INT32_MAX:
-            raise ValueError(f"{op}: attribute '{spec.name}' must be an int32 (at most {INT32_MAX}, at least "
-                             f"{INT32_MIN}), got {int(value)}")
-        return int(value)
-    if spec.type == "float":
+        value = int(value)
+    elif spec.type == "float":
         if is_bool or not isinstance(value, numbers.Real):
             raise TypeError(f"{op}: attribute '{spec.name}' must be a float (or int), {seen}")
         try:
-            x = float(value)
+            value = float(value)
         except OverflowError:  # an int beyond float64
-            x = math.copysign(math.inf, value)
-        if not (math.isfinite(x) and abs(x) <= FLOAT32_MAX):
-            raise ValueError(f"{op}: attribute '{spec.name}' must be a finite float32 (|x| <= {FLOAT32_MAX:.8g}), "
-                             f"got {value!r}")
-        return x
-    if spec.type == "bool":
+            value = math.copysign(math.inf, value)
+    elif spec.type == "bool":
         if not is_bool:
             raise TypeError(f"{op}: attribute '{spec.name}' must be a bool (True or False), {seen}")
-        return bool(value)
-    if not isinstance(value, str):
+        value = bool(value)
+    elif not isinstance(value, str):
         raise TypeError(f"{op}: attribute '{spec.name}' must be a str, {seen}")
+    error = spec.error(op, value, backend)
+    if error:
+        raise ValueError(error)
     return value
 
 
@@ -87,6 +80,12 @@ def size_argument(owner: str, name: str, value: object) -> int:
     return int(value)
 
 
+def _backend() -> str | None:
+    """The backend whose limits (the table's) the attributes must keep: the device target's."""
+    target = device_target()
+    return target if target in BACKENDS else None
+
+
 def _attributes(op: str, **values: object) -> dict[str, object]:
     specs = OP_SPECS[op].attrs
     names = [a.name for a in specs]
@@ -94,7 +93,8 @@ def _attributes(op: str, **values: object) -> dict[str, object]:
     missing = [n for n in names if n not in values]
     if unknown or missing:
         raise TypeError(f"{op}: expected the attributes {names} by keyword, got unknown {unknown}, missing {missing}")
-    return {a.name: _attribute(op, a, values[a.name]) for a in specs}
+    backend = _backend()
+    return {a.name: _attribute(op, a, values[a.name], backend) for a in specs}
 
 
 # A functools.partial object, not a function: GRAPH mode does not parse it but calls it as plain
@@ -103,8 +103,10 @@ def _attributes(op: str, **values: object) -> dict[str, object]:
 # attribute).
 attributes = functools.partial(_attributes)
 attributes.__doc__ = """``attributes(op, **values)``: every spec attribute of ``op``, by keyword, checked for its
-exact type (``TypeError``/``ValueError`` naming the op, the attribute and the value) and returned
-as ``{name: plain Python value}`` in spec order, ready for ``validate`` and ``primitive(op, **attrs)``."""
+exact type (``TypeError``) and its domain in the table with the limits of the device target's
+backend (``ValueError`` in the table's one wording, naming the op, the attribute, the domain and the
+value) and returned as ``{name: plain Python value}`` in spec order, ready for ``validate`` and
+``primitive(op, **attrs)``."""
 
 
 def check_attribute_rules(op: str, attrs: dict[str, object]) -> None:

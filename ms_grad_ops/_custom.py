@@ -66,9 +66,13 @@ def reg_info(spec: OpSpec, target: str, attrs: dict[str, object]) -> dict:
 
 
 def _attr_values(spec: OpSpec, attrs: dict[str, object]) -> dict[str, object]:
+    """Every attribute of ``spec``: the given ones, the table's defaults for the others (a required
+    one must be given)."""
     unknown = set(attrs) - {a.name for a in spec.attrs}
-    if unknown:
-        raise TypeError(f"{spec.name}: unknown attribute(s) {sorted(unknown)}")
+    missing = [a.name for a in spec.attrs if a.required and a.name not in attrs]
+    if unknown or missing:
+        raise TypeError(f"{spec.name}: unknown attribute(s) {sorted(unknown)}, missing required attribute(s) "
+                        f"{missing}")
     return {a.name: attrs.get(a.name, a.default) for a in spec.attrs}
 
 

@@ -1,22 +1,148 @@
 """The one table of op names, inputs, outputs and attributes, and of the forward/grad pairing.
 
-Every layer derives from it: the CPU reg_info and the Ascend reg_info in ``_custom.py``, the glue
-that ``scripts/gen_glue.py`` generates (C++ slot indices, the bprops of ``_bprop_table.py``), and
-the Ascend OpDef sources are checked against it by the tests, so the names can never drift.
+Every layer derives from it: the CPU reg_info and the Ascend reg_info in ``_custom.py``, the
+attribute checks of ``_checks.py``, the glue that ``scripts/gen_glue.py`` generates (C++ slot
+indices, attribute enums and domain checks, the bprops of ``_bprop_table.py``, the attribute block
+of each ``docs/ops`` page), and the Ascend OpDef sources are checked against it by the tests, so
+the names, domains and limits can never drift.
 Standard library only: the generators load this file by path, without MindSpore.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
+
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A choice attribute: one of ``values`` (str, or int with one ``meanings`` entry each)."""
+
+    values: tuple[str, ...] | tuple[int, ...]
+    meanings: tuple[str, ...] = ()
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.values
+
+    @property
+    def text(self) -> str:
+        if self.meanings:
+            return "one of " + ", ".join(f"{v} ({m})" for v, m in zip(self.values, self.meanings))
+        return "one of " + ", ".join(f'"{v}"' for v in self.values)
+
+
+@dataclass(frozen=True)
+class IntRange:
+    """An int attribute in [lo, hi] (int32 at the widest: the OpDefs' and the index outputs' type)."""
+
+    lo: int = INT32_MIN
+    hi: int = INT32_MAX
+
+    def __contains__(self, value: object) -> bool:
+        return self.lo <= value <= self.hi
+
+    @property
+    def text(self) -> str:
+        return f"an integer in [{self.lo}, {self.hi}]"
+
+
+@dataclass(frozen=True)
+class FloatRange:
+    """A float attribute in [lo, hi], finite (float32 at the widest: the kernels' type)."""
+
+    lo: float = -FLOAT32_MAX
+    hi: float = FLOAT32_MAX
+
+    def __contains__(self, value: object) -> bool:
+        return self.lo <= value <= self.hi  # False for NaN
+
+    @property
+    def text(self) -> str:
+        if (self.lo, self.hi) == (-FLOAT32_MAX, FLOAT32_MAX):
+            return "a finite float32 (|x| <= 3.4028235e+38)"
+        return f"a float in [{self.lo!r}, {self.hi!r}]"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A bool attribute: any value is inside."""
+
+    def __contains__(self, value: object) -> bool:
+        return True
+
+    text = "a bool"
+
+
+Domain = Choice | IntRange | FloatRange | Flag
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED = _Required()
+"""The default of an attribute that has none: callers must pass it (no sensible value exists)."""
+
+DOMAIN_ERROR = "{op}: attribute '{attr}' must be {domain}, got {got}"
+"""The one wording of every attribute domain error, in every layer (the C++ one is generated from it)."""
+
+BACKENDS = ("Ascend",)
+"""The backends an attribute may state limits for (a device target's name)."""
 
 
 @dataclass(frozen=True)
 class AttrSpec:
-    """A primitive attribute. ``type`` is a CustomRegOp attr type: int, float, str, bool, listInt."""
+    """A primitive attribute: its domain (``Choice``, ``IntRange``, ``FloatRange``, ``Flag``), its
+    default (``REQUIRED``: none) and the narrower domains some backends accept (``limits``).
+    ``about`` says what it means, for its docs page."""
 
     name: str
-    type: str
-    default: object
+    domain: Domain
+    default: object = REQUIRED
+    about: str = ""
+    limits: tuple[tuple[str, Domain], ...] = ()
+    """(backend, its narrower domain): the backend's kernels take no value outside it."""
+
+    @property
+    def type(self) -> str:
+        """The CustomRegOp/OpDef attribute type: int, float, str or bool."""
+        if isinstance(self.domain, Choice):
+            return "str" if isinstance(self.domain.values[0], str) else "int"
+        return {IntRange: "int", FloatRange: "float", Flag: "bool"}[type(self.domain)]
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def domains(self, backend: str | None = None) -> list[tuple[Domain, str]]:
+        """(domain, where) the value must be inside on ``backend`` (None: any backend): the
+        attribute's own domain (where ""), then the backend's limit (where " on <backend>")."""
+        return [(self.domain, "")] + [(d, f" on {b}") for b, d in self.limits if b == backend]
+
+    def error(self, op: str, value: object, backend: str | None = None) -> str | None:
+        """The domain error of ``value`` (already of the attribute's type) on ``backend``, or None."""
+        for domain, where in self.domains(backend):
+            if value not in domain:
+                got = f'"{value}"' if isinstance(value, str) else repr(value)
+                return DOMAIN_ERROR.format(op=op, attr=self.name, domain=domain.text + where, got=got)
+        return None
+
+
+@dataclass(frozen=True)
+class SizeLimit:
+    """A size a backend's kernel takes only in [lo, hi], though the shape rules accept any: its
+    tiling refuses the others with ``text``."""
+
+    name: str
+    what: str
+    lo: int
+    hi: int
+
+    def text(self, backend: str) -> str:
+        return f"{self.name} ({self.what}) must be in [{self.lo}, {self.hi}] on {backend}"
 
 
 @dataclass(frozen=True)
@@ -38,6 +164,33 @@ class OpSpec:
     the Ascend OpDef declares them OPTIONAL (CANN may omit them)."""
     ascend_socs: tuple[str, ...] = ("ascend910b", "ascend910_93")
     """The SoCs the Ascend OpDef registers (AddConfig): Atlas A2 and A3, the seed ops' products."""
+    size_limits: tuple[tuple[str, SizeLimit], ...] = ()
+    """(backend, limit): sizes the backend's kernel bounds beyond the shape rules (its tiling refuses the rest)."""
+    cell: str = ""
+    """The ``ms_grad_ops.nn`` Cell whose constructor takes this op's attributes and whose construct
+    takes its inputs (tests/all_ops/test_signatures.py holds both to the table)."""
+
+    def attr(self, name: str) -> AttrSpec:
+        return next(a for a in self.attrs if a.name == name)
+
+    def inputs_parameters(self) -> list[inspect.Parameter]:
+        """The inputs as a Python signature takes them (the functional op, a Cell's construct): in
+        order, the optional ones that no required input follows defaulting to None (absent)."""
+        last_required = max((i for i, n in enumerate(self.inputs) if n not in self.optional), default=-1)
+        return [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                  default=None if i > last_required else inspect.Parameter.empty)
+                for i, n in enumerate(self.inputs)]
+
+    def attrs_parameters(self, kind: inspect._ParameterKind = inspect.Parameter.KEYWORD_ONLY
+                         ) -> list[inspect.Parameter]:
+        """The attributes as a Python signature takes them: in order, keyword-only in the functional
+        op (a Cell's constructor: positional-or-keyword), a required one without default."""
+        return [inspect.Parameter(a.name, kind, default=inspect.Parameter.empty if a.required else a.default)
+                for a in self.attrs]
+
+    def signature(self) -> inspect.Signature:
+        """The functional op ``ms_grad_ops.ops.<name>`` as the table states it (tests hold the code to it)."""
+        return inspect.Signature([*self.inputs_parameters(), *self.attrs_parameters()])
 
 
 FLOATS = ("float16", "bfloat16", "float32")
@@ -58,57 +211,88 @@ _INDEXER_GRAD_DTYPES = tuple((x, x, x, x, w, "int32", "float32", "float32", x, x
 # What their Ascend OpDefs are to declare (issue 11): 16-bit X, weights X or float32, int32 lengths.
 _INDEXER_XW_ASCEND = tuple((x, w) for x in ASCEND_FLOATS for w in (x, "float32"))
 
+# The attributes several ops share, each stated once.
+_LAYOUT = AttrSpec("layout", Choice(("BSND", "TND")), "BSND",
+                   "how the token axes are laid out: BSND [B, S, N, D] or TND [T, N, D] (docs/contract.md section 0.2)")
+_SPARSE_MODE = AttrSpec("sparse_mode", Choice((0, 3), ("no mask", "rightDownCausal")), 3,
+                        "the mask of each batch (docs/contract.md section 0.4)")
+_DETERMINISTIC = AttrSpec("deterministic", Flag(), False,
+                          "accepted for API parity: the kernels are deterministic in every mode "
+                          "(docs/contract.md section 0.10)")
+# CANN declares scale_value REQUIRED (ops-transformer's sparse_flash_attention_def.cpp,
+# sparse_lightning_indexer_grad_kl_loss_def.cpp): the logit scale has no value that suits every model.
+_SCALE_VALUE = AttrSpec("scale_value", FloatRange(), about="the scale of the logits (1/sqrt(D + Dr) in DeepSeek-V3.2)")
+# CANN's LightningIndexer declares sparse_count OPTIONAL with 2048 (lightning_indexer_def.cpp),
+# DeepSeek-V3.2's top-k. Its upper bound is the size rule of infer_shape/lightning_indexer.h: 2**20.
+_SPARSE_COUNT = AttrSpec("sparse_count", IntRange(1, 2**20), 2048,
+                         "K, the keys selected per query row (the size rule of docs/contract.md section 4.1)",
+                         (("Ascend", IntRange(1, 16384)),))
+_UNBOUNDED = Choice((INT32_MAX,), ("unbounded",))
+# The indexer heads the Ascend kernels hold in one UB vector.
+_NIDX_ASCEND = ("Ascend", SizeLimit("Nidx", "indexer heads, query_index dim -2", 1, 128))
+_K_ASCEND = ("Ascend", SizeLimit("K", "slots of sparse_indices, its last dim", 1, 16384))
+
 # The cla_gate kernels use only the vector API common to A2/A3/950 and size tiles from the UB: the
 # seed op's own target, Ascend 950, too.
 _CLA_SOCS = ("ascend910b", "ascend910_93", "ascend950")
 _SPECS = (
     OpSpec("rope", "Rope", ("q", "k", "cos", "sin", "q_seq_len"), ("q_embed", "k_embed"),
-           dtypes=_ROPE_DTYPES, ascend_dtypes=_ROPE_ASCEND),
+           dtypes=_ROPE_DTYPES, ascend_dtypes=_ROPE_ASCEND, cell="RotaryEmbedding"),
     OpSpec("rope_grad", "RopeGrad", ("q_grad", "k_grad", "cos", "sin", "q_seq_len"),
-           ("q_grad_out", "k_grad_out"), (AttrSpec("mode", "str", "atb"),), _ROPE_DTYPES, _ROPE_ASCEND),
+           ("q_grad_out", "k_grad_out"),
+           (AttrSpec("mode", Choice(("atb", "vjp")), "atb",
+                     "atb: ATB's RopeGradOperation bit for bit; vjp: the exact gradient of rope "
+                     "(docs/contract.md section 1)"),),
+           _ROPE_DTYPES, _ROPE_ASCEND),
     OpSpec("cla_gate_merge", "ClaGateMerge",
            ("global_attn", "local_attn", "global_gate_logits", "local_gate_logits"), ("merged",),
            dtypes=tuple((x,) * 5 for x in FLOATS), ascend_dtypes=tuple((x,) * 5 for x in ASCEND_FLOATS),
-           ascend_socs=_CLA_SOCS),
+           ascend_socs=_CLA_SOCS, cell="ClaGateMerge"),
     OpSpec("cla_gate_backward", "ClaGateBackward",
            ("grad_merged", "global_attn", "local_attn", "global_gate_logits", "local_gate_logits"),
            ("grad_global_attn", "grad_local_attn", "grad_global_gate_logits", "grad_local_gate_logits"),
-           (AttrSpec("input_attn_layout", "str", "TND"),), tuple((x,) * 9 for x in FLOATS),
-           tuple((x,) * 9 for x in ASCEND_FLOATS), ascend_socs=_CLA_SOCS),
+           (AttrSpec("input_attn_layout", Choice(("TND",)), "TND", "the layout of the attention inputs: TND only"),),
+           tuple((x,) * 9 for x in FLOATS), tuple((x,) * 9 for x in ASCEND_FLOATS), ascend_socs=_CLA_SOCS),
     OpSpec("lightning_indexer", "LightningIndexer",
            ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"),
-           ("sparse_indices", "sparse_values"),
-           (AttrSpec("sparse_count", "int", 2048), AttrSpec("layout", "str", "BSND"),
-            AttrSpec("sparse_mode", "int", 3)), _LIGHTNING_INDEXER_DTYPES,
+           ("sparse_indices", "sparse_values"), (_SPARSE_COUNT, _LAYOUT, _SPARSE_MODE), _LIGHTNING_INDEXER_DTYPES,
            tuple((x, x, w, "int32", "int32", "int32", "float32") for x, w in _INDEXER_XW_ASCEND),
-           frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"})),
+           frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}), size_limits=(_NIDX_ASCEND,),
+           cell="LightningIndexer"),
     OpSpec("lightning_indexer_grad", "LightningIndexerGrad",
            ("query_index", "key_index", "weights", "sparse_indices", "d_values", "actual_seq_lengths_query",
             "actual_seq_lengths_key"),
-           ("d_query_index", "d_key_index", "d_weights"),
-           (AttrSpec("layout", "str", "BSND"), AttrSpec("sparse_mode", "int", 3)),
+           ("d_query_index", "d_key_index", "d_weights"), (_LAYOUT, _SPARSE_MODE),
            dtypes=tuple((x, x, w, "int32", "float32", lq, lk, x, x, w) for x, w in _INDEXER_XW for lq in INTS
                         for lk in INTS),
            ascend_dtypes=tuple((x, x, w, "int32", "float32", "int32", "int32", x, x, w) for x, w in _INDEXER_XW_ASCEND),
-           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"})),
+           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}),
+           size_limits=(_NIDX_ASCEND, _K_ASCEND)),
     OpSpec("sparse_lightning_indexer_grad_kl_loss", "SparseLightningIndexerGradKLLoss",
            ("query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum",
             "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"),
            ("d_query_index", "d_key_index", "d_weights", "loss"),
-           (AttrSpec("scale_value", "float", 1.0), AttrSpec("layout", "str", "BSND"), AttrSpec("sparse_mode", "int", 3),
-            AttrSpec("deterministic", "bool", False)), _INDEXER_GRAD_DTYPES,
+           (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE, _DETERMINISTIC), _INDEXER_GRAD_DTYPES,
            tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, "int32", "int32", x, x, w, "float32")
                  for x, w in _INDEXER_XW_ASCEND),
-           frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"})),
+           frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"}),
+           size_limits=(_NIDX_ASCEND, _K_ASCEND,
+                        ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256))),
+           cell="IndexerKLLoss"),
 )
 
 # sparse_flash_attention(_grad): one float dtype for all float tensors, int32 indices, float32
 # statistics, int32/int64 lengths. value, the rope pair and the lengths are optional: an absent one
 # is the zero-size placeholder of ms_grad_ops/_optional.py (in the slot's dtype), and so is its gradient.
-_SFA_ATTRS = (AttrSpec("scale_value", "float", 1.0), AttrSpec("sparse_block_size", "int", 1),
-              AttrSpec("layout", "str", "BSND"), AttrSpec("sparse_mode", "int", 3))
-_SFA_GRAD_ATTRS = (*_SFA_ATTRS, AttrSpec("pre_tokens", "int", 2147483647),
-                   AttrSpec("next_tokens", "int", 2147483647), AttrSpec("deterministic", "bool", False))
+_SFA_ATTRS = (_SCALE_VALUE,
+              AttrSpec("sparse_block_size", IntRange(1, INT32_MAX), 1,
+                       "bs, the keys one index selects (docs/contract.md section 0.5)",
+                       (("Ascend", IntRange(1, 64)),)),
+              _LAYOUT, _SPARSE_MODE)
+_SFA_GRAD_ATTRS = (*_SFA_ATTRS,
+                   AttrSpec("pre_tokens", _UNBOUNDED, INT32_MAX, "CANN's token band: unbounded only here (sparse "
+                            "modes 0 and 3 take none)"),
+                   AttrSpec("next_tokens", _UNBOUNDED, INT32_MAX, "as pre_tokens"), _DETERMINISTIC)
 _F32 = "float32"
 _SFA_OPTIONAL = frozenset({"value", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_kv"})
 _SFA_SPECS = (
@@ -116,7 +300,8 @@ _SFA_SPECS = (
            ("query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query",
             "actual_seq_lengths_kv"), ("out", "softmax_max", "softmax_sum"), _SFA_ATTRS,
            tuple((x, x, x, "int32", x, x, i, j, x, _F32, _F32) for x in FLOATS for i in INTS for j in INTS),
-           tuple((x, x, x, "int32", x, x, i, i, x, _F32, _F32) for i in INTS for x in ASCEND_FLOATS), _SFA_OPTIONAL),
+           tuple((x, x, x, "int32", x, x, i, i, x, _F32, _F32) for i in INTS for x in ASCEND_FLOATS), _SFA_OPTIONAL,
+           cell="SparseFlashAttention"),
     OpSpec("sparse_flash_attention_grad", "SparseFlashAttentionGrad",
            ("query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum",
             "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope"),
@@ -203,6 +388,20 @@ def no_gradient_reason(name: str) -> str | None:
     raise KeyError(f"{name}: neither in DERIVATIVES nor a grad op nor in NO_GRADIENT")
 
 
+def _check_attrs() -> None:
+    """Every default is inside its domain and every limit inside the domain it narrows; attributes
+    of one name have one domain in every op (they share one C++ enum, one docs wording)."""
+    seen: dict[str, AttrSpec] = {}
+    for op in OP_SPECS.values():
+        for a in op.attrs:
+            if not a.required and a.error(op.name, a.default, None):
+                raise ValueError(f"{op.name}.{a.name}: default {a.default!r} outside {a.domain.text}")
+            if any(b not in BACKENDS or type(d) is not type(a.domain) for b, d in a.limits):
+                raise ValueError(f"{op.name}.{a.name}: limits must name a backend of {BACKENDS}, same kind of domain")
+            if seen.setdefault(a.name, a).domain != a.domain:
+                raise ValueError(f"{op.name}.{a.name}: another op has an attribute of this name with another domain")
+
+
 def _check_derivatives() -> None:
     """The pairing names only what the table has (a typo fails at import, here and in the generators)."""
     for d in DERIVATIVES.values():
@@ -224,8 +423,12 @@ def _check_derivatives() -> None:
                 raise ValueError(f"{where}: attribute {name!r} is not in both ops with one type")
         if not set(d.fixed_attrs) <= set(grad_attrs) or set(d.fixed_attrs) & set(d.copied_attrs):
             raise ValueError(f"{where}: fixed attributes must be attributes of {d.grad}, not also copied")
+        unset = [a.name for a in grad.attrs if a.required and a.name not in (*d.copied_attrs, *d.fixed_attrs)]
+        if unset:
+            raise ValueError(f"{where}: the required attributes {unset} of {d.grad} are neither copied nor fixed")
     for name in OP_SPECS:
         no_gradient_reason(name)
 
 
+_check_attrs()
 _check_derivatives()

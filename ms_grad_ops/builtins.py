@@ -13,9 +13,10 @@ at compile time. ``uninstall()`` puts MindSpore's functions back. On Ascend noth
 public function of that name, so ``install()`` binds nothing there).
 
 Arguments that cannot be honoured on CPU raise a ``ValueError`` naming the op and the argument:
-``block_table`` (PageAttention) and the ``PA_BSND`` layout, unequal query/key layouts,
-``pre_tokens``/``next_tokens`` other than their defaults, an ``attention_mode`` other than 0/2,
-``sparse_mode`` other than 0/3.
+``block_table`` (PageAttention) and the ``PA_BSND`` layout, unequal query/key layouts, a layout the
+table's ``layout`` does not have, ``pre_tokens``/``next_tokens`` other than their defaults, an
+``attention_mode`` other than 0/2. The attributes passed on (``sparse_mode``, ``sparse_count``, ...)
+are checked by the ops, against their domains in the table.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from mindspore.ops import constexpr
 
 from . import cpu_gaps as _cpu_gaps
 from . import ops as _ops
+from ._specs import OP_SPECS
 
 __all__ = ["install", "installed", "lightning_indexer", "lightning_indexer_grad", "sparse_flash_attention",
            "uninstall"]
@@ -37,8 +39,8 @@ __all__ = ["install", "installed", "lightning_indexer", "lightning_indexer_grad"
 # package's docs/contract.md section 0.4) means the same "unbounded" and is accepted too.
 _UNBOUNDED = 2**63 - 1
 _UNBOUNDED_VALUES = (2**63 - 1, 2**31 - 1)
-_LAYOUTS = ("BSND", "TND")
-_MODES = (0, 3)
+# The layouts the built-ins' layout_query/layout_kv/layout_key may name: the table's layout attribute's.
+_LAYOUTS = OP_SPECS["sparse_flash_attention"].attr("layout").domain.values
 # attention_mode: 0 (the default: plain attention, rope optional) and 2 (MLA-absorb, which the
 # built-in requires on Ascend and which needs the rope pair). The kernel computes both the same way.
 _ATTENTION_MODES = (0, 2)
@@ -49,9 +51,10 @@ def _bad(op: str, arg: str, value: object, why: str) -> ValueError:
 
 
 @constexpr
-def _check_common(op: str, has_block_table: bool, layout_q: str, kv_arg: str, layout_kv: str, sparse_mode: int,
-                  pre_tokens: int, next_tokens: int) -> bool:
-    """The arguments both built-ins share. constexpr: in GRAPH mode this runs at compile time."""
+def _check_common(op: str, has_block_table: bool, layout_q: str, kv_arg: str, layout_kv: str, pre_tokens: int,
+                  next_tokens: int) -> bool:
+    """The arguments both built-ins share and pass on to no attribute of their own name. constexpr: in
+    GRAPH mode this runs at compile time."""
     if has_block_table:
         raise _bad(op, "block_table", "a Tensor", "PageAttention (a paged KV cache) is not implemented; pass the "
                    "key tensor itself with layout 'BSND' or 'TND'")
@@ -61,8 +64,6 @@ def _check_common(op: str, has_block_table: bool, layout_q: str, kv_arg: str, la
         raise _bad(op, "layout_query", layout_q, f"expected one of {_LAYOUTS}")
     if layout_kv != layout_q:
         raise _bad(op, kv_arg, layout_kv, f"it must equal layout_query ({layout_q!r}); the kernels take one layout")
-    if isinstance(sparse_mode, bool) or sparse_mode not in _MODES:
-        raise _bad(op, "sparse_mode", sparse_mode, "only 0 (no mask) and 3 (rightDownCausal) exist here")
     for arg, value in (("pre_tokens", pre_tokens), ("next_tokens", next_tokens)):
         if isinstance(value, bool) or value not in _UNBOUNDED_VALUES:
             raise _bad(op, arg, value, f"only the default {_UNBOUNDED} (2^63-1, or 2^31-1) is supported: modes 0/3 "
@@ -105,8 +106,7 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor, sparse_ind
         statistics either way.
     """
     op = "sparse_flash_attention"
-    _check_common(op, block_table is not None, layout_query, "layout_kv", layout_kv, sparse_mode, pre_tokens,
-                  next_tokens)
+    _check_common(op, block_table is not None, layout_query, "layout_kv", layout_kv, pre_tokens, next_tokens)
     _check_attention_mode(attention_mode, query_rope is not None and key_rope is not None)
     return _ops.sparse_flash_attention(query, key, value, sparse_indices, query_rope, key_rope,
                                        actual_seq_lengths_query, actual_seq_lengths_kv, scale_value=scale_value,
@@ -135,18 +135,16 @@ def lightning_indexer(query: Tensor, key: Tensor, weights: Tensor, *,
         they are the real values either way.
     """
     op = "lightning_indexer"
-    _check_common(op, block_table is not None, layout_query, "layout_key", layout_key, sparse_mode, pre_tokens,
-                  next_tokens)
+    _check_common(op, block_table is not None, layout_query, "layout_key", layout_key, pre_tokens, next_tokens)
     indices, values = _ops.lightning_indexer(query, key, weights, actual_seq_lengths_query, actual_seq_lengths_key,
                                              sparse_count=sparse_count, layout=layout_query, sparse_mode=sparse_mode)
     return indices, msops.cast(values, query.dtype)
 
 
 @constexpr
-def _check_indexer_grad(layout: str, pre_tokens: int, next_tokens: int) -> bool:
+def _check_indexer_grad(pre_tokens: int, next_tokens: int) -> bool:
+    """CANN's arguments the op has not (layout and sparse_mode are its attributes: it checks them)."""
     op = "lightning_indexer_grad"
-    if layout not in _LAYOUTS:
-        raise _bad(op, "layout", layout, f"expected one of {_LAYOUTS}")
     for arg, value in (("pre_tokens", pre_tokens), ("next_tokens", next_tokens)):
         if isinstance(value, bool) or value not in _UNBOUNDED_VALUES:
             raise _bad(op, arg, value, f"only the default {_UNBOUNDED} (2^63-1, or 2^31-1) is supported")
@@ -170,7 +168,7 @@ def lightning_indexer_grad(query: Tensor, key: Tensor, dy: Tensor, sparse_indice
     Returns:
         ``(d_query, d_key, d_weights)`` shaped and typed like query, key and weights.
     """
-    _check_indexer_grad(layout, pre_tokens, next_tokens)
+    _check_indexer_grad(pre_tokens, next_tokens)
     return _ops.lightning_indexer_grad(query, key, weights, sparse_indices, msops.cast(dy, ms.float32),
                                        actual_seq_lengths_query, actual_seq_lengths_key, layout=layout,
                                        sparse_mode=sparse_mode)

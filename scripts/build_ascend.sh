@@ -64,7 +64,8 @@ stage_flat() {
 stage() {
   local dest="$1" op
   # Every shared header (the op_host glue only to op_host/): a new one cannot be forgotten.
-  local host=("$REPO"/ascendc/common/*.h "$REPO"/infer_shape/*.h) kernel=() f
+  # The kernels see the table's device-safe part only (attribute enums and structs, Ascend size limits).
+  local host=("$REPO"/ascendc/common/*.h "$REPO"/infer_shape/*.h) kernel=("$REPO/infer_shape/op_attrs.h") f
   for f in "$REPO"/ascendc/common/*.h; do
     [[ "$(basename "$f")" == op_host_* ]] || kernel+=("$f")
   done

@@ -4,8 +4,10 @@
     python scripts/gen_glue.py --check   # exit 1 listing the files that are out of date
 
 Each generator module ``scripts/glue/<name>.py`` (every module there but ``common``) has ``generate(specs)`` returning
-{repository-relative path: text}. The generated files are committed, so building the package needs
-neither this script nor its imports; ``tests/repository/test_generated_glue.py`` fails when one is stale.
+{repository-relative path: text}: a whole generated file, or (``glue/docs.py``) a hand-written docs
+page with its generated blocks rewritten. The generated files are committed, so building the package
+needs neither this script nor its imports; ``tests/repository/test_generated_glue.py`` fails when one
+is stale.
 """
 from __future__ import annotations
 

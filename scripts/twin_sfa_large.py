@@ -24,7 +24,7 @@ sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests" / "ascend"),
 
 from _sfa_data import make_case  # noqa: E402
 from _util import TOLERANCES, quantize, rel_l2  # noqa: E402
-from ascendc_harness import twin_lib as twin  # noqa: E402
+from ascendc_harness import twin_sfa as sfa  # noqa: E402
 
 from ms_grad_ops import reference as ref  # noqa: E402
 
@@ -36,15 +36,16 @@ SHAPES = {
 }
 
 
-def problem(name: str, dtype: str) -> twin.SfaProblem:
+def problem(name: str, dtype: str) -> sfa.SfaProblem:
     case = make_case(np.random.default_rng(2026), **SHAPES[name])
     qz = {n: None if getattr(case, n) is None else quantize(getattr(case, n), dtype)
           for n in ("query", "key", "value", "query_rope", "key_rope")}
     lens_q = None if case.lens_q is None else np.asarray(case.lens_q)
     lens_kv = None if case.lens_kv is None else np.asarray(case.lens_kv)
-    return twin.SfaProblem(dtype, case.layout, qz["query"], qz["key"], qz["value"], case.sparse_indices,
-                           qz["query_rope"], qz["key_rope"], lens_q, lens_kv, case.scale_value,
-                           case.sparse_block_size, case.sparse_mode)
+    attrs = dict(scale_value=case.scale_value, sparse_block_size=case.sparse_block_size, layout=case.layout,
+                 sparse_mode=case.sparse_mode)
+    return sfa.SfaProblem(dtype, qz["query"], qz["key"], qz["value"], case.sparse_indices, qz["query_rope"],
+                          qz["key_rope"], lens_q, lens_kv, attrs)
 
 
 def report(what: str, got: np.ndarray, want: np.ndarray, tol: float) -> bool:
@@ -57,10 +58,10 @@ def report(what: str, got: np.ndarray, want: np.ndarray, tol: float) -> bool:
 def run(name: str, dtype: str, cores: int) -> bool:
     p = problem(name, dtype)
     tol = TOLERANCES["attention"][dtype]
-    attrs = dict(scale_value=p.scale, sparse_block_size=p.block_size, layout=p.layout, sparse_mode=p.sparse_mode)
+    attrs = p.attrs
     print(f"{name} ({dtype}, {cores} cores): query {p.query.shape}, key {p.key.shape}, K {p.sparse_indices.shape[-1]}")
     t0 = time.perf_counter()
-    fwd = twin.sparse_flash_attention(p, core_num=cores)
+    fwd = sfa.sparse_flash_attention(p, core_num=cores)
     t1 = time.perf_counter()
     out, smax, ssum = ref.sparse_flash_attention(p.query, p.key, p.value, p.sparse_indices, p.query_rope,
                                                  p.key_rope, p.lens_q, p.lens_kv, **attrs)
@@ -73,14 +74,14 @@ def run(name: str, dtype: str, cores: int) -> bool:
     d_out = quantize(np.random.default_rng(7).standard_normal(out.shape), dtype)
     out_q, smax32, ssum32 = quantize(out, dtype), smax.astype(np.float32), ssum.astype(np.float32)
     t0 = time.perf_counter()
-    grad = twin.sparse_flash_attention_grad(p, d_out, out_q, smax32, ssum32, core_num=cores)
+    grad = sfa.sparse_flash_attention_grad(p, d_out, out_q, smax32, ssum32, core_num=cores)
     t1 = time.perf_counter()
     want = ref.sparse_flash_attention_grad(p.query, p.key, p.value, p.sparse_indices, d_out, out_q, smax32, ssum32,
                                            p.lens_q, p.lens_kv, p.query_rope, p.key_rope, **attrs)
     print(f"  grad: twin {t1 - t0:.1f} s, reference {time.perf_counter() - t1:.1f} s")
     for what, got, w in zip(("d_query", "d_key", "d_value", "d_query_rope", "d_key_rope"), grad.outputs, want):
         ok &= report(what, got, w, tol)
-    other = twin.sparse_flash_attention_grad(p, d_out, out_q, smax32, ssum32, core_num=max(1, cores // 3), seed=99)
+    other = sfa.sparse_flash_attention_grad(p, d_out, out_q, smax32, ssum32, core_num=max(1, cores // 3), seed=99)
     same = all(np.array_equal(a, b) for a, b in zip(grad.outputs, other.outputs))
     print(f"    same bits with {max(1, cores // 3)} cores and a shuffled order: {same}")
     return ok and same

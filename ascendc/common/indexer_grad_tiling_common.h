@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "sfa_tiling_common.h"
+#include "indexer_tiling_common.h"
 
 namespace mgo::tiling {
 
@@ -37,7 +37,7 @@ inline const char* PlanIndexerGradMatmuls(Tiling& t, uint64_t m_nt, uint64_t n_n
   t.mmNT = PlanMatmul(max(m_nt, max(t.nIdx, t.mKey)), max(n_nt, t.kPad), max(k_nt, t.dIdx), p);
   t.mmNN = PlanMatmul(t.nIdx, t.dIdx, t.kPad, p);
   t.mmTN = PlanMatmul(t.keyBlock, t.dIdx, t.mKey, p);
-  for (const SfaMatmulTiling* mm : {&t.mmNT, &t.mmNN, &t.mmTN}) {
+  for (const MatmulTiling* mm : {&t.mmNT, &t.mmNN, &t.mmTN}) {
     if (!MatmulFits(*mm, p)) return "no matmul base block fits L0A/L0B/L0C";
   }
   return nullptr;
@@ -102,16 +102,5 @@ __aicore__ inline Plan PlanIndexerGradUb(const Tiling& t, bool weights_f32, uint
   p.workBytes = ReduceScratchFloats(t.kPad) * 4;
   return p;
 }
-
-// A workspace cursor: each piece starts on a 512-byte boundary (one cube fractal), so every
-// matmul operand starts aligned.
-struct WorkspaceCursor {
-  uint64_t off = 0;
-  uint64_t operator()(uint64_t bytes) {
-    const uint64_t at = off;
-    off += AlignUp(bytes, 512);
-    return at;
-  }
-};
 
 }  // namespace mgo::tiling

@@ -63,7 +63,7 @@ inline bool BoolAttr(const gert::RuntimeAttrs* a, size_t i, const char* name) {
   return *CheckedAttr(AttrsOf(a, name).GetBool(i), name);
 }
 
-// An attribute into the Table::Attrs field of its C++ type.
+// An attribute's raw value (table::RawOf its Table::Attrs field), by the raw C++ type.
 inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, std::string& v) {
   v = StrAttr(a, i, name);
 }
@@ -72,16 +72,22 @@ inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, do
 inline void ReadAttr(const gert::RuntimeAttrs* a, size_t i, const char* name, bool& v) { v = BoolAttr(a, i, name); }
 
 // Every attribute of op `Op` (see op_host_def.h), in OpDef order: Op::Table::kAttrs lists the
-// Table::Attrs fields in the order of Table::kAttrNames, the order DefineOp declares them.
+// Table::Attrs fields in the order of Table::kAttrNames, the order DefineOp declares them. A choice
+// is parsed, then every domain is checked with the Ascend limits (op_table.h: the one check of
+// every reader), so InferShape already refuses what the kernels cannot take.
 template <typename Op>
 typename Op::Table::Attrs ReadAttrs(const gert::RuntimeAttrs* attrs) {
-  typename Op::Table::Attrs r;
+  using Table = typename Op::Table;
+  typename Table::Attrs r{};
   size_t i = 0;
   const auto read = [&](auto field) {
-    ReadAttr(attrs, i, Op::Table::kAttrNames[i], r.*field);
+    mgo::table::RawOf<std::remove_reference_t<decltype(r.*field)>> raw{};
+    ReadAttr(attrs, i, Table::kAttrNames[i], raw);
+    mgo::table::SetAttr(Table::kName, r.*field, raw);
     ++i;
   };
-  std::apply([&](auto... field) { (read(field), ...); }, Op::Table::kAttrs);
+  std::apply([&](auto... field) { (read(field), ...); }, Table::kAttrs);
+  Table::CheckAttrs(r, mgo::table::Backend::kAscend);
   return r;
 }
 
@@ -206,7 +212,7 @@ struct HasLayout<Attrs, std::void_t<decltype(std::declval<Attrs>().layout)>> : s
 template <typename Op>
 void RejectBsndLengths(const std::vector<mgo::infer::TensorDesc>& in, const typename Op::Table::Attrs& a) {
   if constexpr (HasLayout<typename Op::Table::Attrs>::value) {
-    if (a.layout != "BSND") return;
+    if (a.layout != mgo::table::Layout::kBSND) return;
     std::string given;
     for (size_t i = 0; i < in.size(); ++i) {
       const std::string name = Op::Table::kInputNames[i];

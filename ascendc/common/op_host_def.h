@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "op_host_adapter.h"
@@ -26,11 +27,21 @@
 
 namespace mgo::op_host {
 
-// An optional attribute's default, by the C++ type of its Table::Attrs field.
+// An attribute's type and default, by the C++ type of its Table::Attrs field; a choice by its raw
+// value, a str choice by its name (a literal: the OpDef's String() may keep the pointer). A
+// required attribute's value-initialised field stands for "none", as CANN's own OpDefs give their
+// REQUIRED attributes a value too.
 inline void SetDefault(ops::OpAttrDef& d, int64_t v) { d.Int(v); }
 inline void SetDefault(ops::OpAttrDef& d, double v) { d.Float(static_cast<float>(v)); }
 inline void SetDefault(ops::OpAttrDef& d, bool v) { d.Bool(v); }
-inline void SetDefault(ops::OpAttrDef& d, const std::string& v) { d.String(v.c_str()); }
+template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
+void SetDefault(ops::OpAttrDef& d, E v) {
+  if constexpr (std::is_same_v<typename mgo::table::Choice<E>::Raw, std::string>) {
+    d.String(mgo::table::Choice<E>::Name(v));
+  } else {
+    SetDefault(d, mgo::table::Choice<E>::Value(v));
+  }
+}
 
 // Column `slot` (an input, or kNumInputs + an output) of every dtype combination.
 template <typename Op>
@@ -48,11 +59,11 @@ void DefineOp(ops::OpDef& def) {
   constexpr size_t inputs = Table::kNumInputs, outputs = Table::kNumOutputs;
   for (size_t i = 0; i < inputs; ++i) DefineParam<Op>(def.Input(Table::kInputNames[i]), i, Table::kOptional[i]);
   for (size_t o = 0; o < outputs; ++o) DefineParam<Op>(def.Output(Table::kOutputNames[o]), inputs + o, false);
-  // Static: outlives the OpDef, whose String() may keep the pointer. Unused by ops without attributes.
-  [[maybe_unused]] static const typename Table::Attrs defaults{};
+  [[maybe_unused]] const typename Table::Attrs& defaults = Table::kDefaults;  // unused by ops without attributes
   size_t a = 0;
   const auto attr = [&def, &a]() -> ops::OpAttrDef& {
-    return def.Attr(Table::kAttrNames[a++]).AttrType(ops::OPTIONAL);
+    const size_t i = a++;
+    return def.Attr(Table::kAttrNames[i]).AttrType(Table::kAttrRequired[i] ? ops::REQUIRED : ops::OPTIONAL);
   };
   std::apply([&](auto... field) { (SetDefault(attr(), defaults.*field), ...); }, Table::kAttrs);
   def.SetInferShape(InferShape<Op>).SetInferDataType(InferDataType<Op>);

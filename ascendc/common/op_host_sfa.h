@@ -1,5 +1,6 @@
 // What the op_host descriptions of SparseFlashAttention and SparseFlashAttentionGrad share: the
-// pure SFA tiling (sfa_tiling_common.h) called from their inputs (by the table's slots) and attributes.
+// pure SFA tiling (sfa_tiling_common.h) called from their inputs (by the table's slots) and their
+// table attributes.
 // CANN-only like op_host_adapter.h; tests/ascend/test_ascendc_op_host.py runs it against tests/ascend/cann_stub.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "op_host_adapter.h"
+#include "op_host_tokens.h"
 #include "sfa_tiling_common.h"
 
 namespace mgo::op_host {
@@ -25,13 +27,11 @@ struct SfaTilingInputs {
 
 // The pure tiling's view of the shapes. TND without lengths (one sequence) is batch 0: the pure
 // tiling lays it out as BSND with B = 1.
-inline mgo::tiling::SfaShape SfaTilingShape(const SfaTilingInputs& in, const std::string& layout) {
-  const bool bsnd = layout == "BSND";
-  const size_t r = bsnd ? 4 : 3;  // the head-dim axis is r - 1, the head axis r - 2
-  if (in.query.shape.size() != r || in.key.shape.size() != r || in.sparse_indices.shape.size() != r) {
-    throw std::invalid_argument("query/key/sparse_indices must have rank " + std::to_string(r) + " in " + layout);
-  }
+inline mgo::tiling::SfaShape SfaTilingShape(const SfaTilingInputs& in, mgo::table::Layout layout) {
+  // The head-dim axis is r - 1, the head axis r - 2.
+  const size_t r = CheckTokenRank(layout, {&in.query, &in.key, &in.sparse_indices}, "query/key/sparse_indices");
   mgo::tiling::SfaShape s{};
+  s.seq = ReadTokens(layout, in.query, in.key, in.lens_q);
   s.n1 = Dim(in.query, r - 2);
   s.n2 = Dim(in.key, r - 2);
   s.d = Dim(in.query, r - 1);
@@ -39,19 +39,6 @@ inline mgo::tiling::SfaShape SfaTilingShape(const SfaTilingInputs& in, const std
   s.dr = mgo::infer::is_absent(in.query_rope.shape) ? 0 : Dim(in.query_rope, r - 1);
   s.valueAbsent = mgo::infer::is_absent(in.value.shape);
   s.seqLensInt64 = in.lens_q.dtype == mgo::infer::DType::kInt64;
-  if (bsnd) {
-    s.layout = mgo::tiling::SfaLayout::kBSND;
-    s.batch = Dim(in.query, 0);
-    s.s1 = Dim(in.query, 1);
-    s.s2 = Dim(in.key, 1);
-    s.t1 = s.batch * s.s1;
-    s.t2 = s.batch * s.s2;
-  } else {
-    s.layout = mgo::tiling::SfaLayout::kTND;
-    s.batch = mgo::infer::is_absent(in.lens_q.shape) ? 0 : Dim(in.lens_q, 0);
-    s.t1 = Dim(in.query, 0);
-    s.t2 = Dim(in.key, 0);
-  }
   return s;
 }
 
@@ -62,27 +49,15 @@ SfaTilingInputs SfaTilingInputsOf(const std::vector<mgo::infer::TensorDesc>& in)
           in[T::In::kSparseIndices], in[T::In::kQueryRope], in[T::In::kActualSeqLengthsQuery]};
 }
 
-// The attributes the pure tiling takes, from each op's table attributes (the one place an
-// attribute the kernels read through their tiling is passed on).
-inline mgo::tiling::SfaAttrs SfaTilingAttrs(const mgo::table::SparseFlashAttention::Attrs& a) {
-  return {static_cast<float>(a.scale_value), static_cast<uint32_t>(a.sparse_block_size),
-          static_cast<uint32_t>(a.sparse_mode), /*deterministic=*/false};
-}
-inline mgo::tiling::SfaAttrs SfaTilingAttrs(const mgo::table::SparseFlashAttentionGrad::Attrs& a) {
-  return {static_cast<float>(a.scale_value), static_cast<uint32_t>(a.sparse_block_size),
-          static_cast<uint32_t>(a.sparse_mode), a.deterministic};
-}
-
 // Runs `compute` (ComputeSparseFlashAttention(Grad)Tiling) on the inputs of op `T` with its table
-// attributes `a`. The lengths' values live on the device (ValueDepend inputs would become host int
-// arrays in the aclnn signature), so the tiling balances rows by count. A mixed launch's block dim
-// counts AI cores (1 AIC + 2 AIV each).
+// attributes `a`, which the tiling takes as they are. The lengths' values live on the device
+// (ValueDepend inputs would become host int arrays in the aclnn signature), so the tiling balances
+// rows by count. A mixed launch's block dim counts AI cores (1 AIC + 2 AIV each).
 template <typename T, typename Compute>
 auto TileSfa(Compute compute, const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype,
              const typename T::Attrs& a, const Platform& p, bool all_cores_at_once) {
-  const mgo::tiling::CubePlatform cube{p.aicNum, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
-  const auto t = compute(SfaTilingShape(SfaTilingInputsOf<T>(in), a.layout), SfaTilingAttrs(a), dtype,
-                         mgo::tiling::SfaSeqLengths{nullptr, nullptr, 0}, cube);
+  const auto t = compute(SfaTilingShape(SfaTilingInputsOf<T>(in), a.layout), a, dtype,
+                         mgo::tiling::SeqLengths{nullptr, nullptr, 0}, CubeOf(p));
   return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes, all_cores_at_once);
 }
 

@@ -16,7 +16,7 @@
 namespace mgo::kernel {
 
 using namespace AscendC;
-using mgo::tiling::SfaMatmulTiling;
+using mgo::tiling::MatmulTiling;
 using mgo::tiling::SfaTilingData;
 using mgo::tiling::SfaUbPlan;
 
@@ -35,7 +35,7 @@ struct SfaRow {
 };
 
 // The cube tiling of one Matmul object from the pure tiling's shape and base block.
-__aicore__ inline TCubeTiling ToCubeTiling(const SfaMatmulTiling& m) {
+__aicore__ inline TCubeTiling ToCubeTiling(const MatmulTiling& m) {
   TCubeTiling t;
   t.usedCoreNum = 1;
   t.M = t.singleCoreM = static_cast<int32_t>(m.m);
@@ -77,7 +77,7 @@ class SfaGeometry {
     return (keys ? lensKv_ : lensQ_).GetValue(b);
   }
 
-  __aicore__ inline bool Tnd() const { return t_.layout == static_cast<uint32_t>(mgo::tiling::SfaLayout::kTND); }
+  __aicore__ inline bool Tnd() const { return t_.layout == static_cast<uint32_t>(mgo::table::Layout::kTND); }
 
   // (first query token, S1_b, first key token, S2_b) of batch b.
   __aicore__ inline void Batch(uint32_t b, uint64_t* q0, uint32_t* s1_len, uint64_t* kv0, uint32_t* s2_len) const {
@@ -107,7 +107,7 @@ class SfaGeometry {
   // Last local key local query s1 may see (-1: none).
   __aicore__ inline int64_t Limit(uint32_t s1, uint32_t s1_len, uint32_t s2_len) const {
     int64_t lim = static_cast<int64_t>(s2_len) - 1;
-    if (t_.sparseMode == 3) {
+    if (t_.sparseMode == static_cast<uint32_t>(mgo::table::SparseMode::kRightDownCausal)) {
       const int64_t causal = static_cast<int64_t>(s1) + s2_len - s1_len;
       lim = causal < lim ? causal : lim;
     }

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "../common/sfa_tiling_common.h"
+#include "../common/indexer_tiling_common.h"
 
 namespace mgo::tiling {
 
@@ -21,8 +21,8 @@ inline constexpr uint64_t LightningIndexerTilingKey(DType dtype, bool weights_f3
   return IndexerTilingKey(dtype, weights_f32);
 }
 
-using LiShape = IndexerShape;  // k = sparse_count
-
+// What the kernel reads; `attrs` holds every attribute of the op, as the table has them (its K is
+// sparse_count).
 struct LiTilingData {
   uint32_t layout;
   uint32_t sparseMode;
@@ -41,16 +41,9 @@ struct LiTilingData {
   uint64_t aivWsBytes;
   uint64_t wsSx;        // per AIV [nIdx, keyChunk] float32
   uint64_t workspaceBytes;
-  SfaMatmulTiling mmSx;  // Sx = q_index Kiᵀ
-  uint32_t rowStart[kSfaMaxAiv + 1];
-};
-
-struct LiTilingResult {
-  bool ok;
-  const char* error;
-  LiTilingData data;
-  uint64_t workspaceBytes;
-  uint64_t ubBytes;
+  MatmulTiling mmSx;  // Sx = q_index Kiᵀ
+  uint32_t rowStart[kMaxAiv + 1];
+  table::LightningIndexerAttrs attrs;
 };
 
 // Every UB buffer the kernel allocates (exactly these).
@@ -80,44 +73,40 @@ __aicore__ inline LiUbPlan PlanLiUb(const LiTilingData& t, bool weights_f32) {
   return p;
 }
 
-inline const char* CheckLiInputs(const LiShape& s, uint32_t mode, const CubePlatform& p) {
-  if (p.aicNum == 0) return "core count must be positive";
-  if (p.aicNum > kSfaMaxAic) return "more than 64 AI cores: the tiling arrays hold 128 AIVs";
-  if (s.nIdx == 0 || s.nIdx > 128) return "Nidx must be in [1, 128]";
+// The shape and the platform; nullptr when they can be tiled (sparse_count's Ascend limit is the
+// table's, checked by the op_host before any tiling).
+inline const char* CheckLiInputs(const IndexerShape& s, const CubePlatform& p) {
+  using Limits = table::LightningIndexerAscend;
+  if (const char* err = CheckCubePlatform(p)) return err;
+  if (const char* err = OutOfRange<Limits::Nidx>(s.nIdx)) return err;
   if (s.dIdx == 0 || s.dIdx % 16 != 0 || s.dIdx > 1024) {
     return "indexer head dim Didx must be a multiple of 16 in [16, 1024]";
   }
-  if (s.k == 0 || s.k > 16384) return "sparse_count must be in [1, 16384]";
-  if (mode != 0 && mode != 3) return "sparse_mode must be 0 or 3";
-  if (s.batch == 0 && s.layout == SfaLayout::kBSND) return "batch must be positive";
-  if (s.layout == SfaLayout::kBSND && (s.t1 != s.batch * s.s1 || s.t2 != s.batch * s.s2)) {
-    return "BSND: t1/t2 must equal B*S1/B*S2";
-  }
-  if (s.t1 > UINT32_MAX || s.t2 > UINT32_MAX) return "shape out of range (T < 2^32)";
+  if (const char* err = CheckSeqShape(s.seq)) return err;
+  if (s.seq.t1 > UINT32_MAX || s.seq.t2 > UINT32_MAX) return "shape out of range (T < 2^32)";
   return nullptr;
 }
 
-inline LiTilingResult ComputeLiTiling(const LiShape& shape, uint32_t mode, bool weights_f32,
-                                      const SfaSeqLengths& lens, const CubePlatform& p) {
-  LiTilingResult r{false, nullptr, {}, 0, 0};
-  if (const char* err = CheckLiInputs(shape, mode, p)) {
+inline TilingResult<LiTilingData> ComputeLiTiling(const IndexerShape& shape, const table::LightningIndexerAttrs& a,
+                                                  bool weights_f32, const SeqLengths& lens, const CubePlatform& p) {
+  TilingResult<LiTilingData> r{false, nullptr, {}, 0, 0};
+  if (const char* err = CheckLiInputs(shape, p)) {
     r.error = err;
     return r;
   }
-  // Balanced by visible keys: the SFA split with K * bs = T2 (every visible key is scored).
-  const SfaShape s = Normalised(SfaShape{shape.layout, shape.batch, shape.s1, shape.s2, shape.t1, shape.t2, 1, 1, 16,
-                                         0, shape.t2 == 0 ? 1 : shape.t2, false, false});
+  const SeqShape s = Normalised(shape.seq);
   LiTilingData& t = r.data;
+  t.attrs = a;
   SetSeqFields(t, s);
-  t.sparseMode = mode;
+  t.sparseMode = static_cast<uint32_t>(a.sparse_mode);
   t.nIdx = static_cast<uint32_t>(shape.nIdx);
   t.dIdx = static_cast<uint32_t>(shape.dIdx);
-  t.k = static_cast<uint32_t>(shape.k);
-  t.kPad = static_cast<uint32_t>(AlignUp(shape.k, 8));
-  const uint64_t want_aic = (s.t1 + 1) / 2;
-  t.usedAicNum = static_cast<uint32_t>(want_aic == 0 ? 1 : (want_aic < p.aicNum ? want_aic : p.aicNum));
+  t.k = static_cast<uint32_t>(a.sparse_count);
+  t.kPad = static_cast<uint32_t>(AlignUp(t.k, 8));
+  t.usedAicNum = UsedAic(s.t1, p);
   t.aivNum = 2 * t.usedAicNum;
-  SplitQueryRows(s, SfaAttrs{1.0f, 1, mode, false}, lens, t.aivNum, t.rowStart);
+  // Balanced by visible keys: every visible key of a token is scored (K * bs = T2, N2 = 1).
+  SplitQueryRows(s, 1, RowWork{a.sparse_mode, s.t2 == 0 ? 1 : s.t2}, lens, t.aivNum, t.rowStart);
   const uint64_t keys = s.t2 == 0 ? 1 : s.t2;
   t.keyChunk = static_cast<uint32_t>(AlignUp(keys < kLiMaxKeyChunk ? keys : kLiMaxKeyChunk, kLiSortGroup));
   while (PlanLiUb(t, weights_f32).Total() > MixUbBudget(p)) {
@@ -142,14 +131,15 @@ inline LiTilingResult ComputeLiTiling(const LiShape& shape, uint32_t mode, bool 
 }
 
 struct LightningIndexerTiling {
-  LiTilingResult result;  // result.data.usedAicNum is the blockDim of the mixed launch
+  TilingResult<LiTilingData> result;  // result.data.usedAicNum is the blockDim of the mixed launch
   uint64_t tilingKey;
 };
 
-inline LightningIndexerTiling ComputeLightningIndexerTiling(const LiShape& shape, uint32_t sparse_mode, DType dtype,
-                                                            bool weights_f32, const SfaSeqLengths& lens,
+inline LightningIndexerTiling ComputeLightningIndexerTiling(const IndexerShape& shape,
+                                                            const table::LightningIndexerAttrs& attrs, DType dtype,
+                                                            bool weights_f32, const SeqLengths& lens,
                                                             const CubePlatform& platform) {
-  return LightningIndexerTiling{ComputeLiTiling(shape, sparse_mode, weights_f32, lens, platform),
+  return LightningIndexerTiling{ComputeLiTiling(shape, attrs, weights_f32, lens, platform),
                                 LightningIndexerTilingKey(dtype, weights_f32)};
 }
 

@@ -24,8 +24,13 @@ inline constexpr uint64_t LightningIndexerGradTilingKey(DType dtype, bool weight
   return IndexerTilingKey(dtype, weights_f32);
 }
 
-using LigShape = IndexerShape;  // k = slots of sparse_indices
+// The shape of lightning_indexer_grad: the indexer's, and K, the slots of sparse_indices.
+struct LigShape {
+  IndexerShape indexer;
+  uint64_t k;
+};
 
+// What the kernel reads; `attrs` holds every attribute of the op, as the table has them.
 struct LigTilingData {
   uint32_t layout;
   uint32_t sparseMode;
@@ -49,19 +54,12 @@ struct LigTilingData {
   uint64_t aivWsBytes;
   uint64_t wsKi, wsSx, wsDs, wsDq, wsQi, wsKb, wsSxk, wsCoef, wsDkb;
   uint64_t workspaceBytes;
-  SfaMatmulTiling mmNT;  // Sx = Qi Kiᵀ (row pass), Sx = Qi Kbᵀ (key pass)
-  SfaMatmulTiling mmNN;  // d_query_index = dS Ki
-  SfaMatmulTiling mmTN;  // d_key_index block += Coefᵀ Qi
-  uint32_t rowStart[kSfaMaxAiv + 1];       // AIV i owns query tokens [rowStart[i], rowStart[i+1])
-  uint32_t keyBlockStart[kSfaMaxAiv + 1];  // AIV i owns key blocks [keyBlockStart[i], ...[i+1])
-};
-
-struct LigTilingResult {
-  bool ok;
-  const char* error;        // static text when !ok
-  LigTilingData data;
-  uint64_t workspaceBytes;  // user workspace (the op_host adds the system workspace)
-  uint64_t ubBytes;         // largest UB footprint of an AIV
+  MatmulTiling mmNT;  // Sx = Qi Kiᵀ (row pass), Sx = Qi Kbᵀ (key pass)
+  MatmulTiling mmNN;  // d_query_index = dS Ki
+  MatmulTiling mmTN;  // d_key_index block += Coefᵀ Qi
+  uint32_t rowStart[kMaxAiv + 1];       // AIV i owns query tokens [rowStart[i], rowStart[i+1])
+  uint32_t keyBlockStart[kMaxAiv + 1];  // AIV i owns key blocks [keyBlockStart[i], ...[i+1])
+  table::LightningIndexerGradAttrs attrs;
 };
 
 // Every UB buffer the kernel allocates: exactly the shared core's.
@@ -72,52 +70,44 @@ __aicore__ inline LigUbPlan PlanLigUb(const LigTilingData& t, bool weights_f32) 
                                       t.nIdx > t.mKey ? t.nIdx : t.mKey);
 }
 
-inline const char* CheckLigInputs(const LigShape& s, uint32_t sparse_mode, const CubePlatform& p) {
-  if (p.aicNum == 0) return "core count must be positive";
-  if (p.aicNum > kSfaMaxAic) return "more than 64 AI cores: the tiling arrays hold 128 AIVs";
-  if (s.nIdx == 0) return "Nidx must be positive";
-  if (s.dIdx == 0 || s.dIdx % 16 != 0) return "indexer head dim Didx must be a positive multiple of 16";
-  if (s.k == 0) return "sparse_indices needs at least one slot (K >= 1)";
-  if (sparse_mode != 0 && sparse_mode != 3) return "sparse_mode must be 0 or 3";
-  if (s.batch == 0 && s.layout == SfaLayout::kBSND) return "batch must be positive";
-  if (s.layout == SfaLayout::kBSND && (s.t1 != s.batch * s.s1 || s.t2 != s.batch * s.s2)) {
-    return "BSND: t1/t2 must equal B*S1/B*S2";
+// The shape and the platform; nullptr when they can be tiled.
+inline const char* CheckLigInputs(const LigShape& s, const CubePlatform& p) {
+  using Limits = table::LightningIndexerGradAscend;
+  if (const char* err = CheckCubePlatform(p)) return err;
+  if (const char* err = OutOfRange<Limits::Nidx>(s.indexer.nIdx)) return err;
+  if (const char* err = OutOfRange<Limits::K>(s.k)) return err;
+  if (s.indexer.dIdx == 0 || s.indexer.dIdx % 16 != 0 || s.indexer.dIdx > 1024) {
+    return "indexer head dim Didx must be a multiple of 16 in [16, 1024]";
   }
-  if (s.t1 * s.nIdx > UINT32_MAX || s.t2 > UINT32_MAX || s.k > 16384 || s.nIdx > 128 || s.dIdx > 1024) {
-    return "shape out of range (T*Nidx < 2^32, K <= 16384, Nidx <= 128, Didx <= 1024)";
+  if (const char* err = CheckSeqShape(s.indexer.seq)) return err;
+  if (s.indexer.seq.t1 * s.indexer.nIdx > UINT32_MAX || s.indexer.seq.t2 > UINT32_MAX) {
+    return "shape out of range (T*Nidx < 2^32)";
   }
   return nullptr;
 }
 
-// As the SFA tiling: TND without lengths is BSND with B = 1 (N1 = N2 = 1, no rope).
-inline SfaShape LigAsSfaShape(const LigShape& s) {
-  return SfaShape{s.layout, s.batch, s.s1, s.s2, s.t1, s.t2, 1, 1, 16, 0, s.k, false, false};
-}
-
-inline LigTilingResult ComputeLigTiling(const LigShape& shape, uint32_t sparse_mode, bool weights_f32,
-                                        const SfaSeqLengths& lens, const CubePlatform& p) {
-  LigTilingResult r{false, nullptr, {}, 0, 0};
-  if (const char* err = CheckLigInputs(shape, sparse_mode, p)) {
+inline TilingResult<LigTilingData> ComputeLigTiling(const LigShape& shape, const table::LightningIndexerGradAttrs& a,
+                                                    bool weights_f32, const SeqLengths& lens, const CubePlatform& p) {
+  TilingResult<LigTilingData> r{false, nullptr, {}, 0, 0};
+  if (const char* err = CheckLigInputs(shape, p)) {
     r.error = err;
     return r;
   }
-  const SfaShape s = Normalised(LigAsSfaShape(shape));
+  const SeqShape s = Normalised(shape.indexer.seq);
   LigTilingData& t = r.data;
+  t.attrs = a;
   SetSeqFields(t, s);
-  t.sparseMode = sparse_mode;
-  t.nIdx = static_cast<uint32_t>(shape.nIdx);
-  t.dIdx = static_cast<uint32_t>(shape.dIdx);
-  t.k = static_cast<uint32_t>(s.k);
-  t.kPad = static_cast<uint32_t>(AlignUp(s.k, kCubeAlign));
+  t.sparseMode = static_cast<uint32_t>(a.sparse_mode);
+  t.nIdx = static_cast<uint32_t>(shape.indexer.nIdx);
+  t.dIdx = static_cast<uint32_t>(shape.indexer.dIdx);
+  t.k = static_cast<uint32_t>(shape.k);
+  t.kPad = static_cast<uint32_t>(AlignUp(shape.k, kCubeAlign));
 
   // Cores: enough AIVs for the larger pass (query tokens or key blocks), never an idle AI core.
   const uint64_t key_blocks = (s.t2 + kIndexerKeyBlock - 1) / kIndexerKeyBlock;
-  const uint64_t units = s.t1 > key_blocks ? s.t1 : key_blocks;
-  const uint64_t want_aic = (units + 1) / 2;
-  t.usedAicNum = static_cast<uint32_t>(want_aic == 0 ? 1 : (want_aic < p.aicNum ? want_aic : p.aicNum));
+  t.usedAicNum = UsedAic(s.t1 > key_blocks ? s.t1 : key_blocks, p);
   t.aivNum = 2 * t.usedAicNum;
-  const SfaAttrs balance{1.0f, 1, sparse_mode, false};
-  SplitQueryRows(s, balance, lens, t.aivNum, t.rowStart);
+  SplitQueryRows(s, 1, RowWork{a.sparse_mode, shape.k}, lens, t.aivNum, t.rowStart);
   SetIndexerKeyPass(t);
 
   // UB: only the gather tile can shrink; the per-token vectors hold all K slots.
@@ -145,15 +135,16 @@ inline LigTilingResult ComputeLigTiling(const LigShape& shape, uint32_t sparse_m
 }
 
 struct LightningIndexerGradTiling {
-  LigTilingResult result;  // result.data.usedAicNum is the blockDim of the mixed launch
+  TilingResult<LigTilingData> result;  // result.data.usedAicNum is the blockDim of the mixed launch
   uint64_t tilingKey;
 };
 
-inline LightningIndexerGradTiling ComputeLightningIndexerGradTiling(const LigShape& shape, uint32_t sparse_mode,
+inline LightningIndexerGradTiling ComputeLightningIndexerGradTiling(const LigShape& shape,
+                                                                    const table::LightningIndexerGradAttrs& attrs,
                                                                     DType dtype, bool weights_f32,
-                                                                    const SfaSeqLengths& lens,
+                                                                    const SeqLengths& lens,
                                                                     const CubePlatform& platform) {
-  return LightningIndexerGradTiling{ComputeLigTiling(shape, sparse_mode, weights_f32, lens, platform),
+  return LightningIndexerGradTiling{ComputeLigTiling(shape, attrs, weights_f32, lens, platform),
                                     LightningIndexerGradTilingKey(dtype, weights_f32)};
 }
 

@@ -25,15 +25,9 @@ inline constexpr uint64_t SparseLightningIndexerGradKLLossTilingKey(DType dtype,
   return IndexerTilingKey(dtype, weights_f32);
 }
 
-// Shapes as the op sees them (N2 = 1). BSND: batch = B, s1/s2 = S1/S2, t1 = B*S1, t2 = B*S2.
-// TND: batch = entries of the (int32 cumulative) lengths, 0 = absent (one sequence).
+// Shapes as the op sees them (N2 = 1): the tokens (seq), then per token the heads and dims.
 struct SliShape {
-  SfaLayout layout;
-  uint64_t batch;
-  uint64_t s1;
-  uint64_t s2;
-  uint64_t t1;
-  uint64_t t2;
+  SeqShape seq;
   uint64_t n1;    // heads of the main attention (query)
   uint64_t d;     // head dim of query/key
   uint64_t dr;    // rope dim; 0 = no query_rope/key_rope
@@ -42,16 +36,11 @@ struct SliShape {
   uint64_t k;     // index slots per query token
 };
 
-struct SliAttrs {
-  float scaleValue;
-  uint32_t sparseMode;  // 0 or 3
-  bool deterministic;   // honoured always: the scatter is by key ownership (see above)
-};
-
+// What the kernel reads; `attrs` holds every attribute of the op, as the table has them
+// (deterministic is honoured always: the scatter is by key ownership, see above).
 struct SliTilingData {
   uint32_t layout;
   uint32_t sparseMode;
-  uint32_t deterministic;
   uint32_t hasRope;
   uint32_t batch;
   uint32_t s1;
@@ -93,19 +82,12 @@ struct SliTilingData {
   uint64_t wsDi;    // global [t1, k] float32: dI per slot (0 for -1 / hidden slots)
   uint64_t wsLoss;  // global [t1] float32: loss of each token
   uint64_t workspaceBytes;
-  SfaMatmulTiling mmNT;  // S = Qf Kfᵀ, Sx = Qi Kiᵀ (row pass), Sx = Qi Kbᵀ (key pass)
-  SfaMatmulTiling mmNN;  // d_query_index = dS Ki
-  SfaMatmulTiling mmTN;  // d_key_index block += Coefᵀ Qi
-  uint32_t rowStart[kSfaMaxAiv + 1];       // AIV i owns query tokens [rowStart[i], rowStart[i+1])
-  uint32_t keyBlockStart[kSfaMaxAiv + 1];  // AIV i owns key blocks [keyBlockStart[i], ...[i+1])
-};
-
-struct SliTilingResult {
-  bool ok;
-  const char* error;        // static text when !ok
-  SliTilingData data;
-  uint64_t workspaceBytes;  // user workspace (the op_host adds the system workspace)
-  uint64_t ubBytes;         // largest UB footprint of an AIV
+  MatmulTiling mmNT;  // S = Qf Kfᵀ, Sx = Qi Kiᵀ (row pass), Sx = Qi Kbᵀ (key pass)
+  MatmulTiling mmNN;  // d_query_index = dS Ki
+  MatmulTiling mmTN;  // d_key_index block += Coefᵀ Qi
+  uint32_t rowStart[kMaxAiv + 1];       // AIV i owns query tokens [rowStart[i], rowStart[i+1])
+  uint32_t keyBlockStart[kMaxAiv + 1];  // AIV i owns key blocks [keyBlockStart[i], ...[i+1])
+  table::SparseLightningIndexerGradKLLossAttrs attrs;
 };
 
 // Every UB buffer the kernel allocates: the shared core's plus three [kPad] vectors (p, I/y, dI
@@ -121,64 +103,57 @@ __aicore__ inline SliUbPlan PlanSliUb(const SliTilingData& t, bool weights_f32) 
   return PlanIndexerGradUb<SliUbPlan>(t, weights_f32, widest, s_tile > k_tile ? s_tile : k_tile, heads);
 }
 
-inline const char* CheckSliInputs(const SliShape& s, const SliAttrs& a, const CubePlatform& p) {
-  if (p.aicNum == 0) return "core count must be positive";
-  if (p.aicNum > kSfaMaxAic) return "more than 64 AI cores: the tiling arrays hold 128 AIVs";
-  if (s.n1 == 0 || s.nIdx == 0) return "N1 and Nidx must be positive";
+// The shape and the platform; nullptr when they can be tiled.
+inline const char* CheckSliInputs(const SliShape& s, const CubePlatform& p) {
+  using Limits = table::SparseLightningIndexerGradKLLossAscend;
+  if (const char* err = CheckCubePlatform(p)) return err;
+  if (const char* err = OutOfRange<Limits::N1>(s.n1)) return err;
+  if (const char* err = OutOfRange<Limits::Nidx>(s.nIdx)) return err;
+  if (const char* err = OutOfRange<Limits::K>(s.k)) return err;
   if (s.d == 0 || s.d % 16 != 0) return "head dim D must be a positive multiple of 16 (32-byte rows)";
   if (s.dr % 16 != 0) return "rope dim Dr must be a multiple of 16 (32-byte rows)";
-  if (s.dIdx == 0 || s.dIdx % 16 != 0) return "indexer head dim Didx must be a positive multiple of 16";
-  if (s.k == 0) return "sparse_indices needs at least one slot (K >= 1)";
-  if (a.sparseMode != 0 && a.sparseMode != 3) return "sparse_mode must be 0 or 3";
-  if (s.batch == 0 && s.layout == SfaLayout::kBSND) return "batch must be positive";
-  if (s.layout == SfaLayout::kBSND && (s.t1 != s.batch * s.s1 || s.t2 != s.batch * s.s2)) {
-    return "BSND: t1/t2 must equal B*S1/B*S2";
+  if (s.dIdx == 0 || s.dIdx % 16 != 0 || s.dIdx > 1024) {
+    return "indexer head dim Didx must be a multiple of 16 in [16, 1024]";
   }
-  if (s.t1 * s.n1 > UINT32_MAX || s.t2 > UINT32_MAX || s.k > 16384 || s.d + s.dr > 4096 || s.nIdx > 128 ||
-      s.dIdx > 1024 || s.n1 > 256) {
-    return "shape out of range (T*N < 2^32, K <= 16384, D + Dr <= 4096, Nidx <= 128, Didx <= 1024, N1 <= 256)";
+  if (const char* err = CheckSeqShape(s.seq)) return err;
+  if (s.seq.t1 * s.n1 > UINT32_MAX || s.seq.t2 > UINT32_MAX || s.d + s.dr > 4096) {
+    return "shape out of range (T*N < 2^32, D + Dr <= 4096)";
   }
   return nullptr;
 }
 
-// As the SFA tiling: TND without lengths is BSND with B = 1.
-inline SfaShape SliAsSfaShape(const SliShape& s) {
-  return SfaShape{s.layout, s.batch, s.s1, s.s2, s.t1, s.t2, s.n1, 1, s.d, s.dr, s.k, false, false};
-}
-
-inline SliTilingResult ComputeSliTiling(const SliShape& shape, const SliAttrs& a, bool weights_f32,
-                                        const SfaSeqLengths& lens, const CubePlatform& p) {
-  SliTilingResult r{false, nullptr, {}, 0, 0};
-  if (const char* err = CheckSliInputs(shape, a, p)) {
+inline TilingResult<SliTilingData> ComputeSliTiling(const SliShape& shape,
+                                                    const table::SparseLightningIndexerGradKLLossAttrs& a,
+                                                    bool weights_f32, const SeqLengths& lens, const CubePlatform& p) {
+  TilingResult<SliTilingData> r{false, nullptr, {}, 0, 0};
+  if (const char* err = CheckSliInputs(shape, p)) {
     r.error = err;
     return r;
   }
-  const SfaShape s = Normalised(SliAsSfaShape(shape));
+  const SeqShape s = Normalised(shape.seq);
   SliTilingData& t = r.data;
+  t.attrs = a;
   SetSeqFields(t, s);
-  t.sparseMode = a.sparseMode;
-  t.deterministic = a.deterministic ? 1 : 0;
-  t.hasRope = s.dr > 0 ? 1 : 0;
-  t.n1 = static_cast<uint32_t>(s.n1);
-  t.d = static_cast<uint32_t>(s.d);
-  t.dr = static_cast<uint32_t>(s.dr);
+  t.sparseMode = static_cast<uint32_t>(a.sparse_mode);
+  t.hasRope = shape.dr > 0 ? 1 : 0;
+  t.n1 = static_cast<uint32_t>(shape.n1);
+  t.d = static_cast<uint32_t>(shape.d);
+  t.dr = static_cast<uint32_t>(shape.dr);
   t.dk = t.d + t.dr;
   t.nIdx = static_cast<uint32_t>(shape.nIdx);
   t.dIdx = static_cast<uint32_t>(shape.dIdx);
-  t.k = static_cast<uint32_t>(s.k);
-  t.kPad = static_cast<uint32_t>(AlignUp(s.k, kCubeAlign));
-  t.scaleValue = a.scaleValue;
+  t.k = static_cast<uint32_t>(shape.k);
+  t.kPad = static_cast<uint32_t>(AlignUp(shape.k, kCubeAlign));
+  t.scaleValue = static_cast<float>(a.scale_value);
 
   // Cores: never more AIVs than query tokens (at least one core).
-  const uint64_t want_aic = (s.t1 + 1) / 2;
-  t.usedAicNum = static_cast<uint32_t>(want_aic == 0 ? 1 : (want_aic < p.aicNum ? want_aic : p.aicNum));
+  t.usedAicNum = UsedAic(s.t1, p);
   t.aivNum = 2 * t.usedAicNum;
-  const SfaAttrs balance{a.scaleValue, 1, a.sparseMode, false};
-  SplitQueryRows(s, balance, lens, t.aivNum, t.rowStart);
+  SplitQueryRows(s, 1, RowWork{a.sparse_mode, shape.k}, lens, t.aivNum, t.rowStart);
   SetIndexerKeyPass(t);
 
   // UB: shrink the S chunk, then the S tile rows, then the gather tile until the plan fits.
-  t.keyChunk = static_cast<uint32_t>(AlignUp(s.k < kSliMaxKeyChunk ? s.k : kSliMaxKeyChunk, kCubeAlign));
+  t.keyChunk = static_cast<uint32_t>(AlignUp(shape.k < kSliMaxKeyChunk ? shape.k : kSliMaxKeyChunk, kCubeAlign));
   t.tileRows = t.n1 < 64 ? t.n1 : 64;
   t.gatherRows = 16;
   while (PlanSliUb(t, weights_f32).Total() > MixUbBudget(p)) {
@@ -210,7 +185,7 @@ inline SliTilingResult ComputeSliTiling(const SliShape& shape, const SliAttrs& a
   const uint64_t off = take.off;
   t.aivWsBytes = off;
   t.wsDi = off * t.aivNum;
-  t.wsLoss = t.wsDi + AlignUp(s.t1 * s.k * 4, 512);
+  t.wsLoss = t.wsDi + AlignUp(s.t1 * shape.k * 4, 512);
   t.workspaceBytes = t.wsLoss + AlignUp(s.t1 * 4, 512);
   r.workspaceBytes = t.workspaceBytes;
   r.ok = true;
@@ -218,13 +193,13 @@ inline SliTilingResult ComputeSliTiling(const SliShape& shape, const SliAttrs& a
 }
 
 struct SparseLightningIndexerGradKLLossTiling {
-  SliTilingResult result;  // result.data.usedAicNum is the blockDim of the mixed launch
+  TilingResult<SliTilingData> result;  // result.data.usedAicNum is the blockDim of the mixed launch
   uint64_t tilingKey;
 };
 
 inline SparseLightningIndexerGradKLLossTiling ComputeSparseLightningIndexerGradKLLossTiling(
-    const SliShape& shape, const SliAttrs& attrs, DType dtype, bool weights_f32, const SfaSeqLengths& lens,
-    const CubePlatform& platform) {
+    const SliShape& shape, const table::SparseLightningIndexerGradKLLossAttrs& attrs, DType dtype, bool weights_f32,
+    const SeqLengths& lens, const CubePlatform& platform) {
   return SparseLightningIndexerGradKLLossTiling{ComputeSliTiling(shape, attrs, weights_f32, lens, platform),
                                                 SparseLightningIndexerGradKLLossTilingKey(dtype, weights_f32)};
 }

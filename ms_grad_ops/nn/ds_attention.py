@@ -7,6 +7,7 @@ from mindspore import ops as msops
 from mindspore.common.initializer import Normal, initializer
 
 from .._checks import check_batch_lengths, check_cumulative_values, lengths_input, size_argument
+from .._specs import OP_SPECS
 from . import _yarn, deepseek_io
 from ._amp import KernelCell, rewrite_leaf
 from .indexer_kl_loss import IndexerKLLoss
@@ -145,8 +146,10 @@ class DSAttention(nn.Cell):
                  beta_fast: float = _yarn.BETA_FAST, beta_slow: float = _yarn.BETA_SLOW,
                  mscale: float = _yarn.MSCALE) -> None:
         super().__init__()
-        if layout not in ("BSND", "TND"):
-            raise ValueError(f"DSAttention: layout must be \"BSND\" or \"TND\", got {layout!r}")
+        # The layout of every kernel it runs: the table's attribute (checked here before any is built).
+        error = OP_SPECS["sparse_flash_attention"].attr("layout").error("DSAttention", layout)
+        if error:
+            raise ValueError(error)
         if dtype not in (ms.float32, ms.float16, ms.bfloat16):
             raise TypeError(f"DSAttention: dtype must be float32, float16 or bfloat16, got {dtype}")
         sizes = {"dim": dim, "n_heads": n_heads, "q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank,

@@ -26,10 +26,10 @@ class _IndexerKLLossCore(KernelCell):
     always returns the same structure.
     """
 
-    def __init__(self, scale_value: float, layout: str, sparse_mode: int) -> None:
+    def __init__(self, scale_value: float, layout: str, sparse_mode: int, deterministic: bool) -> None:
         super().__init__()
         self.attrs = attributes("sparse_lightning_indexer_grad_kl_loss", scale_value=scale_value, layout=layout,
-                                sparse_mode=sparse_mode, deterministic=False)
+                                sparse_mode=sparse_mode, deterministic=deterministic)
 
     def construct(self, query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor,
                   sparse_indices: Tensor, softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor,
@@ -64,12 +64,15 @@ class IndexerKLLoss(KernelCell):
     Gradients of query_index, key_index and weights come from one fused kernel call scaled by the
     incoming gradient. The forward runs the fused kernel once, keeping its gradients for the
     backward (the main cost, recomputing the attention probabilities, is shared by loss and
-    gradients), so a forward+backward step costs one kernel call.
+    gradients), so a forward+backward step costs one kernel call. The constructor takes the op's
+    attributes (docs/ops/sparse_lightning_indexer_grad_kl_loss.md); ``deterministic`` changes nothing
+    (every backend is deterministic).
     """
 
-    def __init__(self, scale_value: float, layout: str = "BSND", sparse_mode: int = 3) -> None:
+    def __init__(self, scale_value: float, layout: str = "BSND", sparse_mode: int = 3,
+                 deterministic: bool = False) -> None:
         super().__init__()
-        self.core = _IndexerKLLossCore(scale_value, layout, sparse_mode)
+        self.core = _IndexerKLLossCore(scale_value, layout, sparse_mode, deterministic)
 
     def construct(self, query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor,
                   sparse_indices: Tensor, softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor | None = None,

@@ -21,11 +21,11 @@ class LightningIndexer(KernelCell):
     ``ops.lightning_indexer_grad``), so the indexer trains through a loss on ``sparse_values`` as
     well as through ``IndexerKLLoss``.
 
-    ``sparse_count`` follows ``ops.lightning_indexer``'s size rule (at most 2**20, and T1 * K at most
-    2**31 - 1): a larger one is a ``ValueError`` here, the T1 part when the Cell is called.
+    The attributes' domains and backend limits are the table's (docs/ops/lightning_indexer.md): a
+    value outside is a ``ValueError`` here; the size rule's T1 * K part when the Cell is called.
     """
 
-    def __init__(self, sparse_count: int, layout: str = "BSND", sparse_mode: int = 3) -> None:
+    def __init__(self, sparse_count: int = 2048, layout: str = "BSND", sparse_mode: int = 3) -> None:
         super().__init__()
         attrs = attributes("lightning_indexer", sparse_count=sparse_count, layout=layout, sparse_mode=sparse_mode)
         check_attribute_rules("lightning_indexer", attrs)

@@ -23,7 +23,7 @@ def cla_gate_backward(grad_merged: Tensor, global_attn: Tensor, local_attn: Tens
         grad_merged, global_attn, local_attn: ``[T, N, D]``.
         global_gate_logits, local_gate_logits: ``[T, N]``.
         All float16/bfloat16/float32, one dtype.
-        input_attn_layout: only ``"TND"``.
+        input_attn_layout: the attribute (its choices: docs/ops/cla_gate_backward.md, from the table).
 
     Returns:
         ``(grad_global_attn, grad_local_attn, grad_global_gate_logits, grad_local_gate_logits)``:

@@ -18,7 +18,7 @@ _INPUTS = OP_SPECS[_OP].inputs
 def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
                       actual_seq_lengths_query: Sequence[int] | Tensor | None = None,
                       actual_seq_lengths_key: Sequence[int] | Tensor | None = None, *,
-                      sparse_count: int, layout: str = "BSND", sparse_mode: int = 3) -> tuple[Tensor, Tensor]:
+                      sparse_count: int = 2048, layout: str = "BSND", sparse_mode: int = 3) -> tuple[Tensor, Tensor]:
     """Selects, for every query row, the ``sparse_count`` visible keys with the highest
     ``I_j = sum_g weights[g] * relu(query_index[g] . key_index[j])`` (no scale).
 
@@ -30,13 +30,13 @@ def lightning_indexer(query_index: Tensor, key_index: Tensor, weights: Tensor,
             (docs/contract.md section 0.3). TND: cumulative (``[3, 5]`` is written ``[3, 8]``), both
             or neither; None = one sequence of T1 queries and T2 keys. BSND: per batch, the valid
             rows of each padded batch row, either alone; a padding row selects nothing (-1 / -inf).
-        sparse_count: K, in [1, 2**20] with T1 * K <= 2**31 - 1 (T1 = B * S1 in BSND): both outputs
-            are allocated before the kernel runs, T1 * K slots of 8 bytes together, so a larger K is
-            a ValueError naming the op and sparse_count (in GRAPH mode at compile, or when a dynamic
-            T1 becomes known). K above a row's visible keys is valid (-1 padding): to select every
-            visible key pass the longest key length, not 2**31 - 1. layout: "TND" or "BSND".
-            sparse_mode: 3 (rightDownCausal: local query s1 sees keys ``s2 <= s1 + S2_b - S1_b``)
-            or 0 (every key of its batch).
+        sparse_count, layout, sparse_mode: the attributes, their domains, defaults and backend limits
+            as docs/ops/lightning_indexer.md lists them (from the table). sparse_count is K, and
+            T1 * K must also stay int32-indexable (T1 = B * S1 in BSND): both outputs are allocated
+            before the kernel runs, so a larger K is a ValueError naming the op and sparse_count (in
+            GRAPH mode at compile, or when a dynamic T1 becomes known). K above a row's visible keys
+            is valid (-1 padding): to select every visible key pass the longest key length.
+            sparse_mode 3 (rightDownCausal): local query s1 sees keys ``s2 <= s1 + S2_b - S1_b``.
 
     Returns:
         ``(sparse_indices, sparse_values)``, ``[T1, 1, K]`` / ``[B, S1, 1, K]``: int32 key indices local

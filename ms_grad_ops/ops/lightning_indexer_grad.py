@@ -43,8 +43,8 @@ def lightning_indexer_grad(query_index: Tensor, key_index: Tensor, weights: Tens
             or neither; None = one sequence of T1 queries and T2 keys. BSND: per batch, the valid
             rows of each padded batch row, either alone; padding rows are never read and get zero
             gradients.
-        layout: "TND" or "BSND". sparse_mode: 3 (rightDownCausal: local query s1 sees keys
-            ``s2 <= s1 + S2_b - S1_b``) or 0 (every key of its batch).
+        layout, sparse_mode: the attributes (domains, defaults, meanings: docs/ops/lightning_indexer_grad.md,
+            from the table), as the forward's.
 
     Returns:
         ``(d_query_index, d_key_index, d_weights)``, shaped and typed like query_index, key_index and

@@ -27,7 +27,7 @@ def rope_grad(q_grad: Tensor, k_grad: Tensor, cos: Tensor, sin: Tensor, q_seq_le
         cos, sin: ``[max_seq_len, 128]``, one float dtype.
         q_seq_len: per-sequence lengths (not cumulative), ``sum == n_tokens``,
             ``0 < len <= max_seq_len``; a sequence of ints or an int32/int64 tensor.
-        mode: ``"atb"`` or ``"vjp"``.
+        mode: the attribute (its choices: docs/ops/rope_grad.md, from the table).
 
     Returns:
         ``(q_grad_out, k_grad_out)``, shaped and typed like q_grad.

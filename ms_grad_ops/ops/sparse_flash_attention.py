@@ -71,8 +71,8 @@ def sparse_flash_attention(query: Tensor, key: Tensor, value: Tensor | None, spa
             neither; None = one sequence of T1 queries and T2 keys. BSND: per batch, the valid rows
             of each padded batch row (0 <= len <= S), either alone (None = all S); padding rows are
             never read and give out 0 and statistics 0.
-        scale_value: logit scale. sparse_block_size: bs >= 1. layout: "TND" or "BSND".
-        sparse_mode: 3 (right-down causal) or 0 (no mask).
+        scale_value, sparse_block_size, layout, sparse_mode: the attributes (domains, defaults,
+            backend limits, meanings: docs/ops/sparse_flash_attention.md, from the table).
 
     Returns:
         ``(out, softmax_max, softmax_sum)``: out shaped/typed like query; float32 statistics

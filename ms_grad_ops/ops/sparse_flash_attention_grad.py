@@ -28,8 +28,8 @@ def sparse_flash_attention_grad(query: Tensor, key: Tensor, value: Tensor | None
         d_out, out: ``[T1, N1, D]`` / ``[B, S1, N1, D]``, query's dtype.
         softmax_max, softmax_sum: float32 statistics from the forward, ``[N2, T1, G]`` /
             ``[B, N2, S1, G]``.
-        pre_tokens, next_tokens: must keep their defaults. deterministic: accepted for API parity
-            (the CPU kernel is always deterministic).
+        pre_tokens, next_tokens, deterministic: the grad's other attributes (docs/ops/
+            sparse_flash_attention_grad.md, from the table).
 
     Returns:
         ``(d_query, d_key, d_value, d_query_rope, d_key_rope)`` shaped/typed like their inputs.

@@ -40,8 +40,9 @@ def sparse_lightning_indexer_grad_kl_loss(
         actual_seq_lengths_query/key: docs/contract.md section 0.3: TND cumulative, both or neither
             (None = one sequence of T1 queries and T2 keys); BSND per batch, either alone (padding
             rows are never read, add nothing and get zero gradients).
-        scale_value: the main attention's logit scale. layout: "TND"/"BSND". sparse_mode: 0 or 3.
-        deterministic: accepted for API parity; the CPU kernel is always deterministic.
+        scale_value, layout, sparse_mode, deterministic: the attributes (domains, defaults, meanings:
+            docs/ops/sparse_lightning_indexer_grad_kl_loss.md, from the table); scale_value is the
+            main attention's logit scale.
 
     Returns:
         ``(d_query_index, d_key_index, d_weights, loss)``: gradients shaped and typed like their

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -31,18 +32,44 @@ def camel(name: str) -> str:
 
 
 def constant(name: str) -> str:
-    """The C++ constant of a table name: ``d_query_rope`` -> ``kDQueryRope``."""
-    return "k" + camel(name)
+    """The C++ constant of a table name or choice: ``d_query_rope`` -> ``kDQueryRope``, ``"BSND"`` ->
+    ``kBSND``, the meaning ``"no mask"`` -> ``kNoMask``."""
+    return "k" + "".join(w[:1].upper() + w[1:] for w in re.split(r"[^0-9A-Za-z]+", name) if w)
+
+
+def choice_enum(attr: object) -> str | None:
+    """The enum class of a choice attribute (``sparse_mode`` -> ``SparseMode``), None for the others."""
+    return camel(attr.name) if type(attr.domain).__name__ == "Choice" else None
+
+
+def choice_constants(attr: object) -> list[tuple[str, object]]:
+    """(enumerator, value) of each choice: a str choice is numbered in table order, an int choice
+    keeps its value and is named by its meaning."""
+    d = attr.domain
+    if d.meanings:
+        return [(constant(m), v) for v, m in zip(d.values, d.meanings)]
+    return [(constant(v), i) for i, v in enumerate(d.values)]
 
 
 def cpp_type(attr: object) -> str:
-    """The C++ type of an attribute (``AttrSpec.type``)."""
+    """The C++ type of an attribute's ``Attrs`` field: its choice enum, or the raw type."""
+    return choice_enum(attr) or CPP_TYPES[attr.type]
+
+
+def raw_cpp_type(attr: object) -> str:
+    """The C++ type of an attribute's raw value (what an OpDef, MindSpore and Python hold)."""
     return CPP_TYPES[attr.type]
 
 
 def cpp_literal(attr: object) -> str:
-    """The C++ spelling of an attribute's default."""
+    """The C++ spelling of an attribute's default (``{}`` for a required attribute: it has none)."""
+    if attr.required:
+        return "{}"
     value = attr.default
+    if choice_enum(attr):
+        name = dict((v, c) for c, v in choice_constants(attr))
+        key = attr.domain.values.index(value) if not attr.domain.meanings else value
+        return f"{choice_enum(attr)}::{name[key]}"
     if attr.type == "str":
         return f'"{value}"'
     if attr.type == "bool":
@@ -52,6 +79,11 @@ def cpp_literal(attr: object) -> str:
     if attr.type == "listInt":
         return "{" + ", ".join(str(int(v)) for v in value) + "}"
     return str(int(value))
+
+
+def cpp_string(text: str) -> str:
+    """``text`` as a C++ string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def wrap_call(head: str, args: list[str], tail: str, indent: str, width: int = 120) -> list[str]:

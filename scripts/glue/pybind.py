@@ -1,21 +1,22 @@
 """``infer_shape/python_bindings.h``: the pybind11 bindings of the shape rules, one ``m.def`` per op.
 
 Each binding ``<op>(shapes, dtypes, <every attribute by its table name>)`` fills the attributes into
-``mgo::table::<OpType>::Attrs`` and calls the rule ``mgo::infer::<op>`` of ``infer_shape/<op>.h``.
+``mgo::table::<OpType>::Attrs`` (choices parsed, every domain checked: ``table::SetAttr``,
+``CheckAttrs``, as every reader does) and calls the rule ``mgo::infer::<op>`` of ``infer_shape/<op>.h``.
 ``infer_shape/python_module.cc`` keeps the hand-written translation between Python values and the
 rules' descriptors (``descs``, ``outputs``) and the exception translator."""
 from __future__ import annotations
 
 from types import ModuleType
 
-from .common import banner, cpp_type, wrap_call
+from .common import banner, raw_cpp_type, wrap_call
 
 PATH = "infer_shape/python_bindings.h"
 
 
 def _param(attr: object) -> str:
     """The binding's C++ parameter of an attribute (class types by const reference)."""
-    t = cpp_type(attr)
+    t = raw_cpp_type(attr)
     return f"const {t}& {attr.name}" if t.startswith("std::") else f"{t} {attr.name}"
 
 
@@ -24,8 +25,9 @@ def _binding(op: object) -> list[str]:
     params = ["const Shapes& s", "const DTypeNames& t", *(_param(a) for a in op.attrs)]
     lines = [f"  // {op.name}: infer_shape/{op.name}.h", "  m.def(", f'      "{op.name}",']
     lines += wrap_call("      [](", params, ") {", "         ")
-    lines.append(f"        {attrs_type} a;")
-    lines += [f"        a.{a.name} = {a.name};" for a in op.attrs]
+    lines.append(f"        {attrs_type} a{{}};")
+    lines += [f"        table::SetAttr(table::{op.op_type}::kName, a.{a.name}, {a.name});" for a in op.attrs]
+    lines.append(f"        table::{op.op_type}::CheckAttrs(a, table::Backend::kAny);")
     lines.append(f"        return outputs(infer::{op.name}(descs(s, t), a));")
     lines.append("      },")
     lines += wrap_call("      ", ["shapes", "dtypes", *(f'py::arg("{a.name}")' for a in op.attrs)], ");", "      ")

@@ -18,14 +18,19 @@ def _info(prim: object) -> dict:
     return json.loads(prim.reg_info) if isinstance(prim.reg_info, str) else prim.reg_info
 
 
+def _attrs(spec: object) -> dict[str, object]:
+    """Every attribute of ``spec``: the table's default, 0.5 for a required one (scale_value)."""
+    return {a.name: 0.5 if a.required else a.default for a in spec.attrs}
+
+
 @pytest.mark.parametrize("name", sorted(OP_SPECS))
 def test_cpu_primitive_declares_the_spec(name: str) -> None:
     spec = OP_SPECS[name]
-    prim = _custom._build(name, "CPU", tuple((a.name, a.default) for a in spec.attrs))
+    prim = _custom._build(name, "CPU", tuple(_attrs(spec).items()))
     assert prim.func_type == "aot"
     path, symbol = prim.func.rsplit(":", 1)
     assert Path(path).is_absolute() and Path(path).exists() and symbol == spec.op_type
-    info = _custom.reg_info(spec, "CPU", {a.name: a.default for a in spec.attrs})
+    info = _custom.reg_info(spec, "CPU", _attrs(spec))
     assert info["target"] == "CPU"
     assert [i["name"] for i in info["inputs"]] == list(spec.inputs)
     assert [o["name"] for o in info["outputs"]] == list(spec.outputs)
@@ -45,7 +50,7 @@ def test_every_operator_is_registered_for_ascend() -> None:
 @pytest.mark.parametrize("name", ASCEND_OPS)
 def test_ascend_branch_builds_the_aclnn_primitive(name: str) -> None:
     spec = OP_SPECS[name]
-    prim = _custom._build(name, "Ascend", tuple((a.name, a.default) for a in spec.attrs))
+    prim = _custom._build(name, "Ascend", tuple(_attrs(spec).items()))
     assert prim.func == spec.op_type and prim.func_type == "aot"
     info = _info(prim)
     assert info["target"] == "Ascend"
@@ -63,7 +68,7 @@ def test_ascend_primitive_with_the_device_target_stubbed(name: str, monkeypatch:
     monkeypatch.setattr(_custom, "device_target", lambda: "Ascend")
     _custom._primitive_cached.cache_clear()
     try:
-        assert _custom.primitive(name).func == OP_SPECS[name].op_type
+        assert _custom.primitive(name, **_attrs(OP_SPECS[name])).func == OP_SPECS[name].op_type
     finally:
         _custom._primitive_cached.cache_clear()
 
@@ -126,7 +131,7 @@ def test_ascend_infer_callables_take_every_spec_attribute(name: str, x: str) -> 
 
     spec = OP_SPECS[name]
     changes, shapes, want_shapes, dtypes, want_dtypes = INFER_CASES[name]
-    attrs = {**{a.name: a.default for a in spec.attrs}, **changes}
+    attrs = {**_attrs(spec), **changes}
     out_shape, out_dtype = _custom.ascend_infer(spec, attrs)
     ms_dtype = {"float16": ms.float16, "bfloat16": ms.bfloat16, "float32": ms.float32, "int32": ms.int32}
     got_shapes = out_shape(*shapes)
@@ -201,7 +206,7 @@ def _check_wiring(name: str, grad_name: str) -> None:
 @pytest.mark.parametrize("name", sorted(OP_SPECS))
 def test_bprop_takes_every_input_of_the_table(name: str) -> None:
     spec = OP_SPECS[name]
-    pairing = _bprops.grad_op(name, {a.name: a.default for a in spec.attrs})
+    pairing = _bprops.grad_op(name, _attrs(spec))
     if pairing is not None:
         assert pairing[0] in OP_SPECS
         with pytest.raises(ValueError, match=f"{name}: its bprop needs the primitive of {pairing[0]}"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _util import TOLERANCES, rel_l2
+from ascendc_harness import twin_cla_gate as cla
 from ascendc_harness import twin_lib as twin
 
 from ms_grad_ops.reference import cla_gate_backward, cla_gate_merge
@@ -56,7 +57,7 @@ def check_run(run: twin.KernelRun, refs: tuple[np.ndarray, ...], dtype: str, ub:
 @pytest.mark.parametrize("t,n,d,cores", CASES)
 def test_cla_gate_backward_matches_reference(t: int, n: int, d: int, cores: int, dtype: str, arch: int) -> None:
     x = inputs(t, n, d, dtype, seed=t * 1000 + n)
-    run = twin.cla_gate_backward(dtype, *x, core_num=cores, arch=arch)
+    run = cla.cla_gate_backward(dtype, *x, core_num=cores, arch=arch)
     assert run.info.blocks == min(cores, t * n)
     check_run(run, cla_gate_backward(*x), dtype, arch=arch)
 
@@ -66,7 +67,7 @@ def test_cla_gate_backward_matches_reference(t: int, n: int, d: int, cores: int,
 @pytest.mark.parametrize("t,n,d,cores", CASES)
 def test_cla_gate_merge_matches_reference(t: int, n: int, d: int, cores: int, dtype: str, arch: int) -> None:
     og, ol, _, zg, zl = inputs(t, n, d, dtype, seed=t * 1000 + n + 1)
-    run = twin.cla_gate_merge(dtype, og, ol, zg, zl, core_num=cores, arch=arch)
+    run = cla.cla_gate_merge(dtype, og, ol, zg, zl, core_num=cores, arch=arch)
     check_run(run, (cla_gate_merge(og, ol, zg, zl),), dtype, arch=arch)
 
 
@@ -78,9 +79,9 @@ def test_small_and_large_unified_buffer(ub_kib: int | None, dtype: str, arch: in
     # all the arch has (on 3510 the tiles grow past what fits 2201).
     x = inputs(97, 9, 256, dtype, seed=5)
     ub = twin.platform_ub(arch) if ub_kib is None else ub_kib * 1024
-    run = twin.cla_gate_backward(dtype, *x, core_num=8, ub_bytes=ub, arch=arch)
+    run = cla.cla_gate_backward(dtype, *x, core_num=8, ub_bytes=ub, arch=arch)
     check_run(run, cla_gate_backward(*x), dtype, ub)
-    run = twin.cla_gate_merge(dtype, x[1], x[2], x[3], x[4], core_num=8, ub_bytes=ub, arch=arch)
+    run = cla.cla_gate_merge(dtype, x[1], x[2], x[3], x[4], core_num=8, ub_bytes=ub, arch=arch)
     check_run(run, (cla_gate_merge(x[1], x[2], x[3], x[4]),), dtype, ub)
 
 
@@ -92,24 +93,24 @@ def test_tiling_for_950_overflows_atlas_a2_ub(kernel: str) -> None:
     ub = twin.platform_ub(twin.ARCH_950)
     with pytest.raises(twin.TwinRuleError, match=r"unified buffer overflow on NPU arch 2201.*capacity 196608 bytes"):
         if kernel == "merge":
-            twin.cla_gate_merge("float16", x[1], x[2], x[3], x[4], core_num=1, ub_bytes=ub)
+            cla.cla_gate_merge("float16", x[1], x[2], x[3], x[4], core_num=1, ub_bytes=ub)
         else:
-            twin.cla_gate_backward("float16", *x, core_num=1, ub_bytes=ub)
+            cla.cla_gate_backward("float16", *x, core_num=1, ub_bytes=ub)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_saturated_gates_stay_finite(dtype: str) -> None:
     # |z| up to 200: exp(-z) overflows to inf in float32 and sigmoid must still be exactly 0 or 1.
     x = inputs(33, 4, 128, dtype, seed=11, logit_scale=80.0)
-    check_run(twin.cla_gate_backward(dtype, *x, core_num=20), cla_gate_backward(*x), dtype)
-    check_run(twin.cla_gate_merge(dtype, x[1], x[2], x[3], x[4], core_num=20),
+    check_run(cla.cla_gate_backward(dtype, *x, core_num=20), cla_gate_backward(*x), dtype)
+    check_run(cla.cla_gate_merge(dtype, x[1], x[2], x[3], x[4], core_num=20),
               (cla_gate_merge(x[1], x[2], x[3], x[4]),), dtype)
 
 
 def test_unsupported_head_dim_is_a_tiling_error() -> None:
     x = inputs(4, 2, 100, "float16", seed=1)
     with pytest.raises(twin.TilingError, match="multiple of 16"):
-        twin.cla_gate_backward("float16", *x, core_num=8)
+        cla.cla_gate_backward("float16", *x, core_num=8)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -120,7 +121,7 @@ def test_gate_gradient_is_accurate_for_large_logits(dtype: str) -> None:
     for i in (3, 4):
         z = np.linspace(-16.0, 16.0, x[i].size).reshape(x[i].shape)
         x[i] = twin.from_bits(twin.to_bits(z, dtype), dtype)
-    run = twin.cla_gate_backward(dtype, *x, core_num=8)
+    run = cla.cla_gate_backward(dtype, *x, core_num=8)
     refs = cla_gate_backward(*x)
     check_run(run, refs, dtype)
     for got, want in zip(run.outputs[2:], refs[2:]):

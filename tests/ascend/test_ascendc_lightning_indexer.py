@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from _selection import assert_same_selection, indexer_scores
 from _util import quantize, to_ms
+from ascendc_harness import twin_indexer as indexer
 from ascendc_harness import twin_lib as twin
 
 from ms_grad_ops import ops
@@ -22,18 +23,17 @@ from ms_grad_ops import ops
 CORE_COUNTS = (1, 8, 20, 24, 40, 48)
 
 
-def cpu_kernel(p: twin.LiProblem) -> tuple[np.ndarray, np.ndarray]:
+def cpu_kernel(p: indexer.LiProblem) -> tuple[np.ndarray, np.ndarray]:
     lens = (None, None) if p.lens_q is None else (ms.Tensor(np.array(p.lens_q, np.int32)),
                                                   ms.Tensor(np.array(p.lens_k, np.int32)))
     idx, val = ops.lightning_indexer(to_ms(p.query_index, p.dtype), to_ms(p.key_index, p.dtype),
-                                     to_ms(p.weights, p.wdtype), *lens, sparse_count=p.sparse_count,
-                                     layout=p.layout, sparse_mode=p.sparse_mode)
+                                     to_ms(p.weights, p.wdtype), *lens, **p.attrs)
     return idx.asnumpy(), val.asnumpy()
 
 
 def problem(seed: int, dtype: str, wdtype: str, layout: str, *, k: int, mode: int = 3, integer: bool = False,
             lens_q: list[int] | None = None, lens_k: list[int] | None = None, b: int = 2, s1: int = 9, s2: int = 13,
-            nidx: int = 4, didx: int = 16) -> twin.LiProblem:
+            nidx: int = 4, didx: int = 16) -> indexer.LiProblem:
     rng = np.random.default_rng(seed)
     if layout == "TND":
         tq, tk = (sum(lens_q),), (sum(lens_k),)
@@ -46,19 +46,19 @@ def problem(seed: int, dtype: str, wdtype: str, layout: str, *, k: int, mode: in
         return quantize(rng.standard_normal(shape), dt)
     cq = list(np.cumsum(lens_q)) if layout == "TND" else None
     ck = list(np.cumsum(lens_k)) if layout == "TND" else None
-    return twin.LiProblem(dtype, wdtype, layout, draw(*tq, nidx, didx, dt=dtype), draw(*tk, 1, didx, dt=dtype),
-                          draw(*tq, nidx, dt=wdtype), cq, ck, k, mode)
+    return indexer.LiProblem(dtype, wdtype, draw(*tq, nidx, didx, dt=dtype), draw(*tk, 1, didx, dt=dtype),
+                             draw(*tq, nidx, dt=wdtype), cq, ck, dict(sparse_count=k, layout=layout, sparse_mode=mode))
 
 
-def check(p: twin.LiProblem, cores: int, *, exact: bool = False) -> twin.KernelRun:
+def check(p: indexer.LiProblem, cores: int, *, exact: bool = False) -> twin.KernelRun:
     """Twin and CPU kernel each a valid top-k of the float64 scores within their float32 bounds;
     ``exact`` (small-integer data, exact arithmetic on both): bound 0, and both equal bit for bit."""
-    run = twin.lightning_indexer(p, cores)
+    run = indexer.lightning_indexer(p, cores)
     assert run.info.min_writes == 1 and run.info.max_writes == 1, "every output byte written exactly once"
     assert run.info.ub_peak_bytes == run.info.tiling_ub_bytes <= twin.ub_bytes_of(mixed=True)
     idx, val = run.outputs
     scores = indexer_scores(p.query_index, p.key_index, p.weights, p.lens_q, p.lens_k, layout=p.layout,
-                            sparse_mode=p.sparse_mode)
+                            sparse_mode=p.attrs["sparse_mode"])
     if exact:
         scores = scores.exactly()
     assert_same_selection(idx, val, scores, "twin")
@@ -115,7 +115,7 @@ def test_twin_sort32_documented_semantics() -> None:
     rng = np.random.default_rng(0)
     scores = rng.integers(-3, 4, 96).astype(np.float32)  # many exact ties
     indices = rng.permutation(1000)[:96].astype(np.uint32)
-    got_s, got_i = twin.sort32(scores, indices)
+    got_s, got_i = indexer.sort32(scores, indices)
     for g in range(3):
         part = slice(32 * g, 32 * g + 32)
         order = np.argsort(-scores[part], kind="stable")
@@ -126,7 +126,7 @@ def test_twin_sort32_documented_semantics() -> None:
 def test_twin_sort32_refuses_nan() -> None:
     """A NaN score's order is not documented: the twin refuses it."""
     with pytest.raises(twin.TwinRuleError, match="Sort32: NaN score"):
-        twin.sort32(np.r_[np.zeros(31), np.nan], np.arange(32))
+        indexer.sort32(np.r_[np.zeros(31), np.nan], np.arange(32))
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -146,14 +146,14 @@ def test_nan_scores_rank_last_and_keep_their_value() -> None:
 # ---------------------------------------------------------------- pure tiling
 def shape_only(layout: str, *, lens_q: list[int] | None = None, lens_k: list[int] | None = None, b: int = 1,
                s1: int = 1, s2: int = 1, nidx: int = 64, didx: int = 128, k: int = 2048, mode: int = 3,
-               wdtype: str = "bfloat16") -> twin.LiProblem:
+               wdtype: str = "bfloat16") -> indexer.LiProblem:
     def arr(*shape: int) -> np.ndarray:
         return np.broadcast_to(np.zeros(1), shape)
     tq, tk = ((sum(lens_q),), (sum(lens_k),)) if layout == "TND" else ((b, s1), (b, s2))
     cq = list(np.cumsum(lens_q)) if layout == "TND" else None
     ck = list(np.cumsum(lens_k)) if layout == "TND" else None
-    return twin.LiProblem("bfloat16", wdtype, layout, arr(*tq, nidx, didx), arr(*tk, 1, didx), arr(*tq, nidx), cq,
-                          ck, k, mode)
+    return indexer.LiProblem("bfloat16", wdtype, arr(*tq, nidx, didx), arr(*tk, 1, didx), arr(*tq, nidx), cq, ck,
+                             dict(sparse_count=k, layout=layout, sparse_mode=mode))
 
 
 TILING_SHAPES = [
@@ -170,7 +170,7 @@ TILING_SHAPES = [
 @pytest.mark.parametrize(("layout", "kw"), TILING_SHAPES)
 def test_tiling_invariants(cores: int, layout: str, kw: dict) -> None:
     p = shape_only(layout, **kw)
-    s = twin.li_schedule(p, cores)
+    s = indexer.li_schedule(p, cores)
     args = p.args(cores)
     assert s.used_aic == min(cores, max(1, (args.t1 + 1) // 2)) and s.aiv == 2 * s.used_aic
     starts = s.row_start
@@ -181,14 +181,18 @@ def test_tiling_invariants(cores: int, layout: str, kw: dict) -> None:
     assert s.tiling_key == 1 + (10 if p.wdtype == "float32" else 0)
     spans = list(zip(np.diff([0, *p.lens_q]), np.diff([0, *p.lens_k]))) if layout == "TND" else \
         [(args.s1, args.s2)] * args.batch
-    weights = np.array([16 + (max(0, min(s2, i + s2 - s1 + 1)) if p.sparse_mode == 3 else s2)
+    weights = np.array([16 + (max(0, min(s2, i + s2 - s1 + 1)) if p.attrs["sparse_mode"] == 3 else s2)
                         for s1, s2 in spans for i in range(s1)], np.int64)
     loads = np.array([weights[a:b].sum() for a, b in zip(starts[:-1], starts[1:])])
     assert loads.max() <= weights.sum() / s.aiv + weights.max(), "tokens balanced by visible keys"
 
 
-@pytest.mark.parametrize(("kw", "match"), [({"didx": 40}, "Didx"), ({"mode": 1}, "sparse_mode"),
-                                           ({"k": 20000}, "sparse_count"), ({"nidx": 200}, "Nidx")])
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"didx": 40}, "Didx"), ({"mode": 1}, "sparse_mode"),
+    # the table's Ascend limits, read as the op_host reads them
+    ({"k": 20000}, r"lightning_indexer: attribute 'sparse_count' must be an integer in \[1, 16384\] on Ascend, "
+                   r"got 20000"),
+    ({"nidx": 200}, r"Nidx \(indexer heads, query_index dim -2\) must be in \[1, 128\] on Ascend")])
 def test_tiling_rejects(kw: dict, match: str) -> None:
     with pytest.raises(twin.TilingError, match=match):
-        twin.li_schedule(shape_only("BSND", **kw), 24)
+        indexer.li_schedule(shape_only("BSND", **kw), 24)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from _indexer_cases import row_weights
 from _util import quantize, rel_l2
+from ascendc_harness import twin_indexer as indexer
 from ascendc_harness import twin_lib as twin
 
 from ms_grad_ops import reference as ref
@@ -34,7 +35,7 @@ def tolerance(dtype: str, reduction: int) -> float:
 def make_problem(seed: int, dtype: str, wdtype: str, layout: str, sparse_mode: int = 3, *,
                  lens_q: list[int] | None = None, lens_k: list[int] | None = None, b: int = 2, s1: int = 7,
                  s2: int = 9, nidx: int = 4, didx: int = 16, k: int = 8, drop: float = 0.2,
-                 oversample: float = 0.0) -> twin.LigProblem:
+                 oversample: float = 0.0) -> indexer.LigProblem:
     """Random inputs rounded to their dtypes. Slots: distinct keys of the row's batch in random
     order, a ``drop`` share set to -1; with ``oversample`` > 0 also keys beyond the causal limit.
     d_values is NaN at every -1 / hidden slot (the kernel must never read them)."""
@@ -64,15 +65,15 @@ def make_problem(seed: int, dtype: str, wdtype: str, layout: str, sparse_mode: i
     dv = np.where(vis, quantize(rng.standard_normal(si.shape), "float32"), np.nan)
     cq = list(np.cumsum(lens_q)) if layout == "TND" else None
     ck = list(np.cumsum(lens_k)) if layout == "TND" else None
-    return twin.LigProblem(dtype, wdtype, layout, qi, ki, w, si, dv, cq, ck, sparse_mode)
+    return indexer.LigProblem(dtype, wdtype, qi, ki, w, si, dv, cq, ck, dict(layout=layout, sparse_mode=sparse_mode))
 
 
-def reference(p: twin.LigProblem) -> tuple[np.ndarray, ...]:
+def reference(p: indexer.LigProblem) -> tuple[np.ndarray, ...]:
     return ref.lightning_indexer_grad(p.query_index, p.key_index, p.weights, p.sparse_indices, p.d_values,
-                                      p.lens_q, p.lens_k, layout=p.layout, sparse_mode=p.sparse_mode)
+                                      p.lens_q, p.lens_k, **p.attrs)
 
 
-def check(run: twin.KernelRun, p: twin.LigProblem, want: tuple[np.ndarray, ...] | None = None) -> None:
+def check(run: twin.KernelRun, p: indexer.LigProblem, want: tuple[np.ndarray, ...] | None = None) -> None:
     info = run.info
     assert info.min_writes == 1 and info.max_writes == 1, "every output byte written exactly once"
     assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.ub_bytes_of(mixed=True), "UB = the tiling's plan"
@@ -99,14 +100,14 @@ XW = [("float16", "float16"), ("float16", "float32"), ("bfloat16", "bfloat16"), 
 def test_small_cases(layout: str, dtype: str, wdtype: str) -> None:
     for cores, mode in ((1, 3), (8, 0), (24, 3)):
         p = make_problem(cores + len(layout), dtype, wdtype, layout, mode, oversample=0.5)
-        check(twin.lightning_indexer_grad(p, cores), p)
+        check(indexer.lightning_indexer_grad(p, cores), p)
 
 
 @pytest.mark.parametrize("mode", [0, 3])
 def test_sparse_mode_and_odd_lengths(mode: int) -> None:
     p = make_problem(11, "bfloat16", "float32", "TND", mode, lens_q=[1, 17, 0, 6], lens_k=[3, 21, 2, 33], k=12,
                      drop=0.4, nidx=3, didx=32, oversample=1.0)
-    check(twin.lightning_indexer_grad(p, 8), p)
+    check(indexer.lightning_indexer_grad(p, 8), p)
 
 
 def test_empty_rows_duplicates_and_out_of_range() -> None:
@@ -126,7 +127,7 @@ def test_empty_rows_duplicates_and_out_of_range() -> None:
     vis[0, 4, 0, [1, 4]] = True
     vis[0, 5:] = True
     dv[...] = np.where(vis, 1.0 + np.arange(si.size).reshape(si.shape) % 5, np.nan)
-    run = twin.lightning_indexer_grad(p, 2)
+    run = indexer.lightning_indexer_grad(p, 2)
     ref_si = np.where((si < -1) | (si >= 8), -1, si)
     want = ref.lightning_indexer_grad(p.query_index, p.key_index, p.weights, ref_si, p.d_values, layout="BSND")
     check(run, p, want)
@@ -141,7 +142,7 @@ def test_ascend_shapes(dtype: str, wdtype: str, nidx: int, layout: str) -> None:
     """Didx = 128, K = 1024 at small S (most slots -1), Nidx 8 and 64."""
     extra = {"lens_q": [3, 2], "lens_k": [5, 40]} if layout == "TND" else {"b": 1, "s1": 4, "s2": 37}
     p = make_problem(nidx, dtype, wdtype, layout, nidx=nidx, didx=128, k=1024, drop=0.0, oversample=1.0, **extra)
-    check(twin.lightning_indexer_grad(p, 8), p)
+    check(indexer.lightning_indexer_grad(p, 8), p)
 
 
 def test_deterministic_bits_across_cores_and_orders() -> None:
@@ -149,10 +150,10 @@ def test_deterministic_bits_across_cores_and_orders() -> None:
     any core count and any (seeded, shuffled) core execution order."""
     p = make_problem(5, "bfloat16", "float32", "TND", lens_q=[9, 14, 5], lens_k=[40, 18, 23], k=16, drop=0.1,
                      oversample=0.3)
-    first = twin.lightning_indexer_grad(p, 1)
+    first = indexer.lightning_indexer_grad(p, 1)
     check(first, p)
     for cores, seed in ((8, 0), (24, 0), (8, 3), (24, 11)):
-        run = twin.lightning_indexer_grad(p, cores, seed=seed)
+        run = indexer.lightning_indexer_grad(p, cores, seed=seed)
         for a, b in zip(first.outputs[3:], run.outputs[3:]):
             assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"bits differ at {cores} cores, seed {seed}"
 
@@ -165,7 +166,7 @@ def test_nan_d_value_reaches_what_the_reference_reaches() -> None:
     p = make_problem(9, "float16", "float32", "TND", lens_q=[4, 5], lens_k=[6, 7], k=5, drop=0.0)
     t, slot = 6, int(np.flatnonzero(~np.isnan(p.d_values[6, 0]))[0])
     p.d_values[t, 0, slot] = np.nan
-    run = twin.lightning_indexer_grad(p, 8)
+    run = indexer.lightning_indexer_grad(p, 8)
     assert run.info.min_writes == 1 and run.info.max_writes == 1
     want = reference(p)
     for name, got, ref_val in zip(NAMES, run.outputs[:3], want):
@@ -186,7 +187,7 @@ def test_nan_in_query_index_stays_with_its_keys(dtype: str, wdtype: str) -> None
     where the query_index element is). The rest matches the reference."""
     p = make_problem(9, dtype, wdtype, "TND", lens_q=[4, 5], lens_k=[6, 7], k=5, drop=0.0)
     p.query_index[6, 1, 2] = np.nan  # token 6 (second batch), index head 1
-    run = twin.lightning_indexer_grad(p, 8)
+    run = indexer.lightning_indexer_grad(p, 8)
     assert run.info.min_writes == 1 and run.info.max_writes == 1, "NaN never comes from an unwritten element"
     want = reference(p)
     for name, got, ref_val in zip(NAMES, run.outputs[:3], want):
@@ -205,15 +206,15 @@ def test_nan_in_query_index_stays_with_its_keys(dtype: str, wdtype: str) -> None
 # ---------------------------------------------------------------- pure tiling
 def shape_only(layout: str, *, lens_q: list[int] | None = None, lens_k: list[int] | None = None, b: int = 1,
                s1: int = 1, s2: int = 1, nidx: int = 64, didx: int = 128, k: int = 2048, wdtype: str = "bfloat16",
-               mode: int = 3) -> twin.LigProblem:
+               mode: int = 3) -> indexer.LigProblem:
     """Shapes only (zero-stride arrays): the tiling never reads tensor values."""
     def arr(*shape: int) -> np.ndarray:
         return np.broadcast_to(np.zeros(1), shape)
     tok_q, tok_k = ((sum(lens_q),), (sum(lens_k),)) if layout == "TND" else ((b, s1), (b, s2))
     cq = list(np.cumsum(lens_q)) if layout == "TND" else None
     ck = list(np.cumsum(lens_k)) if layout == "TND" else None
-    return twin.LigProblem("bfloat16", wdtype, layout, arr(*tok_q, nidx, didx), arr(*tok_k, 1, didx),
-                           arr(*tok_q, nidx), arr(*tok_q, 1, k), arr(*tok_q, 1, k), cq, ck, mode)
+    return indexer.LigProblem("bfloat16", wdtype, arr(*tok_q, nidx, didx), arr(*tok_k, 1, didx), arr(*tok_q, nidx),
+                              arr(*tok_q, 1, k), arr(*tok_q, 1, k), cq, ck, dict(layout=layout, sparse_mode=mode))
 
 
 TILING_SHAPES = [
@@ -230,7 +231,7 @@ TILING_SHAPES = [
 @pytest.mark.parametrize(("layout", "kw"), TILING_SHAPES)
 def test_tiling_invariants(cores: int, layout: str, kw: dict) -> None:
     p = shape_only(layout, **kw)
-    s = twin.lig_schedule(p, cores)
+    s = indexer.lig_schedule(p, cores)
     args = p.args(cores)
     t1, t2, k = args.t1, args.t2, args.k
     assert s.key_blocks * s.key_block >= t2 > (s.key_blocks - 1) * s.key_block
@@ -256,21 +257,22 @@ def test_tiling_invariants(cores: int, layout: str, kw: dict) -> None:
 
 
 def test_tiling_shrinks_the_gather_tile_to_fit_a_smaller_ub() -> None:
-    full = twin.lig_schedule(shape_only("BSND", k=8192), 8)
+    full = indexer.lig_schedule(shape_only("BSND", k=8192), 8)
     assert full.gather_rows == 16
     ub = full.ub_bytes - 1
-    small = twin.lig_schedule(shape_only("BSND", k=8192), 8, ub_bytes=ub)
+    small = indexer.lig_schedule(shape_only("BSND", k=8192), 8, ub_bytes=ub)
     assert small.ub_bytes <= ub and small.gather_rows == 8
 
 
 @pytest.mark.parametrize(("kw", "match"), [({"didx": 40}, "Didx"), ({"mode": 1}, "sparse_mode"),
-                                           ({"k": 20000}, "out of range"), ({"nidx": 200}, "out of range"),
+                                           ({"k": 20000}, r"K \(slots of sparse_indices.*\[1, 16384\] on Ascend"),
+                                           ({"nidx": 200}, r"Nidx \(indexer heads.*\[1, 128\] on Ascend"),
                                            ({"k": 16384}, "unified buffer")])
 def test_tiling_rejects(kw: dict, match: str) -> None:
     with pytest.raises(twin.TilingError, match=match):
-        twin.lig_schedule(shape_only("BSND", **kw), 24)
+        indexer.lig_schedule(shape_only("BSND", **kw), 24)
 
 
 def test_tiling_rejects_zero_cores() -> None:
     with pytest.raises(twin.TilingError, match="core count"):
-        twin.lig_schedule(shape_only("BSND"), 0)
+        indexer.lig_schedule(shape_only("BSND"), 0)

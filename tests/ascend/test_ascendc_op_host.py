@@ -27,7 +27,7 @@ ATTR_TYPES = {"String": "str", "Int": "int", "Float": "float", "Bool": "bool", "
 
 PARAM = re.compile(r'this->(Input|Output)\("(\w+)"\)\s*\.ParamType\((REQUIRED|OPTIONAL)\)\s*'
                    r'\.DataType\(\{([^}]*)\}\)\s*\.Format\(\{([^}]*)\}\)')
-ATTR = re.compile(r'this->Attr\("(\w+)"\)\s*\.AttrType\(OPTIONAL\)\s*\.(\w+)\(([^)]*)\)')
+ATTR = re.compile(r'this->Attr\("(\w+)"\)\s*\.AttrType\((OPTIONAL|REQUIRED)\)\s*\.(\w+)\(([^)]*)\)')
 KERNEL = re.compile(r'extern "C" __global__ __aicore__ void (\w+)\(([^)]*)\)')
 
 
@@ -63,11 +63,15 @@ def test_opdef_names_match_spec(driver: Path, op: str) -> None:
 
 @pytest.mark.parametrize("op", OPS)
 def test_opdef_attrs_match_spec(driver: Path, op: str) -> None:
+    # Names, types and order; an attribute with a default is OPTIONAL with it, a required one
+    # REQUIRED (its value stands for none, as in CANN's own OpDefs).
     spec = OP_SPECS[op]
     cpp_bool = {"false": "False", "true": "True"}
-    attrs = [(name, ATTR_TYPES[kind], str(float(v)) if kind == "Float" else cpp_bool.get(v, v))
-             for name, kind, value in opdef(driver, op)["attrs"] for v in [value.strip().strip('"')]]
-    assert attrs == [(a.name, a.type, str(a.default)) for a in spec.attrs]
+    attrs = [(name, param, ATTR_TYPES[kind], None if param == "REQUIRED" else
+              str(float(v)) if kind == "Float" else cpp_bool.get(v, v))
+             for name, param, kind, value in opdef(driver, op)["attrs"] for v in [value.strip().strip('"')]]
+    assert attrs == [(a.name, "REQUIRED" if a.required else "OPTIONAL", a.type, None if a.required else str(a.default))
+                     for a in spec.attrs]
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -168,12 +172,17 @@ FIELD_TYPES = {"int64_t": "int", "double": "float", "std::string": "str", "bool"
 @pytest.mark.parametrize("op", OPS)
 def test_op_host_reads_attributes_in_opdef_order(op: str) -> None:
     # ReadAttrs<Op> (common/op_host_adapter.h) reads attribute i, named kAttrNames[i], into the
-    # Table::Attrs field Table::kAttrs[i] (infer_shape/op_table.h) with the reader of that field's C++ type.
-    table = (ASCENDC.parent / "infer_shape" / "op_table.h").read_text()
+    # Table::Attrs field Table::kAttrs[i] (infer_shape/op_table.h, the struct op_attrs.h) with the
+    # reader of that field's raw C++ type (a choice enum's Raw, op_table.h's Choice<E>).
+    root = ASCENDC.parent / "infer_shape"
+    table, attrs = (root / "op_table.h").read_text(), (root / "op_attrs.h").read_text()
+    raw = dict(re.findall(r"struct Choice<(\w+)> \{\n  using Raw = ([\w:]+);", table))
     table = table[table.index(f"\nstruct {OP_SPECS[op].op_type} {{"):]
     table = table[:table.index("\n};")]
+    struct = attrs[attrs.index(f"\nstruct {OP_SPECS[op].op_type}Attrs {{"):]
+    struct = struct[:struct.index("};")]
     fields = ATTR_FIELD.findall(re.search(r"kAttrs = std::[\w<>]+\(([^;]*)\);", table).group(1))
-    types = dict((name, FIELD_TYPES[t]) for t, name in re.findall(r"^    ([\w:]+) (\w+) = ", table, flags=re.M))
+    types = {name: FIELD_TYPES[raw.get(t, t)] for t, name in re.findall(r"^  ([\w:]+) (\w+);", struct, flags=re.M)}
     names = re.findall(r'"(\w+)"', re.search(r"kAttrNames\{([^}]*)\}", table).group(1))
     reads = [(i, names[i], types[field]) for i, field in enumerate(fields) if field == names[i]]
     assert len(fields) == len(names) == len(reads)
@@ -250,14 +259,32 @@ def adapter_infer(driver: Path, op: str, inputs: list[Input], attrs: dict[str, o
     return shapes, [GE_NAMES[int(c)] for c in out.split()[2:]]
 
 
-def tiling(driver: Path, op: str, inputs: list[Input], attrs: dict[str, object]) -> dict[str, float]:
+def _number_or_name(v: str) -> float | str:
+    try:
+        return float(v)
+    except ValueError:
+        return v  # a choice's name
+
+
+def tiling(driver: Path, op: str, inputs: list[Input], attrs: dict[str, object]) -> dict[str, float | str]:
     out, err = run_adapter(driver, op, "tiling", inputs, attrs)
     assert out.startswith("ok "), err
-    return {k: float(v) for k, v in (w.split("=") for w in out.split()[1:])}
+    return {k: _number_or_name(v) for k, v in (w.split("=") for w in out.split()[1:])}
 
 
 def defaults(op: str, **changes: object) -> dict[str, object]:
-    return {**{a.name: a.default for a in OP_SPECS[op].attrs}, **changes}
+    """The table's defaults (0.5 for a required attribute: scale_value), then ``changes``."""
+    return {**{a.name: 0.5 if a.required else a.default for a in OP_SPECS[op].attrs}, **changes}
+
+
+def carried(t: dict[str, float | str], attrs: dict[str, object]) -> dict[str, object]:
+    """The attributes the tiling data carries for the kernel (attr.<name>), as given."""
+    return {name: t[f"attr.{name}"] for name in attrs}
+
+
+def as_printed(attrs: dict[str, object]) -> dict[str, object]:
+    """``attrs`` as the driver prints them: numbers as floats, a bool as 0/1, a choice by its name."""
+    return {k: v if isinstance(v, str) else float(v) for k, v in attrs.items()}
 
 
 def sfa_inputs(op: str, layout: str, dtype: str, *, rope: bool, lengths: bool, value: bool = True,
@@ -351,8 +378,9 @@ def test_sfa_tiling_adapter_passes_the_inputs(driver: Path, op: str, layout: str
     batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
     expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n1": 4,
                 "n2": 2, "d": 32, "dr": 16 if rope else 0, "has_rope": int(rope), "k": 3, "block_size": 2,
-                "sparse_mode": 0, "scale": 0.125, "deterministic": int(grad), "has_value": 1, "seq_lens_int64": 0}
+                "sparse_mode": 0, "scale": 0.125, "has_value": 1, "seq_lens_int64": 0}
     assert {key: t[key] for key in expected} == expected
+    assert carried(t, attrs) == as_printed(attrs), "the tiling data carries every attribute for the kernel"
     assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype]
     assert t["block_dim"] == t["used_aic"] >= 1
     assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
@@ -405,8 +433,9 @@ def test_sli_adapters_pass_the_inputs(driver: Path, layout: str, rope: bool, len
     batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
     expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n1": 4,
                 "d": 32, "dr": 16 if rope else 0, "has_rope": int(rope), "n_idx": 2, "d_idx": 16, "k": 3,
-                "sparse_mode": 0, "scale": 0.25, "deterministic": 1}
+                "sparse_mode": 0, "scale": 0.25}
     assert {key: t[key] for key in expected} == expected
+    assert carried(t, attrs) == as_printed(attrs), "the tiling data carries every attribute for the kernel"
     assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype] + (10 if wdtype == "float32" else 0)
     assert t["block_dim"] == t["used_aic"] >= 1
     assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
@@ -513,6 +542,25 @@ def test_missing_attribute_is_a_clear_failure(driver: Path) -> None:
                             check=True)
     assert result.stdout.strip() == "failed"
     assert result.stderr.strip() == "[ms_grad_ops] ClaGateBackward: attribute 'input_attn_layout' is missing"
+
+
+LI_INPUTS: list[Input] = [([10, 2, 16], "float16"), ([14, 1, 16], "float16"), ([10, 2], "float16"), None, None]
+
+
+@pytest.mark.parametrize("step", ["shape", "dtype", "tiling"])
+@pytest.mark.parametrize(("change", "error"), [
+    # an Ascend limit (the table's), refused from InferShape on: the kernel could not take it
+    ({"sparse_count": 20000}, "attribute 'sparse_count' must be an integer in [1, 16384] on Ascend, got 20000"),
+    # a value outside the domain itself, in the one wording of every layer
+    ({"sparse_count": 0}, "attribute 'sparse_count' must be an integer in [1, 1048576], got 0"),
+    ({"layout": "SBH"}, 'attribute \'layout\' must be one of "BSND", "TND", got "SBH"'),
+    ({"sparse_mode": 2}, "attribute 'sparse_mode' must be one of 0 (no mask), 3 (rightDownCausal), got 2"),
+])
+def test_attribute_domains_are_the_tables(driver: Path, step: str, change: dict, error: str) -> None:
+    attrs = defaults("lightning_indexer", **{"layout": "TND", **change})
+    inputs = LI_INPUTS if step != "dtype" else [None if x is None else ([-2], x[1]) for x in LI_INPUTS]
+    out, err = run_adapter(driver, "lightning_indexer", step, inputs, attrs)
+    assert out == "failed" and err == f"[ms_grad_ops] LightningIndexer: lightning_indexer: {error}"
 
 
 # BSND with per-batch lengths (docs/contract.md section 0.3) is CPU only for now: the shape rule

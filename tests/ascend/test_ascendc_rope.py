@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from _util import TOLERANCES, rel_l2
 from ascendc_harness import twin_lib as twin
+from ascendc_harness import twin_rope
 
 from ms_grad_ops.reference import rope, rope_grad
 
@@ -70,7 +71,7 @@ def check_values(run: twin.KernelRun, refs: tuple[np.ndarray, ...], dtype: str) 
 @pytest.mark.parametrize("lens,hidden,cores", CASES)
 def test_kernel_matches_reference(lens: list[int], hidden: int, cores: int, variant: str, dtype: str) -> None:
     x1, x2, cos, sin = inputs(lens, hidden, dtype, seed=hidden + len(lens))
-    run = twin.rope_family(variant, dtype, x1, x2, cos, sin, np.array(lens), core_num=cores)
+    run = twin_rope.rope_family(variant, dtype, x1, x2, cos, sin, np.array(lens), core_num=cores)
     assert run.info.blocks == min(cores, sum(lens))
     check_bookkeeping(run)
     check_values(run, reference(variant, x1, x2, cos, sin, lens), dtype)
@@ -82,7 +83,7 @@ def test_unified_buffer_size_changes_tiles_not_results(ub_kib: int, variant: str
     lens = [5, 60, 1, 33]
     x1, x2, cos, sin = inputs(lens, 512, "bfloat16", seed=3)
     ub = ub_kib * 1024
-    run = twin.rope_family(variant, "bfloat16", x1, x2, cos, sin, np.array(lens), core_num=3, ub_bytes=ub)
+    run = twin_rope.rope_family(variant, "bfloat16", x1, x2, cos, sin, np.array(lens), core_num=3, ub_bytes=ub)
     check_bookkeeping(run, ub)
     check_values(run, reference(variant, x1, x2, cos, sin, lens), "bfloat16")
 
@@ -93,7 +94,7 @@ def test_tiling_larger_than_the_ub_is_a_twin_error() -> None:
     lens = [5, 60, 1, 33]
     x1, x2, cos, sin = inputs(lens, 512, "bfloat16", seed=3)
     with pytest.raises(twin.TwinRuleError, match=r"unified buffer overflow on NPU arch 2201.*TBuf<VECCALC>"):
-        twin.rope_family("rope", "bfloat16", x1, x2, cos, sin, np.array(lens), core_num=3, ub_bytes=256 * 1024)
+        twin_rope.rope_family("rope", "bfloat16", x1, x2, cos, sin, np.array(lens), core_num=3, ub_bytes=256 * 1024)
 
 
 def test_atb_differs_from_vjp() -> None:
@@ -101,8 +102,8 @@ def test_atb_differs_from_vjp() -> None:
     # halves of every head of g are equal).
     lens = [4, 4]
     x1, x2, cos, sin = inputs(lens, 256, "float16", seed=9)
-    atb = twin.rope_family("atb", "float16", x1, x2, cos, sin, np.array(lens), core_num=2).outputs[0]
-    vjp = twin.rope_family("vjp", "float16", x1, x2, cos, sin, np.array(lens), core_num=2).outputs[0]
+    atb = twin_rope.rope_family("atb", "float16", x1, x2, cos, sin, np.array(lens), core_num=2).outputs[0]
+    vjp = twin_rope.rope_family("vjp", "float16", x1, x2, cos, sin, np.array(lens), core_num=2).outputs[0]
     assert rel_l2(atb, vjp) > 0.1
 
 
@@ -113,7 +114,7 @@ def test_bad_lengths_never_read_out_of_bounds(variant: str) -> None:
     # cos/sin and tokens beyond sum(q_seq_len) come out as zeros.
     lens = [5, 9]  # the second sequence is longer than the 6 cos/sin rows
     x1, x2, cos, sin = inputs([5, 6, 2], 256, "float16", seed=4, spare_rows=0)  # 13 tokens, 6 rows
-    run = twin.rope_family(variant, "float16", x1, x2, cos, sin, np.array(lens), core_num=4)
+    run = twin_rope.rope_family(variant, "float16", x1, x2, cos, sin, np.array(lens), core_num=4)
     check_bookkeeping(run)
     valid = np.r_[0:5, 5:11]
     refs = reference(variant, x1[valid], x2[valid], cos, sin, [5, 6])
@@ -121,7 +122,7 @@ def test_bad_lengths_never_read_out_of_bounds(variant: str) -> None:
         assert rel_l2(got[valid], ref) <= TOLERANCES["elementwise"]["float16"]
         assert (got[11:] == 0).all()
     # Lengths summing to fewer tokens than there are: the extra tokens are zeros.
-    run = twin.rope_family(variant, "float16", x1, x2, cos, sin, np.array([4]), core_num=4)
+    run = twin_rope.rope_family(variant, "float16", x1, x2, cos, sin, np.array([4]), core_num=4)
     check_bookkeeping(run)
     refs = reference(variant, x1[:4], x2[:4], cos, sin, [4])
     for got, ref in zip(run.outputs, refs):
@@ -132,4 +133,4 @@ def test_bad_lengths_never_read_out_of_bounds(variant: str) -> None:
 def test_hidden_not_multiple_of_128_is_a_tiling_error() -> None:
     x1, x2, cos, sin = inputs([3], 128, "float16", seed=1)
     with pytest.raises(twin.TilingError, match="multiple of 128"):
-        twin.rope_family("atb", "float16", x1[:, :100].copy(), x2[:, :100].copy(), cos, sin, np.array([3]), 8)
+        twin_rope.rope_family("atb", "float16", x1[:, :100].copy(), x2[:, :100].copy(), cos, sin, np.array([3]), 8)

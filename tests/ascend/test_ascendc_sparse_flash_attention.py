@@ -9,6 +9,7 @@ import pytest
 from _sfa_data import Case, make_case
 from _util import TOLERANCES, quantize, rel_l2
 from ascendc_harness import twin_lib as twin
+from ascendc_harness import twin_sfa as sfa
 
 from ms_grad_ops import reference as ref
 
@@ -47,7 +48,7 @@ VARIANT_CASES = {
 SINGLE = {"tnd_single": dict(layout="TND", lens_q=[9], lens_kv=[14], n1=4, d=32, dr=16, k=5, bs=2, pattern="mixed")}
 
 
-def make_variant(variant: str, dtype: str, seed: int) -> twin.SfaProblem:
+def make_variant(variant: str, dtype: str, seed: int) -> sfa.SfaProblem:
     name, _ = VARIANT_CASES[variant]
     _, p = make(name, dtype, seed)
     if variant == "key_is_value":
@@ -59,27 +60,27 @@ def make_variant(variant: str, dtype: str, seed: int) -> twin.SfaProblem:
     return p
 
 
-def make(name: str, dtype: str, seed: int) -> tuple[Case, twin.SfaProblem]:
+def make(name: str, dtype: str, seed: int) -> tuple[Case, sfa.SfaProblem]:
     spec = {**CASES, **ASCEND_CASES, **SINGLE}[name]
     case = make_case(np.random.default_rng(seed), **spec)
     qz = {n: None if getattr(case, n) is None else quantize(getattr(case, n), dtype)
           for n in ("query", "key", "value", "query_rope", "key_rope")}
     lens_q = None if case.lens_q is None else np.asarray(case.lens_q)
     lens_kv = None if case.lens_kv is None else np.asarray(case.lens_kv)
-    problem = twin.SfaProblem(dtype, case.layout, qz["query"], qz["key"], qz["value"], case.sparse_indices,
-                              qz["query_rope"], qz["key_rope"], lens_q, lens_kv, case.scale_value,
-                              case.sparse_block_size, case.sparse_mode)
+    attrs = dict(scale_value=case.scale_value, sparse_block_size=case.sparse_block_size, layout=case.layout,
+                 sparse_mode=case.sparse_mode)
+    problem = sfa.SfaProblem(dtype, qz["query"], qz["key"], qz["value"], case.sparse_indices, qz["query_rope"],
+                             qz["key_rope"], lens_q, lens_kv, attrs)
     return case, problem
 
 
-def reference(p: twin.SfaProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def reference(p: sfa.SfaProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     value, lens_q, lens_kv = p.reference_args()
     return ref.sparse_flash_attention(p.query, p.key, value, p.sparse_indices, p.query_rope, p.key_rope,
-                                      lens_q, lens_kv, scale_value=p.scale, sparse_block_size=p.block_size,
-                                      layout=p.layout, sparse_mode=p.sparse_mode)
+                                      lens_q, lens_kv, **p.attrs)
 
 
-def check(run: twin.KernelRun, p: twin.SfaProblem) -> None:
+def check(run: twin.KernelRun, p: sfa.SfaProblem) -> None:
     info = run.info
     assert info.min_writes == 1 and info.max_writes == 1, "every output byte written exactly once"
     assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.ub_bytes_of(mixed=True), "UB = the tiling's plan"
@@ -103,24 +104,24 @@ def check(run: twin.KernelRun, p: twin.SfaProblem) -> None:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_forward_matches_reference(name: str, dtype: str) -> None:
     _, p = make(name, dtype, seed=len(name))
-    check(twin.sparse_flash_attention(p, core_num=8), p)
+    check(sfa.sparse_flash_attention(p, core_num=8), p)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("name", sorted(ASCEND_CASES))
 def test_forward_ascend_shapes(name: str, dtype: str) -> None:
     _, p = make(name, dtype, seed=3)
-    check(twin.sparse_flash_attention(p, core_num=24), p)
+    check(sfa.sparse_flash_attention(p, core_num=24), p)
 
 
 @pytest.mark.parametrize("name", ["tnd_uneven", "bsnd_mode0_n2", "tnd_chunks"])
 def test_forward_same_bits_for_any_core_count_and_order(name: str) -> None:
     # Each query row belongs to one AIV, so neither the split nor the order may change a bit.
     _, p = make(name, "bfloat16", seed=11)
-    first = twin.sparse_flash_attention(p, core_num=1)
+    first = sfa.sparse_flash_attention(p, core_num=1)
     check(first, p)
     for cores, seed in [(8, 0), (24, 0), (8, 5), (24, 77)]:
-        run = twin.sparse_flash_attention(p, core_num=cores, seed=seed)
+        run = sfa.sparse_flash_attention(p, core_num=cores, seed=seed)
         for a, b in zip(first.outputs, run.outputs):
             assert np.array_equal(a, b, equal_nan=False), f"{cores} cores, seed {seed}"
 
@@ -129,7 +130,7 @@ def test_forward_same_bits_for_any_core_count_and_order(name: str) -> None:
 @pytest.mark.parametrize("variant", sorted(VARIANT_CASES))
 def test_forward_optional_inputs(variant: str, dtype: str) -> None:
     p = make_variant(variant, dtype, seed=13)
-    check(twin.sparse_flash_attention(p, core_num=8), p)
+    check(sfa.sparse_flash_attention(p, core_num=8), p)
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -140,7 +141,7 @@ def test_forward_nan_propagates(dtype: str) -> None:
     _, p = make("tnd_uneven", dtype, seed=4)
     p.query[1, 0, 3] = np.nan
     p.key[20, 0, 2] = np.nan
-    run = twin.sparse_flash_attention(p, core_num=8)
+    run = sfa.sparse_flash_attention(p, core_num=8)
     want = reference(p)
     for what, got, ref_val in zip(("out", "softmax_max", "softmax_sum"), run.outputs, want):
         got = got.reshape(ref_val.shape)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from _util import TOLERANCES, quantize, rel_l2
 from ascendc_harness import twin_lib as twin
+from ascendc_harness import twin_sfa as sfa
 from test_ascendc_sparse_flash_attention import ASCEND_CASES, CASES, VARIANT_CASES, make, make_variant
 
 from ms_grad_ops import reference as ref
@@ -15,27 +16,23 @@ from ms_grad_ops import reference as ref
 NAMES = ("d_query", "d_key", "d_value", "d_query_rope", "d_key_rope")
 
 
-def grad_inputs(p: twin.SfaProblem, seed: int) -> tuple[np.ndarray, ...]:
+def grad_inputs(p: sfa.SfaProblem, seed: int) -> tuple[np.ndarray, ...]:
     """d_out (random), out (the forward, rounded to the dtype), float32 statistics."""
     value, lens_q, lens_kv = p.reference_args()
     out, smax, ssum = ref.sparse_flash_attention(p.query, p.key, value, p.sparse_indices, p.query_rope, p.key_rope,
-                                                 lens_q, lens_kv, scale_value=p.scale,
-                                                 sparse_block_size=p.block_size, layout=p.layout,
-                                                 sparse_mode=p.sparse_mode)
+                                                 lens_q, lens_kv, **p.attrs)
     d_out = quantize(np.random.default_rng(seed).standard_normal(out.shape), p.dtype)
     return d_out, quantize(out, p.dtype), smax.astype(np.float32), ssum.astype(np.float32)
 
 
-def check(run: twin.KernelRun, p: twin.SfaProblem, d_out: np.ndarray, out: np.ndarray, smax: np.ndarray,
+def check(run: twin.KernelRun, p: sfa.SfaProblem, d_out: np.ndarray, out: np.ndarray, smax: np.ndarray,
           ssum: np.ndarray) -> None:
     info = run.info
     assert info.min_writes == 1 and info.max_writes == 1, "every output byte written exactly once"
     assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.ub_bytes_of(mixed=True), "UB = the tiling's plan"
     value, lens_q, lens_kv = p.reference_args()
     want = list(ref.sparse_flash_attention_grad(p.query, p.key, value, p.sparse_indices, d_out, out, smax, ssum,
-                                                lens_q, lens_kv, p.query_rope, p.key_rope, scale_value=p.scale,
-                                                sparse_block_size=p.block_size, layout=p.layout,
-                                                sparse_mode=p.sparse_mode))
+                                                lens_q, lens_kv, p.query_rope, p.key_rope, **p.attrs))
     if p.value is None:  # key is value: d_key is the fused dK + dV, no d_value
         want[1], want[2] = want[1] + want[2], None
     tol = TOLERANCES["attention"][p.dtype]
@@ -53,7 +50,7 @@ def check(run: twin.KernelRun, p: twin.SfaProblem, d_out: np.ndarray, out: np.nd
 def run_case(name: str, dtype: str, cores: int, seed: int = 0) -> None:
     _, p = make(name, dtype, seed=len(name))
     d_out, out, smax, ssum = grad_inputs(p, seed=7)
-    check(twin.sparse_flash_attention_grad(p, d_out, out, smax, ssum, core_num=cores, seed=seed), p, d_out, out,
+    check(sfa.sparse_flash_attention_grad(p, d_out, out, smax, ssum, core_num=cores, seed=seed), p, d_out, out,
           smax, ssum)
 
 
@@ -76,10 +73,10 @@ def test_grad_same_bits_for_any_core_count_and_order(name: str, deterministic: b
     # dQ rows by the AIV owning the query row: the bits cannot depend on cores or order.
     _, p = make(name, "bfloat16", seed=21)
     d_out, out, smax, ssum = grad_inputs(p, seed=3)
-    first = twin.sparse_flash_attention_grad(p, d_out, out, smax, ssum, core_num=1, deterministic=deterministic)
+    first = sfa.sparse_flash_attention_grad(p, d_out, out, smax, ssum, core_num=1, deterministic=deterministic)
     check(first, p, d_out, out, smax, ssum)
     for cores, seed in [(8, 0), (24, 0), (8, 9), (24, 1234)]:
-        run = twin.sparse_flash_attention_grad(p, d_out, out, smax, ssum, core_num=cores, seed=seed,
+        run = sfa.sparse_flash_attention_grad(p, d_out, out, smax, ssum, core_num=cores, seed=seed,
                                                deterministic=deterministic)
         for name_, a, b in zip(("dq", "dk", "dv", "dqr", "dkr"), first.outputs, run.outputs):
             assert (a is None and b is None) or np.array_equal(a, b), f"{name_}: {cores} cores, seed {seed}"
@@ -90,4 +87,4 @@ def test_grad_same_bits_for_any_core_count_and_order(name: str, deterministic: b
 def test_grad_optional_inputs(variant: str, dtype: str) -> None:
     p = make_variant(variant, dtype, seed=17)
     d_out, out, smax, ssum = grad_inputs(p, seed=5)
-    check(twin.sparse_flash_attention_grad(p, d_out, out, smax, ssum, core_num=8), p, d_out, out, smax, ssum)
+    check(sfa.sparse_flash_attention_grad(p, d_out, out, smax, ssum, core_num=8), p, d_out, out, smax, ssum)

@@ -18,13 +18,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ascendc_harness import twin_lib as twin
+from ascendc_harness import twin_sfa as sfa
 
 CORE_COUNTS = (1, 8, 20, 24, 40, 48)
 
 
 def problem(layout: str, *, lens_q: list[int] | None = None, lens_kv: list[int] | None = None, b: int = 1,
             s1: int = 1, s2: int = 1, n1: int = 1, n2: int = 1, d: int = 512, dr: int = 64, k: int = 1024,
-            bs: int = 1, mode: int = 3, hidden: bool = False) -> twin.SfaProblem:
+            bs: int = 1, mode: int = 3, hidden: bool = False) -> sfa.SfaProblem:
     """Shapes only (zero-stride arrays): the tiling never reads tensor values."""
     def arr(*shape: int) -> np.ndarray:
         return np.broadcast_to(np.zeros(1), shape)
@@ -37,8 +38,9 @@ def problem(layout: str, *, lens_q: list[int] | None = None, lens_kv: list[int] 
         q, kk, qr, kr = arr(b, s1, n1, d), arr(b, s2, n2, d), arr(b, s1, n1, dr), arr(b, s2, n2, dr)
         idx = arr(b, s1, n2, k)
         cq = ckv = None
-    return twin.SfaProblem("bfloat16", layout, q, kk, kk, idx, qr if dr else None, kr if dr else None, cq, ckv,
-                           0.05, bs, mode, lens_hidden=hidden)
+    return sfa.SfaProblem("bfloat16", q, kk, kk, idx, qr if dr else None, kr if dr else None, cq, ckv,
+                          dict(scale_value=0.05, sparse_block_size=bs, layout=layout, sparse_mode=mode),
+                          lens_hidden=hidden)
 
 
 PROBLEMS = {
@@ -52,18 +54,19 @@ PROBLEMS = {
 }
 
 
-def row_weights(p: twin.SfaProblem) -> np.ndarray:
+def row_weights(p: sfa.SfaProblem) -> np.ndarray:
     """Per query row (t-major, g-minor): 16 + min(K * bs, visible keys) (the tiling's balance weight)."""
     if p.layout == "BSND":
         b, s1 = p.query.shape[:2]
         spans = [(s1, p.key.shape[1])] * b
     else:
         spans = list(zip(np.diff(p.lens_q, prepend=0), np.diff(p.lens_kv, prepend=0)))
-    k, bs, n2 = p.sparse_indices.shape[-1], p.block_size, p.key.shape[-2]
+    k, bs, n2 = p.sparse_indices.shape[-1], p.attrs["sparse_block_size"], p.key.shape[-2]
     w = []
     for s1_len, s2_len in spans:
         local = np.arange(s1_len)
-        vis = np.full(s1_len, s2_len) if p.sparse_mode == 0 else np.clip(local + s2_len - s1_len + 1, 0, s2_len)
+        causal = np.clip(local + s2_len - s1_len + 1, 0, s2_len)
+        vis = np.full(s1_len, s2_len) if p.attrs["sparse_mode"] == 0 else causal
         w.append(np.repeat(16 + np.minimum(vis, k * bs), n2))
     return np.concatenate(w) if w else np.zeros(0)
 
@@ -77,7 +80,7 @@ def covered_once(starts: np.ndarray, rows: int) -> bool:
     return starts[0] == 0 and starts[-1] == rows and (np.cumsum(cover)[:rows] == 1).all()
 
 
-def workspace_floor(kernel: str, s: twin.SfaSchedule, d: int, dk: int, bs: int) -> int:
+def workspace_floor(kernel: str, s: sfa.SfaSchedule, d: int, dk: int, bs: int) -> int:
     """Bytes of the buffers one AIV addresses (each rounded to 512 B, as the tiling lays them)."""
     def a(x: int) -> int:
         return -(-x // 512) * 512
@@ -94,7 +97,7 @@ def workspace_floor(kernel: str, s: twin.SfaSchedule, d: int, dk: int, bs: int) 
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
 def test_sfa_tiling_invariants(name: str, kernel: str, cores: int) -> None:
     p = PROBLEMS[name]
-    s = twin.sfa_schedule(kernel, p, cores)
+    s = sfa.sfa_schedule(kernel, p, cores)
     n1, d = p.query.shape[-2:]
     t1 = p.query.shape[0] * (p.query.shape[1] if p.layout == "BSND" else 1)
     t2 = p.key.shape[0] * (p.key.shape[1] if p.layout == "BSND" else 1)
@@ -117,13 +120,13 @@ def test_sfa_tiling_invariants(name: str, kernel: str, cores: int) -> None:
     assert s.ws_delta == s.aiv * s.aiv_ws_bytes
     delta = -(-(t1 * n1 * 4) // 512) * 512 if kernel == "grad" else 0
     assert s.workspace_bytes == s.ws_delta + delta, "workspace = per-AIV regions (+ delta) exactly"
-    assert s.aiv_ws_bytes >= workspace_floor(kernel, s, d, dk, p.block_size)
+    assert s.aiv_ws_bytes >= workspace_floor(kernel, s, d, dk, p.attrs["sparse_block_size"])
     assert s.tiling_key == twin.DTYPE_CODES["bfloat16"]
 
 
 def test_balance_follows_causal_work() -> None:
     # Causal rows late in a sequence see more keys: the AIV ranges there hold fewer rows.
-    s = twin.sfa_schedule("forward", problem("BSND", b=1, s1=4096, s2=4096, n1=64, k=4096), 24)
+    s = sfa.sfa_schedule("forward", problem("BSND", b=1, s1=4096, s2=4096, n1=64, k=4096), 24)
     counts = np.diff(s.row_start)
     assert counts[0] > 2 * counts[-1], counts
 
@@ -131,17 +134,18 @@ def test_balance_follows_causal_work() -> None:
 @pytest.mark.parametrize("kwargs,match", [
     (dict(d=100), "multiple of 16"),
     (dict(dr=8), "multiple of 16"),
-    (dict(bs=65), r"sparse_block_size must be in \[1, 64\]"),
-    (dict(mode=1), "sparse_mode must be 0 or 3"),
+    # the attributes' Ascend limits and domains (the table's), read as the op_host reads them
+    (dict(bs=65), r"attribute 'sparse_block_size' must be an integer in \[1, 64\] on Ascend, got 65"),
+    (dict(mode=1), r"attribute 'sparse_mode' must be one of 0 \(no mask\), 3 \(rightDownCausal\), got 1"),
     (dict(n1=3, n2=2), "multiple of N2"),
 ])
 def test_sfa_tiling_rejects(kwargs: dict, match: str) -> None:
     base = dict(b=1, s1=4, s2=4, n1=2, d=16, dr=16, k=2)
     with pytest.raises(twin.TilingError, match=match):
-        twin.sfa_schedule("grad", problem("BSND", **{**base, **kwargs}), 8)
+        sfa.sfa_schedule("grad", problem("BSND", **{**base, **kwargs}), 8)
 
 
 @pytest.mark.parametrize("cores,match", [(0, "core count"), (65, "more than 64")])
 def test_sfa_tiling_rejects_core_counts(cores: int, match: str) -> None:
     with pytest.raises(twin.TilingError, match=match):
-        twin.sfa_schedule("forward", PROBLEMS["one_row"], cores)
+        sfa.sfa_schedule("forward", PROBLEMS["one_row"], cores)

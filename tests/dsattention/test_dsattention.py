@@ -98,7 +98,7 @@ def test_lengths_as_list_and_defaults() -> None:
 
 
 def test_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="DSAttention: layout"):
+    with pytest.raises(ValueError, match="DSAttention: attribute 'layout' must be one of"):
         mgo.nn.DSAttention(**CFG, max_seq_len=8, layout="BNSD")
     with pytest.raises(ValueError, match="qk_rope_head_dim"):
         mgo.nn.DSAttention(**{**CFG, "qk_rope_head_dim": 3}, max_seq_len=8)

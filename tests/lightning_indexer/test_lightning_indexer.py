@@ -122,9 +122,11 @@ def _graph_call(qi: ms.Tensor, ki: ms.Tensor, w: ms.Tensor) -> tuple:
 
 
 @pytest.mark.parametrize("kw,lens,exc,match", [
-    ({"sparse_count": 0}, (), ValueError, "attribute 'sparse_count' must be in [1, 1048576]"),
-    ({"sparse_count": 4, "layout": "SBH"}, (), ValueError, "attribute 'layout' must be \"TND\" or \"BSND\""),
-    ({"sparse_count": 4, "sparse_mode": 2}, (), ValueError, "attribute 'sparse_mode' must be 0"),
+    ({"sparse_count": 0}, (), ValueError, "attribute 'sparse_count' must be an integer in [1, 1048576], got 0"),
+    ({"sparse_count": 4, "layout": "SBH"}, (), ValueError,
+     "attribute 'layout' must be one of \"BSND\", \"TND\", got \"SBH\""),
+    ({"sparse_count": 4, "sparse_mode": 2}, (), ValueError,
+     "attribute 'sparse_mode' must be one of 0 (no mask), 3 (rightDownCausal), got 2"),
     ({"sparse_count": 4}, ([2, 1], [3, 5]), ValueError, "must be non-decreasing cumulative lengths"),
     ({"sparse_count": 4}, ([3], [3, 5]), ValueError, "'actual_seq_lengths_key' dim 0 must be"),
     ({"sparse_count": 4}, ([3], None), ValueError, "must both be given or both be None"),
@@ -156,11 +158,11 @@ def test_lengths_tensor_errors_are_runtime_errors() -> None:
 
 
 # ---------------------------------------------------------------- the sparse_count size rule
-# K <= 2**20 and T1 * K <= 2**31 - 1 (infer_shape/lightning_indexer.h): both outputs are allocated
-# before the kernel runs, so a K nothing can hold is a ValueError naming the op and sparse_count,
-# not MindSpore's "Allocate output memory failed".
-_CAP = r"^lightning_indexer: attribute 'sparse_count' must be in \[1, 1048576\] \(top-k slots per query row; " \
-       r"to select every visible key pass the longest key length\), got 2147483647"
+# K in sparse_count's domain (the table's, 2**20 at most) and T1 * K <= 2**31 - 1
+# (infer_shape/lightning_indexer.h): both outputs are allocated before the kernel runs, so a K
+# nothing can hold is a ValueError naming the op and sparse_count, not MindSpore's "Allocate output
+# memory failed".
+_CAP = r"^lightning_indexer: attribute 'sparse_count' must be an integer in \[1, 1048576\], got 2147483647"
 _SLOTS = r"^lightning_indexer: attribute 'sparse_count' = 1048576 gives outputs sparse_indices/sparse_values of " \
          r"4096 x 1048576 slots each for 'query_index' \[4096, 1, 4\], more than 2147483647"
 

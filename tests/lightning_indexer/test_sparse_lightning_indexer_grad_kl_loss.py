@@ -197,8 +197,8 @@ def test_bad_inputs(mutate, exc, match) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("attrs,match", [
-    ({"layout": "BNSD"}, "attribute 'layout' must be \"TND\" or \"BSND\", got \"BNSD\""),
-    ({"sparse_mode": 1}, "attribute 'sparse_mode' must be 0 (no mask) or 3 (rightDownCausal), got 1"),
+    ({"layout": "BNSD"}, "attribute 'layout' must be one of \"BSND\", \"TND\", got \"BNSD\""),
+    ({"sparse_mode": 1}, "attribute 'sparse_mode' must be one of 0 (no mask), 3 (rightDownCausal), got 1"),
 ])
 def test_bad_attributes(attrs: dict, match: str) -> None:
     _, args = _args()

@@ -56,9 +56,11 @@ def _fwd(**over: object) -> object:
      r"argument 'query' must be float16, bfloat16 or float32, got float64"),
     (dict(key_rope=_t((6, 1, 5))), ValueError, r"argument 'key_rope' dim 2 must be the rope size Dr"),
     (dict(key_rope=None), ValueError, r"'query_rope' and 'key_rope' must be given together"),
-    (dict(layout="BNSD"), ValueError, r"attribute 'layout' must be \"TND\" or \"BSND\", got \"BNSD\""),
-    (dict(sparse_mode=1), ValueError, r"attribute 'sparse_mode' must be 0 or 3, got 1"),
-    (dict(sparse_block_size=0), ValueError, r"attribute 'sparse_block_size' must be in \[1, 2147483647\], got 0"),
+    (dict(layout="BNSD"), ValueError, r"attribute 'layout' must be one of \"BSND\", \"TND\", got \"BNSD\""),
+    (dict(sparse_mode=1), ValueError,
+     r"attribute 'sparse_mode' must be one of 0 \(no mask\), 3 \(rightDownCausal\), got 1"),
+    (dict(sparse_block_size=0), ValueError,
+     r"attribute 'sparse_block_size' must be an integer in \[1, 2147483647\], got 0"),
     (dict(actual_seq_lengths_query=None), ValueError,
      r"arguments 'actual_seq_lengths_query' and 'actual_seq_lengths_kv' must both be given or both be None"),
     (dict(layout="BSND", query=_t((1, 4, 2, 8)), key=_t((1, 6, 1, 8)), value=_t((1, 6, 1, 8)),
@@ -106,7 +108,7 @@ def _grad(**over: object) -> object:
     (dict(softmax_sum=_t((1, 4, 2), np.float16)), TypeError, r"argument 'softmax_sum' must be float32, got float16"),
     (dict(d_out=_t((4, 2, 7))), ValueError, r"argument 'd_out' must have the shape of 'query'"),
     (dict(out=_t((4, 2, 8), np.float16)), TypeError, r"argument 'out' must have the dtype of 'query'"),
-    (dict(pre_tokens=10), ValueError, r"'pre_tokens'/'next_tokens' must keep their default 2147483647"),
+    (dict(pre_tokens=10), ValueError, r"attribute 'pre_tokens' must be one of 2147483647 \(unbounded\), got 10"),
 ])
 def test_grad_validation_errors(over: dict, err: type, msg: str) -> None:
     with pytest.raises(err, match=msg):

@@ -89,12 +89,12 @@ def ms_args(case: Case, dtype: str, wdtype: str, lens_as_tensor: bool = False) -
 
 def row_weights(p: object, args: object) -> np.ndarray:
     """Per-token balance weights of the indexer grad tilings: 16 + min(visible keys, K), for a
-    problem ``p`` (layout, lens_q, lens_k, sparse_mode) and its harness args (batch, s1, s2, k)."""
+    problem ``p`` (layout, lens_q, lens_k, attrs["sparse_mode"]) and its harness args (batch, s1, s2, k)."""
     spans = list(zip(np.diff([0, *p.lens_q]), np.diff([0, *p.lens_k]))) if p.layout == "TND" else \
         [(args.s1, args.s2)] * args.batch
     out = []
     for s1, s2 in spans:
         for i in range(s1):
-            vis = max(0, min(s2, i + s2 - s1 + 1)) if p.sparse_mode == 3 else s2
+            vis = max(0, min(s2, i + s2 - s1 + 1)) if p.attrs["sparse_mode"] == 3 else s2
             out.append(16 + min(vis, args.k))
     return np.array(out, np.int64)

@@ -37,13 +37,11 @@ class ClaGateMergeKernel {
   }
 
   __aicore__ inline void Process() {
-    for (uint64_t done = 0; done < range_.count; done += t_.tileRows) {
-      const uint64_t left = range_.count - done;
-      const auto rows = static_cast<uint32_t>(left < t_.tileRows ? left : t_.tileRows);
+    ForEachTile(range_.count, t_.tileRows, [this](uint64_t done, uint32_t rows) {
       CopyIn(done, rows);
       Compute(rows);
       CopyOut(done, rows);
-    }
+    });
   }
 
  private:

@@ -5,7 +5,7 @@
 // (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in this repository's
 // CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
-#include "../../common/op_host_indexer.h"
+#include "../../common/op_host_tokens.h"
 #include "../../common/op_host_table.h"
 #include "../lightning_indexer_tiling.h"
 
@@ -19,14 +19,12 @@ struct LightningIndexerHost : LightningIndexerDef {
   static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Table::Attrs& a,
                    const Platform& p) {
     const mgo::infer::TensorDesc &qi = in[Table::In::kQueryIndex], &ki = in[Table::In::kKeyIndex];
-    const size_t r = IndexerRank(a.layout, {&qi, &ki}, "query_index/key_index");
-    if (a.sparse_count <= 0) throw std::invalid_argument("sparse_count must be positive");
-    const IndexerTokens tok = ReadIndexerTokens(a.layout, qi, ki, in[Table::In::kActualSeqLengthsQuery]);
-    const mgo::tiling::LiShape s{tok.layout, tok.batch, tok.s1, tok.s2, tok.t1, tok.t2, Dim(qi, r - 2), Dim(qi, r - 1),
-                                 static_cast<uint64_t>(a.sparse_count)};
+    const size_t r = CheckTokenRank(a.layout, {&qi, &ki}, "query_index/key_index");
+    const mgo::tiling::IndexerShape s{ReadTokens(a.layout, qi, ki, in[Table::In::kActualSeqLengthsQuery]),
+                                      Dim(qi, r - 2), Dim(qi, r - 1)};
     const auto t = mgo::tiling::ComputeLightningIndexerTiling(
-        s, static_cast<uint32_t>(a.sparse_mode), dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
-        mgo::tiling::SfaSeqLengths{nullptr, nullptr, 0}, IndexerCube(p));
+        s, a, dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
+        mgo::tiling::SeqLengths{nullptr, nullptr, 0}, CubeOf(p));
     return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes);
   }
 };

@@ -5,7 +5,7 @@
 // shared adapter (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in
 // this repository's CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
-#include "../../common/op_host_indexer.h"
+#include "../../common/op_host_tokens.h"
 #include "../../common/op_host_table.h"
 #include "../lightning_indexer_grad_tiling.h"
 
@@ -20,13 +20,13 @@ struct LightningIndexerGradHost : LightningIndexerGradDef {
                    const Platform& p) {
     const mgo::infer::TensorDesc &qi = in[Table::In::kQueryIndex], &ki = in[Table::In::kKeyIndex],
                                  &si = in[Table::In::kSparseIndices];
-    const size_t r = IndexerRank(a.layout, {&qi, &ki, &si}, "query_index/key_index/sparse_indices");
-    const IndexerTokens tok = ReadIndexerTokens(a.layout, qi, ki, in[Table::In::kActualSeqLengthsQuery]);
-    const mgo::tiling::LigShape s{tok.layout, tok.batch,      tok.s1,        tok.s2,       tok.t1,
-                                  tok.t2,     Dim(qi, r - 2), Dim(qi, r - 1), Dim(si, r - 1)};
+    const size_t r = CheckTokenRank(a.layout, {&qi, &ki, &si}, "query_index/key_index/sparse_indices");
+    const mgo::tiling::LigShape s{
+        {ReadTokens(a.layout, qi, ki, in[Table::In::kActualSeqLengthsQuery]), Dim(qi, r - 2), Dim(qi, r - 1)},
+        Dim(si, r - 1)};
     const auto t = mgo::tiling::ComputeLightningIndexerGradTiling(
-        s, static_cast<uint32_t>(a.sparse_mode), dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
-        mgo::tiling::SfaSeqLengths{nullptr, nullptr, 0}, IndexerCube(p));
+        s, a, dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
+        mgo::tiling::SeqLengths{nullptr, nullptr, 0}, CubeOf(p));
     return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes);
   }
 };

@@ -16,8 +16,7 @@ struct RopeGradHost : RopeGradDef {
                    const Platform& p) {
     const mgo::tiling::RopeShape shape{Dim(in[Table::In::kQGrad], 0), Dim(in[Table::In::kQGrad], 1),
                                        Dim(in[Table::In::kCos], 0), Dim(in[Table::In::kQSeqLen], 0)};
-    const auto mode = a.mode == "vjp" ? mgo::tiling::RopeGradMode::kVjp : mgo::tiling::RopeGradMode::kAtb;
-    const auto t = mgo::tiling::ComputeRopeGradTiling(shape, dtype, mode, p.aivNum, p.ubBytes);
+    const auto t = mgo::tiling::ComputeRopeGradTiling(shape, dtype, a.mode, p.aivNum, p.ubBytes);
     return Plan(t, t.result.data.usedCoreNum);
   }
 };

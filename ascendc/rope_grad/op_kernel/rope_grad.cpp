@@ -11,20 +11,20 @@ extern "C" __global__ __aicore__ void rope_grad(GM_ADDR q_grad, GM_ADDR k_grad, 
   (void)workspace;
   using mgo::kernel::RopeVariant;
   using mgo::tiling::DType;
-  using mgo::tiling::RopeGradMode;
+  using mgo::table::Mode;
   using mgo::tiling::RopeGradTilingKey;
   REGISTER_TILING_DEFAULT(mgo::tiling::RopeTilingData);
   GET_TILING_DATA(tiling_data, tiling);
-  if (TILING_KEY_IS(RopeGradTilingKey(DType::kFloat16, RopeGradMode::kAtb))) {
+  if (TILING_KEY_IS(RopeGradTilingKey(DType::kFloat16, Mode::kAtb))) {
     mgo::kernel::RunRope<half, RopeVariant::kGradAtb>(q_grad, k_grad, cos, sin, q_seq_len, q_grad_out,
                                                       k_grad_out, tiling_data);
-  } else if (TILING_KEY_IS(RopeGradTilingKey(DType::kBFloat16, RopeGradMode::kAtb))) {
+  } else if (TILING_KEY_IS(RopeGradTilingKey(DType::kBFloat16, Mode::kAtb))) {
     mgo::kernel::RunRope<bfloat16_t, RopeVariant::kGradAtb>(q_grad, k_grad, cos, sin, q_seq_len, q_grad_out,
                                                             k_grad_out, tiling_data);
-  } else if (TILING_KEY_IS(RopeGradTilingKey(DType::kFloat16, RopeGradMode::kVjp))) {
+  } else if (TILING_KEY_IS(RopeGradTilingKey(DType::kFloat16, Mode::kVjp))) {
     mgo::kernel::RunRope<half, RopeVariant::kGradVjp>(q_grad, k_grad, cos, sin, q_seq_len, q_grad_out,
                                                       k_grad_out, tiling_data);
-  } else if (TILING_KEY_IS(RopeGradTilingKey(DType::kBFloat16, RopeGradMode::kVjp))) {
+  } else if (TILING_KEY_IS(RopeGradTilingKey(DType::kBFloat16, Mode::kVjp))) {
     mgo::kernel::RunRope<bfloat16_t, RopeVariant::kGradVjp>(q_grad, k_grad, cos, sin, q_seq_len, q_grad_out,
                                                             k_grad_out, tiling_data);
   }

@@ -26,7 +26,8 @@ class SparseFlashAttentionKernel {
  public:
   __aicore__ inline void Run(GM_ADDR query, GM_ADDR key, GM_ADDR value, GM_ADDR indices, GM_ADDR query_rope,
                              GM_ADDR key_rope, GM_ADDR lens_q, GM_ADDR lens_kv, GM_ADDR out, GM_ADDR softmax_max,
-                             GM_ADDR softmax_sum, GM_ADDR workspace, const SfaTilingData& t) {
+                             GM_ADDR softmax_sum, GM_ADDR workspace,
+                             const mgo::tiling::SparseFlashAttentionTilingData& t) {
     t_ = t;
     const TCubeTiling score_tiling = ToCubeTiling(t.mmScore);
     const TCubeTiling pv_tiling = ToCubeTiling(t.mmPv);
@@ -187,7 +188,7 @@ class SparseFlashAttentionKernel {
     StoreF32(sumGm_[at], Stat(kSum), t_.g);
   }
 
-  SfaTilingData t_{};
+  mgo::tiling::SparseFlashAttentionTilingData t_{};  // the SFA tiling and the op's attributes (t_.attrs)
   TPipe pipe_;
   Matmul<A, BT, C> mmScore_;
   Matmul<A, A, C> mmPv_;
@@ -213,7 +214,7 @@ extern "C" __global__ __aicore__ void sparse_flash_attention(GM_ADDR query, GM_A
   using mgo::tiling::DType;
   using mgo::tiling::SparseFlashAttentionTilingKey;
   AscendC::SetSysWorkspace(workspace);
-  REGISTER_TILING_DEFAULT(mgo::tiling::SfaTilingData);
+  REGISTER_TILING_DEFAULT(mgo::tiling::SparseFlashAttentionTilingData);
   GET_TILING_DATA(tiling_data, tiling);
   if (TILING_KEY_IS(SparseFlashAttentionTilingKey(DType::kFloat16))) {
     mgo::kernel::SparseFlashAttentionKernel<half> op;

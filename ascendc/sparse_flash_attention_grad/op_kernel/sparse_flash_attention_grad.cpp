@@ -56,7 +56,7 @@ class SparseFlashAttentionGradKernel {
   static constexpr uint32_t kMaxRowChunk = 128;
 
  public:
-  __aicore__ inline void Run(const SfaGradIo& io, const SfaTilingData& t) {
+  __aicore__ inline void Run(const SfaGradIo& io, const mgo::tiling::SparseFlashAttentionGradTilingData& t) {
     t_ = t;
     const TCubeTiling nt = ToCubeTiling(t.mmScore);
     const TCubeTiling nn = ToCubeTiling(t.mmDq);
@@ -349,7 +349,7 @@ class SparseFlashAttentionGradKernel {
     mmTN_.IterateAll(wsDv_, index > 0 ? 1 : 0);
   }
 
-  SfaTilingData t_{};
+  mgo::tiling::SparseFlashAttentionGradTilingData t_{};  // the SFA tiling and the op's attributes (t_.attrs)
   TPipe pipe_;
   Matmul<A, AT, C> mmNT_;
   Matmul<A, A, C> mmNN_;
@@ -377,7 +377,7 @@ extern "C" __global__ __aicore__ void sparse_flash_attention_grad(
   using mgo::tiling::DType;
   using mgo::tiling::SparseFlashAttentionGradTilingKey;
   AscendC::SetSysWorkspace(workspace);
-  REGISTER_TILING_DEFAULT(mgo::tiling::SfaTilingData);
+  REGISTER_TILING_DEFAULT(mgo::tiling::SparseFlashAttentionGradTilingData);
   GET_TILING_DATA(tiling_data, tiling);
   const mgo::kernel::SfaGradIo io{query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum,
                                   actual_seq_lengths_query, actual_seq_lengths_kv, query_rope, key_rope, d_query,

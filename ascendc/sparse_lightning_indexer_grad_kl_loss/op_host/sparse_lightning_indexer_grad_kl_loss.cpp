@@ -7,7 +7,7 @@
 // (common/op_host_adapter.h), tested on CPU. CANN-only, NOT compiled with CANN in this repository's
 // CI (no CANN toolkit here); scripts/build_ascend.sh builds it.
 #include "../../common/op_host_adapter.h"
-#include "../../common/op_host_indexer.h"
+#include "../../common/op_host_tokens.h"
 #include "../../common/op_host_table.h"
 #include "../sparse_lightning_indexer_grad_kl_loss_tiling.h"
 
@@ -23,17 +23,13 @@ struct SparseLightningIndexerGradKLLossHost : SparseLightningIndexerGradKLLossDe
                    const Platform& p) {
     const mgo::infer::TensorDesc &q = in[Table::In::kQuery], &k = in[Table::In::kKey], &qi = in[Table::In::kQueryIndex],
                                  &si = in[Table::In::kSparseIndices], &qr = in[Table::In::kQueryRope];
-    const size_t r = IndexerRank(a.layout, {&q, &k, &qi, &si}, "query/key/query_index/sparse_indices");
-    const IndexerTokens tok = ReadIndexerTokens(a.layout, q, k, in[Table::In::kActualSeqLengthsQuery]);
+    const size_t r = CheckTokenRank(a.layout, {&q, &k, &qi, &si}, "query/key/query_index/sparse_indices");
     const uint64_t dr = mgo::infer::is_absent(qr.shape) ? 0 : Dim(qr, r - 1);
-    const mgo::tiling::SliShape s{tok.layout,    tok.batch,     tok.s1, tok.s2,         tok.t1,
-                                  tok.t2,        Dim(q, r - 2), Dim(q, r - 1), dr, Dim(qi, r - 2),
-                                  Dim(qi, r - 1), Dim(si, r - 1)};
-    const mgo::tiling::SliAttrs attrs{static_cast<float>(a.scale_value), static_cast<uint32_t>(a.sparse_mode),
-                                      a.deterministic};
+    const mgo::tiling::SliShape s{ReadTokens(a.layout, q, k, in[Table::In::kActualSeqLengthsQuery]),
+                                  Dim(q, r - 2), Dim(q, r - 1), dr, Dim(qi, r - 2), Dim(qi, r - 1), Dim(si, r - 1)};
     const auto t = mgo::tiling::ComputeSparseLightningIndexerGradKLLossTiling(
-        s, attrs, dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
-        mgo::tiling::SfaSeqLengths{nullptr, nullptr, 0}, IndexerCube(p));
+        s, a, dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
+        mgo::tiling::SeqLengths{nullptr, nullptr, 0}, CubeOf(p));
     return Plan(t, t.result.data.usedAicNum, t.result.workspaceBytes, /*all_cores_at_once=*/true);
   }
 };

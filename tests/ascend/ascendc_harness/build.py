@@ -21,7 +21,8 @@ CXXFLAGS = ("-std=c++17", "-O2", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Werr
 
 
 def _sources() -> list[Path]:
-    found = [*ASCENDC.rglob("*.h"), *ASCENDC.rglob("*.cpp"), *HERE.glob("*.h"), *HERE.glob("*.cpp")]
+    found = [*ASCENDC.rglob("*.h"), *ASCENDC.rglob("*.cpp"), *(REPO / "infer_shape").glob("*.h"), *HERE.glob("*.h"),
+             *HERE.glob("*.cpp")]
     # op_host files need CANN and are not part of the twin build.
     return sorted(p for p in found if "op_host" not in p.parts)
 

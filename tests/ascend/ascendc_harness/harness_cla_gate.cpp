@@ -28,10 +28,7 @@ int twin_cla_gate_schedule(int kernel, int64_t t, int64_t n, int64_t d, int64_t 
                            int64_t* used_cores, int64_t* tile_rows, int64_t* tiling_ub, int64_t* starts,
                            int64_t* counts, char* err, int64_t err_len) {
   const auto r = Tiling(kernel, t, n, d, core_num, ub_bytes);
-  if (!r.ok) {
-    harness::CopyMessage(r.error, err, err_len);
-    return harness::kTilingError;
-  }
+  if (harness::Refused(r, err, err_len)) return harness::kTilingError;
   *used_cores = r.data.usedCoreNum;
   *tile_rows = r.data.tileRows;
   *tiling_ub = static_cast<int64_t>(r.ubBytes);
@@ -39,18 +36,16 @@ int twin_cla_gate_schedule(int kernel, int64_t t, int64_t n, int64_t d, int64_t 
   return harness::kOk;
 }
 
-int twin_cla_gate_backward(int dtype, int64_t t, int64_t n, int64_t d, const void* grad, const void* og,
-                           const void* ol, const void* zg, const void* zl, void* dog, void* dol, void* dzg,
-                           void* dzl, int64_t core_num, int64_t ub_bytes, int64_t arch, harness::RunInfo* info,
-                           char* err, int64_t err_len) {
+int twin_cla_gate_backward(int dtype, const harness::ClaGateBackwardAttrArgs* raw, int64_t t, int64_t n, int64_t d,
+                           const void* grad, const void* og, const void* ol, const void* zg, const void* zl,
+                           void* dog, void* dol, void* dzg, void* dzl, int64_t core_num, int64_t ub_bytes,
+                           int64_t arch, harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
+    harness::ToAttrs(*raw);  // read as the op_host reads them; the kernel takes none (TND only)
     const auto tiling = mgo::tiling::ComputeClaGateBackwardTiling(
         ClaGateShape{static_cast<uint64_t>(t), static_cast<uint64_t>(n), static_cast<uint64_t>(d)},
         static_cast<DType>(dtype), static_cast<uint32_t>(core_num), static_cast<uint64_t>(ub_bytes));
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const uint64_t big = static_cast<uint64_t>(t * n * d) * 2;
     const uint64_t gate = static_cast<uint64_t>(t * n) * 2;
     auto tiling_gm = harness::TilingBytes(tiling.result.data);
@@ -85,10 +80,7 @@ int twin_cla_gate_merge(int dtype, int64_t t, int64_t n, int64_t d, const void* 
     const auto tiling = mgo::tiling::ComputeClaGateMergeTiling(
         ClaGateShape{static_cast<uint64_t>(t), static_cast<uint64_t>(n), static_cast<uint64_t>(d)},
         static_cast<DType>(dtype), static_cast<uint32_t>(core_num), static_cast<uint64_t>(ub_bytes));
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const uint64_t big = static_cast<uint64_t>(t * n * d) * 2;
     const uint64_t gate = static_cast<uint64_t>(t * n) * 2;
     auto tiling_gm = harness::TilingBytes(tiling.result.data);

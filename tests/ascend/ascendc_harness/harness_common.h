@@ -24,8 +24,17 @@ inline void CopyMessage(const std::string& msg, char* err, int64_t err_len) {
   err[n] = '\0';
 }
 
+// Whether a pure tiling refused the call (`result`: {ok, error, ...}); its static text is then
+// copied into `err`.
+template <typename Result>
+bool Refused(const Result& result, char* err, int64_t err_len) {
+  if (!result.ok) CopyMessage(result.error, err, err_len);
+  return !result.ok;
+}
+
 // Runs `body`, turning exceptions into a status code and message: a twin rule must reach the
-// Python test as text, never abort the interpreter.
+// Python test as text, never abort the interpreter. An attribute outside its (Ascend) domain is
+// the op_host's refusal before any tiling (ToAttrs, harness_args.h): a tiling error to the tests.
 template <typename Body>
 int Guarded(char* err, int64_t err_len, Body&& body) {
   try {
@@ -33,6 +42,9 @@ int Guarded(char* err, int64_t err_len, Body&& body) {
   } catch (const AscendC::twin::TwinError& e) {
     CopyMessage(e.what(), err, err_len);
     return kTwinRule;
+  } catch (const mgo::infer::ValueError& e) {
+    CopyMessage(e.what(), err, err_len);
+    return kTilingError;
   } catch (const std::exception& e) {
     CopyMessage(e.what(), err, err_len);
     return kOtherError;

@@ -1,21 +1,26 @@
 // What the lightning_indexer, lightning_indexer_grad and sparse_lightning_indexer_grad_kl_loss
-// harnesses share: the indexers' call shape (harness::IndexerArgs, generated into harness_args.h),
-// the platform a call tiles for, and the host copies of the int32 cumulative TND lengths as the
-// tilings read them.
+// harnesses share: the tokens of a call (its shape struct, generated into harness_args.h, and the
+// layout of its attributes), the platform a call tiles for, and the host copies of the int32
+// cumulative TND lengths as the tilings read them.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "../../ascendc/common/sfa_tiling_common.h"
+#include "../../ascendc/common/indexer_tiling_common.h"
 #include "harness_args.h"
 
 namespace harness {
 
-inline mgo::tiling::IndexerShape ToIndexerShape(const IndexerArgs& a) {
+// The tokens of a call (IndexerArgs, SliArgs: the fields batch, s1, s2, t1, t2) in `layout`.
+template <typename Args>
+mgo::tiling::SeqShape Tokens(const Args& a, mgo::table::Layout layout) {
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  return mgo::tiling::IndexerShape{a.layout == 1 ? mgo::tiling::SfaLayout::kTND : mgo::tiling::SfaLayout::kBSND,
-                                   u(a.batch), u(a.s1), u(a.s2), u(a.t1), u(a.t2), u(a.n_idx), u(a.d_idx), u(a.k)};
+  return mgo::tiling::SeqShape{layout, u(a.batch), u(a.s1), u(a.s2), u(a.t1), u(a.t2)};
+}
+
+inline mgo::tiling::IndexerShape ToIndexerShape(const IndexerArgs& a, mgo::table::Layout layout) {
+  return {Tokens(a, layout), static_cast<uint64_t>(a.n_idx), static_cast<uint64_t>(a.d_idx)};
 }
 
 // The platform of a call (IndexerArgs, SliArgs: the fields core_num, ub_bytes).
@@ -29,20 +34,20 @@ mgo::tiling::CubePlatform IndexerPlatform(const Args& a) {
 
 // Lengths are GM inputs only for TND with lengths (batch > 0).
 template <typename Args>
-bool IndexerHasLens(const Args& a) {
-  return a.layout == 1 && a.batch > 0;
+bool IndexerHasLens(const Args& a, mgo::table::Layout layout) {
+  return layout == mgo::table::Layout::kTND && a.batch > 0;
 }
 
 // Host copies of the int32 cumulative lengths as the tilings read them (int64).
 struct IndexerLens {
   std::vector<int64_t> q, kv;
-  mgo::tiling::SfaSeqLengths view{nullptr, nullptr, 0};
+  mgo::tiling::SeqLengths view{nullptr, nullptr, 0};
   template <typename Args>
-  IndexerLens(const Args& a, const int32_t* lq, const int32_t* lkv) {
-    if (!IndexerHasLens(a) || lq == nullptr || lkv == nullptr) return;
+  IndexerLens(const Args& a, mgo::table::Layout layout, const int32_t* lq, const int32_t* lkv) {
+    if (!IndexerHasLens(a, layout) || lq == nullptr || lkv == nullptr) return;
     q.assign(lq, lq + a.batch);
     kv.assign(lkv, lkv + a.batch);
-    view = mgo::tiling::SfaSeqLengths{q.data(), kv.data(), static_cast<uint64_t>(a.batch)};
+    view = mgo::tiling::SeqLengths{q.data(), kv.data(), static_cast<uint64_t>(a.batch)};
   }
 };
 

@@ -10,14 +10,15 @@
 namespace {
 
 using mgo::tiling::DType;
-using LiArgs = harness::IndexerArgs;
-using HostLens = harness::IndexerLens;
-using harness::IndexerHasLens;
+using harness::IndexerArgs;
+using harness::IndexerLens;
+using harness::LightningIndexerAttrArgs;
 
-mgo::tiling::LightningIndexerTiling Tile(int dtype, const LiArgs& a, const HostLens& lens) {
-  return mgo::tiling::ComputeLightningIndexerTiling(harness::ToIndexerShape(a),
-                                                    static_cast<uint32_t>(a.sparse_mode), static_cast<DType>(dtype),
-                                                    a.weights_f32 != 0, lens.view, harness::IndexerPlatform(a));
+mgo::tiling::LightningIndexerTiling Tile(int dtype, const IndexerArgs& a, const mgo::table::LightningIndexer::Attrs& at,
+                                         const IndexerLens& lens) {
+  return mgo::tiling::ComputeLightningIndexerTiling(harness::ToIndexerShape(a, at.layout), at,
+                                                    static_cast<DType>(dtype), a.weights_f32 != 0, lens.view,
+                                                    harness::IndexerPlatform(a));
 }
 
 }  // namespace
@@ -26,51 +27,50 @@ extern "C" {
 
 // out = {usedAicNum, aivNum, keyChunk, kPad, ubBytes, workspaceBytes, tilingKey, aivWsBytes};
 // row_start holds aivNum + 1 entries.
-int twin_li_schedule(int dtype, const LiArgs* a, const int32_t* lens_q, const int32_t* lens_kv, int64_t* out,
-                     int64_t* row_start, char* err, int64_t err_len) {
-  const HostLens lens(*a, lens_q, lens_kv);
-  const auto tiling = Tile(dtype, *a, lens);
-  const auto& r = tiling.result;
-  if (!r.ok) {
-    harness::CopyMessage(r.error, err, err_len);
-    return harness::kTilingError;
-  }
-  const auto& t = r.data;
-  const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.kPad, static_cast<int64_t>(r.ubBytes),
-                          static_cast<int64_t>(r.workspaceBytes), static_cast<int64_t>(tiling.tilingKey),
-                          static_cast<int64_t>(t.aivWsBytes)};
-  for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
-  for (uint32_t i = 0; i <= t.aivNum; ++i) row_start[i] = t.rowStart[i];
-  return harness::kOk;
+int twin_li_schedule(int dtype, const IndexerArgs* a, const LightningIndexerAttrArgs* raw, const int32_t* lens_q,
+                     const int32_t* lens_kv, int64_t* out, int64_t* row_start, char* err, int64_t err_len) {
+  return harness::Guarded(err, err_len, [&]() -> int {
+    const auto attrs = harness::ToAttrs(*raw);
+    const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
+    const auto tiling = Tile(dtype, *a, attrs, lens);
+    const auto& r = tiling.result;
+    if (harness::Refused(r, err, err_len)) return harness::kTilingError;
+    const auto& t = r.data;
+    const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.kPad, static_cast<int64_t>(r.ubBytes),
+                            static_cast<int64_t>(r.workspaceBytes), static_cast<int64_t>(tiling.tilingKey),
+                            static_cast<int64_t>(t.aivWsBytes)};
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
+    for (uint32_t i = 0; i <= t.aivNum; ++i) row_start[i] = t.rowStart[i];
+    return harness::kOk;
+  });
 }
 
-int twin_lightning_indexer(int dtype, const LiArgs* a, const void* qi, const void* ki, const void* w,
-                           const int32_t* lens_q, const int32_t* lens_kv, int32_t* indices, float* values,
-                           harness::RunInfo* info, char* err, int64_t err_len) {
+int twin_lightning_indexer(int dtype, const IndexerArgs* a, const LightningIndexerAttrArgs* raw, const void* qi,
+                           const void* ki, const void* w, const int32_t* lens_q, const int32_t* lens_kv,
+                           int32_t* indices, float* values, harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
-    const HostLens lens(*a, lens_q, lens_kv);
-    const auto tiling = Tile(dtype, *a, lens);
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+    const auto attrs = harness::ToAttrs(*raw);
+    const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
+    const auto tiling = Tile(dtype, *a, attrs, lens);
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const auto t1 = static_cast<uint64_t>(a->t1);
     const auto t2 = static_cast<uint64_t>(a->t2);
     const auto nidx = static_cast<uint64_t>(a->n_idx);
     const auto didx = static_cast<uint64_t>(a->d_idx);
+    const auto k = static_cast<uint64_t>(attrs.sparse_count);
     std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
     auto tiling_gm = harness::TilingBytes(tiling.result.data);
     harness::GmScope gm;
     gm.Input(qi, t1 * nidx * didx * 2, "query_index");
     gm.Input(ki, t2 * didx * 2, "key_index");
     gm.Input(w, t1 * nidx * (a->weights_f32 ? 4 : 2), "weights");
-    const bool tnd = IndexerHasLens(*a);
+    const bool tnd = harness::IndexerHasLens(*a, attrs.layout);
     if (tnd) {
       gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
       gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");
     }
-    gm.Output(indices, t1 * a->k * 4, "sparse_indices");
-    gm.Output(values, t1 * a->k * 4, "sparse_values");
+    gm.Output(indices, t1 * k * 4, "sparse_indices");
+    gm.Output(values, t1 * k * 4, "sparse_values");
     gm.Workspace(ws.data(), ws.size(), "workspace");
     gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
     auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };

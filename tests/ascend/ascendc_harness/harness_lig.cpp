@@ -12,12 +12,14 @@ namespace {
 using mgo::tiling::DType;
 using harness::IndexerArgs;
 using harness::IndexerLens;
+using harness::LightningIndexerGradAttrArgs;
 
-mgo::tiling::LightningIndexerGradTiling Tile(int dtype, const IndexerArgs& a, const IndexerLens& lens) {
-  return mgo::tiling::ComputeLightningIndexerGradTiling(harness::ToIndexerShape(a),
-                                                        static_cast<uint32_t>(a.sparse_mode),
-                                                        static_cast<DType>(dtype), a.weights_f32 != 0, lens.view,
-                                                        harness::IndexerPlatform(a));
+mgo::tiling::LightningIndexerGradTiling Tile(int dtype, const IndexerArgs& a,
+                                             const mgo::table::LightningIndexerGrad::Attrs& at,
+                                             const IndexerLens& lens) {
+  const mgo::tiling::LigShape shape{harness::ToIndexerShape(a, at.layout), static_cast<uint64_t>(a.k)};
+  return mgo::tiling::ComputeLightningIndexerGradTiling(shape, at, static_cast<DType>(dtype), a.weights_f32 != 0,
+                                                        lens.view, harness::IndexerPlatform(a));
 }
 
 }  // namespace
@@ -26,38 +28,37 @@ extern "C" {
 
 // out = {usedAicNum, aivNum, kPad, gatherRows, keyBlock, keyBlocks, rowChunk, mKey, ubBytes,
 // workspaceBytes, tilingKey, aivWsBytes}; row_start / key_block_start hold aivNum + 1 entries.
-int twin_lig_schedule(int dtype, const IndexerArgs* a, const int32_t* lens_q, const int32_t* lens_kv, int64_t* out,
-                      int64_t* row_start, int64_t* key_block_start, char* err, int64_t err_len) {
-  const IndexerLens lens(*a, lens_q, lens_kv);
-  const auto tiling = Tile(dtype, *a, lens);
-  const auto& r = tiling.result;
-  if (!r.ok) {
-    harness::CopyMessage(r.error, err, err_len);
-    return harness::kTilingError;
-  }
-  const auto& t = r.data;
-  const int64_t vals[] = {t.usedAicNum, t.aivNum, t.kPad, t.gatherRows, t.keyBlock, t.keyBlocks, t.rowChunk, t.mKey,
-                          static_cast<int64_t>(r.ubBytes), static_cast<int64_t>(r.workspaceBytes),
-                          static_cast<int64_t>(tiling.tilingKey), static_cast<int64_t>(t.aivWsBytes)};
-  for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
-  for (uint32_t i = 0; i <= t.aivNum; ++i) {
-    row_start[i] = t.rowStart[i];
-    key_block_start[i] = t.keyBlockStart[i];
-  }
-  return harness::kOk;
+int twin_lig_schedule(int dtype, const IndexerArgs* a, const LightningIndexerGradAttrArgs* raw, const int32_t* lens_q,
+                      const int32_t* lens_kv, int64_t* out, int64_t* row_start, int64_t* key_block_start, char* err,
+                      int64_t err_len) {
+  return harness::Guarded(err, err_len, [&]() -> int {
+    const auto attrs = harness::ToAttrs(*raw);
+    const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
+    const auto tiling = Tile(dtype, *a, attrs, lens);
+    const auto& r = tiling.result;
+    if (harness::Refused(r, err, err_len)) return harness::kTilingError;
+    const auto& t = r.data;
+    const int64_t vals[] = {t.usedAicNum, t.aivNum, t.kPad, t.gatherRows, t.keyBlock, t.keyBlocks, t.rowChunk,
+                            t.mKey, static_cast<int64_t>(r.ubBytes), static_cast<int64_t>(r.workspaceBytes),
+                            static_cast<int64_t>(tiling.tilingKey), static_cast<int64_t>(t.aivWsBytes)};
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
+    for (uint32_t i = 0; i <= t.aivNum; ++i) {
+      row_start[i] = t.rowStart[i];
+      key_block_start[i] = t.keyBlockStart[i];
+    }
+    return harness::kOk;
+  });
 }
 
-int twin_lightning_indexer_grad(int dtype, const IndexerArgs* a, const void* qi, const void* ki, const void* w,
-                                const int32_t* idx, const float* d_values, const int32_t* lens_q,
-                                const int32_t* lens_kv, void* dqi, void* dki, void* dw, harness::RunInfo* info,
-                                char* err, int64_t err_len) {
+int twin_lightning_indexer_grad(int dtype, const IndexerArgs* a, const LightningIndexerGradAttrArgs* raw,
+                                const void* qi, const void* ki, const void* w, const int32_t* idx,
+                                const float* d_values, const int32_t* lens_q, const int32_t* lens_kv, void* dqi,
+                                void* dki, void* dw, harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
-    const IndexerLens lens(*a, lens_q, lens_kv);
-    const auto tiling = Tile(dtype, *a, lens);
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+    const auto attrs = harness::ToAttrs(*raw);
+    const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
+    const auto tiling = Tile(dtype, *a, attrs, lens);
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const auto t1 = static_cast<uint64_t>(a->t1);
     const auto t2 = static_cast<uint64_t>(a->t2);
     const auto nidx = static_cast<uint64_t>(a->n_idx);
@@ -71,7 +72,7 @@ int twin_lightning_indexer_grad(int dtype, const IndexerArgs* a, const void* qi,
     gm.Input(w, t1 * nidx * w_bytes, "weights");
     gm.Input(idx, t1 * a->k * 4, "sparse_indices");
     gm.Input(d_values, t1 * a->k * 4, "d_values");
-    const bool tnd = harness::IndexerHasLens(*a);
+    const bool tnd = harness::IndexerHasLens(*a, attrs.layout);
     if (tnd) {
       gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
       gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");

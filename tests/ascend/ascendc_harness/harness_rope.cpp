@@ -24,10 +24,7 @@ int twin_rope_schedule(int64_t n_tokens, int64_t hidden, int64_t max_seq, int64_
   const auto r = mgo::tiling::ComputeRopeFamilyTiling(Shape(n_tokens, hidden, max_seq, batch),
                                                       static_cast<uint32_t>(core_num),
                                                       static_cast<uint64_t>(ub_bytes));
-  if (!r.ok) {
-    harness::CopyMessage(r.error, err, err_len);
-    return harness::kTilingError;
-  }
+  if (harness::Refused(r, err, err_len)) return harness::kTilingError;
   *used_cores = r.data.usedCoreNum;
   *tile_rows = r.data.tileRows;
   *tiling_ub = static_cast<int64_t>(r.ubBytes);
@@ -35,8 +32,9 @@ int twin_rope_schedule(int64_t n_tokens, int64_t hidden, int64_t max_seq, int64_
   return harness::kOk;
 }
 
-// variant: 0 rope (forward), 1 rope_grad mode "atb", 2 rope_grad mode "vjp".
-int twin_rope_family(int variant, int dtype, int64_t n_tokens, int64_t hidden, int64_t max_seq, int64_t batch,
+// grad: null runs rope (forward), else rope_grad with these attributes.
+int twin_rope_family(const harness::RopeGradAttrArgs* grad, int dtype, int64_t n_tokens, int64_t hidden,
+                     int64_t max_seq, int64_t batch,
                      const void* x1, const void* x2, const void* cos, const void* sin, const int32_t* seq_len,
                      void* y1, void* y2, int64_t core_num, int64_t ub_bytes, int64_t arch, harness::RunInfo* info,
                      char* err, int64_t err_len) {
@@ -47,20 +45,16 @@ int twin_rope_family(int variant, int dtype, int64_t n_tokens, int64_t hidden, i
     const auto ub = static_cast<uint64_t>(ub_bytes);
     mgo::tiling::RopeTilingResult tiling{};
     uint64_t key = 0;
-    if (variant == 0) {
+    if (grad == nullptr) {
       const auto t = mgo::tiling::ComputeRopeTiling(shape, dt, cores, ub);
       tiling = t.result;
       key = t.tilingKey;
     } else {
-      const auto mode = variant == 1 ? mgo::tiling::RopeGradMode::kAtb : mgo::tiling::RopeGradMode::kVjp;
-      const auto t = mgo::tiling::ComputeRopeGradTiling(shape, dt, mode, cores, ub);
+      const auto t = mgo::tiling::ComputeRopeGradTiling(shape, dt, harness::ToAttrs(*grad).mode, cores, ub);
       tiling = t.result;
       key = t.tilingKey;
     }
-    if (!tiling.ok) {
-      harness::CopyMessage(tiling.error, err, err_len);
-      return harness::kTilingError;
-    }
+    if (harness::Refused(tiling, err, err_len)) return harness::kTilingError;
     const uint64_t big = static_cast<uint64_t>(n_tokens * hidden) * 2;
     const uint64_t trig = static_cast<uint64_t>(max_seq) * mgo::tiling::kRopeHeadDim * 2;
     auto tiling_gm = harness::TilingBytes(tiling.data);
@@ -75,7 +69,7 @@ int twin_rope_family(int variant, int dtype, int64_t n_tokens, int64_t hidden, i
     gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
     auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
     const auto stats = AscendC::twin::Launch(tiling.data.usedCoreNum, key, harness::ArchOf(arch), [&] {
-      if (variant == 0) {
+      if (grad == nullptr) {
         rope(u8(x1), u8(x2), u8(cos), u8(sin), u8(seq_len), u8(y1), u8(y2), nullptr, tiling_gm.data());
       } else {
         rope_grad(u8(x1), u8(x2), u8(cos), u8(sin), u8(seq_len), u8(y1), u8(y2), nullptr, tiling_gm.data());

@@ -9,27 +9,20 @@
 
 namespace {
 
+using mgo::table::Layout;
 using mgo::tiling::CubePlatform;
 using mgo::tiling::DType;
-using mgo::tiling::SfaAttrs;
-using mgo::tiling::SfaLayout;
-using mgo::tiling::SfaSeqLengths;
+using mgo::tiling::SeqLengths;
 using mgo::tiling::SfaShape;
-using mgo::tiling::SfaTilingResult;
 
 using harness::SfaArgs;  // generated into harness_args.h with its ctypes mirror
+using harness::SparseFlashAttentionAttrArgs;
+using harness::SparseFlashAttentionGradAttrArgs;
 
-SfaShape Shape(const SfaArgs& a) {
-  return SfaShape{a.layout == 1 ? SfaLayout::kTND : SfaLayout::kBSND,
-                  static_cast<uint64_t>(a.batch), static_cast<uint64_t>(a.s1), static_cast<uint64_t>(a.s2),
-                  static_cast<uint64_t>(a.t1), static_cast<uint64_t>(a.t2), static_cast<uint64_t>(a.n1),
-                  static_cast<uint64_t>(a.n2), static_cast<uint64_t>(a.d), static_cast<uint64_t>(a.dr),
-                  static_cast<uint64_t>(a.k), a.lens_int64 != 0, a.value_absent != 0};
-}
-
-SfaAttrs Attrs(const SfaArgs& a) {
-  return SfaAttrs{static_cast<float>(a.scale), static_cast<uint32_t>(a.block_size),
-                  static_cast<uint32_t>(a.sparse_mode), a.deterministic != 0};
+SfaShape Shape(const SfaArgs& a, Layout layout) {
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  return SfaShape{{layout, u(a.batch), u(a.s1), u(a.s2), u(a.t1), u(a.t2)}, u(a.n1), u(a.n2), u(a.d), u(a.dr),
+                  u(a.k), a.lens_int64 != 0, a.value_absent != 0};
 }
 
 CubePlatform Platform(const SfaArgs& a) {
@@ -39,30 +32,30 @@ CubePlatform Platform(const SfaArgs& a) {
   return p;
 }
 
+// Lengths are GM inputs only for TND with lengths (batch > 0).
+bool HasLens(const SfaArgs& a, Layout layout) { return layout == Layout::kTND && a.batch > 0; }
+uint64_t LensBytes(const SfaArgs& a) { return static_cast<uint64_t>(a.batch) * (a.lens_int64 ? 8 : 4); }
+
 // Host copies of the int32 / int64 cumulative lengths as the tiling reads them (int64).
 struct HostLens {
   std::vector<int64_t> q, kv;
-  SfaSeqLengths view{nullptr, nullptr, 0};
-  HostLens(const SfaArgs& a, const void* lq, const void* lkv) {
-    if (a.layout != 1 || lq == nullptr || lkv == nullptr || a.batch == 0) return;
+  SeqLengths view{nullptr, nullptr, 0};
+  HostLens(const SfaArgs& a, Layout layout, const void* lq, const void* lkv) {
+    if (!HasLens(a, layout) || lq == nullptr || lkv == nullptr) return;
     for (int64_t b = 0; b < a.batch; ++b) {
       q.push_back(a.lens_int64 ? static_cast<const int64_t*>(lq)[b] : static_cast<const int32_t*>(lq)[b]);
       kv.push_back(a.lens_int64 ? static_cast<const int64_t*>(lkv)[b] : static_cast<const int32_t*>(lkv)[b]);
     }
-    view = SfaSeqLengths{q.data(), kv.data(), static_cast<uint64_t>(a.batch)};
+    view = SeqLengths{q.data(), kv.data(), static_cast<uint64_t>(a.batch)};
   }
 };
-
-// Lengths are GM inputs only for TND with lengths (batch > 0).
-bool HasLens(const SfaArgs& a) { return a.layout == 1 && a.batch > 0; }
-uint64_t LensBytes(const SfaArgs& a) { return static_cast<uint64_t>(a.batch) * (a.lens_int64 ? 8 : 4); }
 
 // The GM inputs both kernels take (absent optional ones are not registered).
 struct SharedInputs {
   const void *q, *k, *v, *idx, *qr, *kr, *lens_q, *lens_kv;
 };
 
-void RegisterShared(harness::GmScope& gm, const SfaArgs& a, const SharedInputs& in) {
+void RegisterShared(harness::GmScope& gm, const SfaArgs& a, Layout layout, const SharedInputs& in) {
   const uint64_t q_rows = static_cast<uint64_t>(a.t1 * a.n1);
   const uint64_t k_rows = static_cast<uint64_t>(a.t2 * a.n2);
   gm.Input(in.q, q_rows * a.d * 2, "query");
@@ -73,13 +66,14 @@ void RegisterShared(harness::GmScope& gm, const SfaArgs& a, const SharedInputs& 
     gm.Input(in.qr, q_rows * a.dr * 2, "query_rope");
     gm.Input(in.kr, k_rows * a.dr * 2, "key_rope");
   }
-  if (HasLens(a)) {
+  if (HasLens(a, layout)) {
     gm.Input(in.lens_q, LensBytes(a), "actual_seq_lengths_query");
     gm.Input(in.lens_kv, LensBytes(a), "actual_seq_lengths_kv");
   }
 }
 
-void FillInfo(harness::RunInfo* info, const AscendC::twin::MixStats& stats, const SfaTilingResult& r) {
+template <typename Result>
+void FillInfo(harness::RunInfo* info, const AscendC::twin::MixStats& stats, const Result& r) {
   *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(r.ubBytes), stats.cores,
                            r.data.keyChunk, 0, 0};
   harness::FillWriteStats(info);
@@ -89,50 +83,58 @@ void FillInfo(harness::RunInfo* info, const AscendC::twin::MixStats& stats, cons
 
 extern "C" {
 
-// kernel: 0 forward, 1 grad. Writes the tiling's scalars and per-AIV ranges (arrays of
-// 2 * core_num + 1 entries): out = {usedAicNum, aivNum, keyChunk, rowChunk, ubBytes,
-// workspaceBytes, tilingKey, ubTileRows, gatherRows, chunkCols, mRows, aivWsBytes, wsDelta}.
-int twin_sfa_schedule(int kernel, int dtype, const SfaArgs* a, const void* lens_q, const void* lens_kv,
+// The pure tiling of the forward (`fwd` given) or the grad (`grad` given). Writes the tiling's
+// scalars and per-AIV ranges (arrays of 2 * core_num + 1 entries): out = {usedAicNum, aivNum,
+// keyChunk, rowChunk, ubBytes, workspaceBytes, tilingKey, ubTileRows, gatherRows, chunkCols, mRows,
+// aivWsBytes, wsDelta}.
+int twin_sfa_schedule(int dtype, const SfaArgs* a, const SparseFlashAttentionAttrArgs* fwd,
+                      const SparseFlashAttentionGradAttrArgs* grad, const void* lens_q, const void* lens_kv,
                       int64_t* out, int64_t* row_start, int64_t* key_row_start, char* err, int64_t err_len) {
-  const HostLens lens(*a, lens_q, lens_kv);
-  const auto kind = kernel == 0 ? mgo::tiling::SfaKernel::kForward : mgo::tiling::SfaKernel::kGrad;
-  const SfaTilingResult r = mgo::tiling::ComputeSfaTiling(kind, Shape(*a), Attrs(*a), lens.view, Platform(*a));
-  if (!r.ok) {
-    harness::CopyMessage(r.error, err, err_len);
-    return harness::kTilingError;
-  }
-  const auto& t = r.data;
-  const int64_t key = kernel == 0 ? static_cast<int64_t>(mgo::tiling::SparseFlashAttentionTilingKey(
-                                        static_cast<DType>(dtype)))
-                                  : static_cast<int64_t>(dtype);
-  const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.rowChunk, static_cast<int64_t>(r.ubBytes),
-                          static_cast<int64_t>(r.workspaceBytes), key, t.ubTileRows, t.gatherRows, t.chunkCols,
-                          t.mRows, static_cast<int64_t>(t.aivWsBytes), static_cast<int64_t>(t.wsDelta)};
-  for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
-  for (uint32_t i = 0; i <= t.aivNum; ++i) {
-    row_start[i] = t.rowStart[i];
-    key_row_start[i] = t.keyRowStart[i];
-  }
-  return harness::kOk;
+  return harness::Guarded(err, err_len, [&]() -> int {
+    const auto write = [&](const auto& tiling) -> int {
+      const auto& r = tiling.result;
+      if (harness::Refused(r, err, err_len)) return harness::kTilingError;
+      const auto& t = r.data;
+      const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.rowChunk, static_cast<int64_t>(r.ubBytes),
+                              static_cast<int64_t>(r.workspaceBytes), static_cast<int64_t>(tiling.tilingKey),
+                              t.ubTileRows, t.gatherRows, t.chunkCols, t.mRows, static_cast<int64_t>(t.aivWsBytes),
+                              static_cast<int64_t>(t.wsDelta)};
+      for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
+      for (uint32_t i = 0; i <= t.aivNum; ++i) {
+        row_start[i] = t.rowStart[i];
+        key_row_start[i] = t.keyRowStart[i];
+      }
+      return harness::kOk;
+    };
+    const auto dt = static_cast<DType>(dtype);
+    if (fwd != nullptr) {
+      const auto attrs = harness::ToAttrs(*fwd);
+      const HostLens lens(*a, attrs.layout, lens_q, lens_kv);
+      return write(mgo::tiling::ComputeSparseFlashAttentionTiling(Shape(*a, attrs.layout), attrs, dt, lens.view,
+                                                                  Platform(*a)));
+    }
+    const auto attrs = harness::ToAttrs(*grad);
+    const HostLens lens(*a, attrs.layout, lens_q, lens_kv);
+    return write(mgo::tiling::ComputeSparseFlashAttentionGradTiling(Shape(*a, attrs.layout), attrs, dt, lens.view,
+                                                                    Platform(*a)));
+  });
 }
 
-int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const void* q, const void* k, const void* v,
-                                const int32_t* idx, const void* qr, const void* kr, const void* lens_q,
-                                const void* lens_kv, void* out, float* smax, float* ssum,
+int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const SparseFlashAttentionAttrArgs* raw, const void* q,
+                                const void* k, const void* v, const int32_t* idx, const void* qr, const void* kr,
+                                const void* lens_q, const void* lens_kv, void* out, float* smax, float* ssum,
                                 harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
-    const HostLens lens(*a, lens_q, lens_kv);
-    const auto tiling = mgo::tiling::ComputeSparseFlashAttentionTiling(Shape(*a), Attrs(*a), static_cast<DType>(dtype),
-                                                                       lens.view, Platform(*a));
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+    const auto attrs = harness::ToAttrs(*raw);
+    const HostLens lens(*a, attrs.layout, lens_q, lens_kv);
+    const auto tiling = mgo::tiling::ComputeSparseFlashAttentionTiling(
+        Shape(*a, attrs.layout), attrs, static_cast<DType>(dtype), lens.view, Platform(*a));
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const uint64_t q_rows = static_cast<uint64_t>(a->t1 * a->n1);
     std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
     auto tiling_gm = harness::TilingBytes(tiling.result.data);
     harness::GmScope gm;
-    RegisterShared(gm, *a, SharedInputs{q, k, v, idx, qr, kr, lens_q, lens_kv});
+    RegisterShared(gm, *a, attrs.layout, SharedInputs{q, k, v, idx, qr, kr, lens_q, lens_kv});
     gm.Output(out, q_rows * a->d * 2, "out");
     gm.Output(smax, q_rows * 4, "softmax_max");
     gm.Output(ssum, q_rows * 4, "softmax_sum");
@@ -144,7 +146,8 @@ int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const void* q, cons
         static_cast<uint64_t>(a->seed), [&] {
           sparse_flash_attention(u8(q), u8(k), a->value_absent ? nullptr : u8(v), u8(idx),
                                  a->dr > 0 ? u8(qr) : nullptr, a->dr > 0 ? u8(kr) : nullptr,
-                                 HasLens(*a) ? u8(lens_q) : nullptr, HasLens(*a) ? u8(lens_kv) : nullptr, u8(out),
+                                 HasLens(*a, attrs.layout) ? u8(lens_q) : nullptr,
+                                 HasLens(*a, attrs.layout) ? u8(lens_kv) : nullptr, u8(out),
                                  u8(smax), u8(ssum), ws.data(), tiling_gm.data());
         });
     FillInfo(info, stats, tiling.result);
@@ -152,25 +155,24 @@ int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const void* q, cons
   });
 }
 
-int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const void* q, const void* k, const void* v,
-                                     const int32_t* idx, const void* d_out, const void* out, const float* smax,
-                                     const float* ssum, const void* lens_q, const void* lens_kv, const void* qr,
-                                     const void* kr, void* dq, void* dk, void* dv, void* dqr, void* dkr,
-                                     harness::RunInfo* info, char* err, int64_t err_len) {
+int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const SparseFlashAttentionGradAttrArgs* raw,
+                                     const void* q, const void* k, const void* v, const int32_t* idx,
+                                     const void* d_out, const void* out, const float* smax, const float* ssum,
+                                     const void* lens_q, const void* lens_kv, const void* qr, const void* kr, void* dq,
+                                     void* dk, void* dv, void* dqr, void* dkr, harness::RunInfo* info, char* err,
+                                     int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
-    const HostLens lens(*a, lens_q, lens_kv);
+    const auto attrs = harness::ToAttrs(*raw);
+    const HostLens lens(*a, attrs.layout, lens_q, lens_kv);
     const auto tiling = mgo::tiling::ComputeSparseFlashAttentionGradTiling(
-        Shape(*a), Attrs(*a), static_cast<DType>(dtype), lens.view, Platform(*a));
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+        Shape(*a, attrs.layout), attrs, static_cast<DType>(dtype), lens.view, Platform(*a));
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const uint64_t q_rows = static_cast<uint64_t>(a->t1 * a->n1);
     const uint64_t k_rows = static_cast<uint64_t>(a->t2 * a->n2);
     std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
     auto tiling_gm = harness::TilingBytes(tiling.result.data);
     harness::GmScope gm;
-    RegisterShared(gm, *a, SharedInputs{q, k, v, idx, qr, kr, lens_q, lens_kv});
+    RegisterShared(gm, *a, attrs.layout, SharedInputs{q, k, v, idx, qr, kr, lens_q, lens_kv});
     gm.Input(d_out, q_rows * a->d * 2, "d_out");
     gm.Input(out, q_rows * a->d * 2, "out");
     gm.Input(smax, q_rows * 4, "softmax_max");
@@ -186,7 +188,7 @@ int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const void* q,
     gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
     auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
     const bool rope = a->dr > 0;
-    const bool tnd = HasLens(*a);
+    const bool tnd = HasLens(*a, attrs.layout);
     const bool value = !a->value_absent;
     const auto stats = AscendC::twin::LaunchMix(
         tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),

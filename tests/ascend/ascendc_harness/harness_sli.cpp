@@ -10,25 +10,20 @@
 namespace {
 
 using mgo::tiling::DType;
-using mgo::tiling::SfaLayout;
-using mgo::tiling::SliAttrs;
-using mgo::tiling::SliShape;
+using harness::IndexerLens;
+using harness::SliArgs;
+using harness::SparseLightningIndexerGradKLLossAttrArgs;
+using Attrs = mgo::table::SparseLightningIndexerGradKLLoss::Attrs;
 
-using harness::SliArgs;  // generated into harness_args.h with its ctypes mirror
-
-SliShape Shape(const SliArgs& a) {
+mgo::tiling::SparseLightningIndexerGradKLLossTiling Tile(int dtype, const SliArgs& a, const Attrs& at,
+                                                         const IndexerLens& lens) {
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  return SliShape{a.layout == 1 ? SfaLayout::kTND : SfaLayout::kBSND,
-                  u(a.batch), u(a.s1), u(a.s2), u(a.t1), u(a.t2), u(a.n1), u(a.d), u(a.dr), u(a.n_idx),
-                  u(a.d_idx), u(a.k)};
+  const mgo::tiling::SliShape shape{harness::Tokens(a, at.layout), u(a.n1), u(a.d), u(a.dr), u(a.n_idx),
+                                    u(a.d_idx), u(a.k)};
+  return mgo::tiling::ComputeSparseLightningIndexerGradKLLossTiling(shape, at, static_cast<DType>(dtype),
+                                                                    a.weights_f32 != 0, lens.view,
+                                                                    harness::IndexerPlatform(a));
 }
-
-SliAttrs Attrs(const SliArgs& a) {
-  return SliAttrs{static_cast<float>(a.scale), static_cast<uint32_t>(a.sparse_mode), a.deterministic != 0};
-}
-
-using HostLens = harness::IndexerLens;
-using harness::IndexerPlatform;
 
 }  // namespace
 
@@ -37,44 +32,42 @@ extern "C" {
 // out = {usedAicNum, aivNum, keyChunk, tileRows, gatherRows, keyBlock, keyBlocks, rowChunk, mKey,
 // ubBytes, workspaceBytes, tilingKey, aivWsBytes, wsDi, wsLoss, kPad}; row_start / key_block_start
 // hold aivNum + 1 entries.
-int twin_sli_schedule(int dtype, const SliArgs* a, const int32_t* lens_q, const int32_t* lens_kv, int64_t* out,
-                      int64_t* row_start, int64_t* key_block_start, char* err, int64_t err_len) {
-  const HostLens lens(*a, lens_q, lens_kv);
-  const auto tiling = mgo::tiling::ComputeSparseLightningIndexerGradKLLossTiling(
-      Shape(*a), Attrs(*a), static_cast<DType>(dtype), a->weights_f32 != 0, lens.view, IndexerPlatform(*a));
-  const auto& r = tiling.result;
-  if (!r.ok) {
-    harness::CopyMessage(r.error, err, err_len);
-    return harness::kTilingError;
-  }
-  const auto& t = r.data;
-  const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.tileRows, t.gatherRows, t.keyBlock, t.keyBlocks,
-                          t.rowChunk, t.mKey, static_cast<int64_t>(r.ubBytes),
-                          static_cast<int64_t>(r.workspaceBytes), static_cast<int64_t>(tiling.tilingKey),
-                          static_cast<int64_t>(t.aivWsBytes), static_cast<int64_t>(t.wsDi),
-                          static_cast<int64_t>(t.wsLoss), t.kPad};
-  for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
-  for (uint32_t i = 0; i <= t.aivNum; ++i) {
-    row_start[i] = t.rowStart[i];
-    key_block_start[i] = t.keyBlockStart[i];
-  }
-  return harness::kOk;
+int twin_sli_schedule(int dtype, const SliArgs* a, const SparseLightningIndexerGradKLLossAttrArgs* raw,
+                      const int32_t* lens_q, const int32_t* lens_kv, int64_t* out, int64_t* row_start,
+                      int64_t* key_block_start, char* err, int64_t err_len) {
+  return harness::Guarded(err, err_len, [&]() -> int {
+    const Attrs attrs = harness::ToAttrs(*raw);
+    const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
+    const auto tiling = Tile(dtype, *a, attrs, lens);
+    const auto& r = tiling.result;
+    if (harness::Refused(r, err, err_len)) return harness::kTilingError;
+    const auto& t = r.data;
+    const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.tileRows, t.gatherRows, t.keyBlock, t.keyBlocks,
+                            t.rowChunk, t.mKey, static_cast<int64_t>(r.ubBytes),
+                            static_cast<int64_t>(r.workspaceBytes), static_cast<int64_t>(tiling.tilingKey),
+                            static_cast<int64_t>(t.aivWsBytes), static_cast<int64_t>(t.wsDi),
+                            static_cast<int64_t>(t.wsLoss), t.kPad};
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
+    for (uint32_t i = 0; i <= t.aivNum; ++i) {
+      row_start[i] = t.rowStart[i];
+      key_block_start[i] = t.keyBlockStart[i];
+    }
+    return harness::kOk;
+  });
 }
 
-int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a, const void* q, const void* k,
-                                               const void* qi, const void* ki, const void* w, const int32_t* idx,
-                                               const float* smax, const float* ssum, const void* qr, const void* kr,
-                                               const int32_t* lens_q, const int32_t* lens_kv, void* dqi, void* dki,
-                                               void* dw, float* loss, harness::RunInfo* info, char* err,
-                                               int64_t err_len) {
+int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a,
+                                               const SparseLightningIndexerGradKLLossAttrArgs* raw, const void* q,
+                                               const void* k, const void* qi, const void* ki, const void* w,
+                                               const int32_t* idx, const float* smax, const float* ssum,
+                                               const void* qr, const void* kr, const int32_t* lens_q,
+                                               const int32_t* lens_kv, void* dqi, void* dki, void* dw, float* loss,
+                                               harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
-    const HostLens lens(*a, lens_q, lens_kv);
-    const auto tiling = mgo::tiling::ComputeSparseLightningIndexerGradKLLossTiling(
-        Shape(*a), Attrs(*a), static_cast<DType>(dtype), a->weights_f32 != 0, lens.view, IndexerPlatform(*a));
-    if (!tiling.result.ok) {
-      harness::CopyMessage(tiling.result.error, err, err_len);
-      return harness::kTilingError;
-    }
+    const Attrs attrs = harness::ToAttrs(*raw);
+    const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
+    const auto tiling = Tile(dtype, *a, attrs, lens);
+    if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const auto t1 = static_cast<uint64_t>(a->t1);
     const auto t2 = static_cast<uint64_t>(a->t2);
     const auto n1 = static_cast<uint64_t>(a->n1);
@@ -97,7 +90,7 @@ int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a, cons
       gm.Input(qr, t1 * n1 * a->dr * 2, "query_rope");
       gm.Input(kr, t2 * a->dr * 2, "key_rope");
     }
-    const bool tnd = harness::IndexerHasLens(*a);
+    const bool tnd = harness::IndexerHasLens(*a, attrs.layout);
     if (tnd) {
       gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
       gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");

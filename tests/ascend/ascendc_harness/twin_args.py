@@ -26,36 +26,101 @@ class RunInfo(ctypes.Structure):
 
 
 class SfaArgs(ctypes.Structure):
-    """The shape and attributes of one sparse_flash_attention(_grad) call."""
+    """The shape of one sparse_flash_attention(_grad) call and its launch (layout: the attributes')."""
 
     _fields_ = [
-        *_int("layout"),  # 0 BSND, 1 TND
         *_int("batch s1 s2 t1 t2 n1 n2 d dr k"),
-        *_int("block_size sparse_mode deterministic"),
-        *_float("scale"),
         *_int("core_num ub_bytes seed arch"),  # AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
         *_int("value_absent lens_int64"),  # value omitted (key is value); int64 lengths
     ]
 
 
 class SliArgs(ctypes.Structure):
-    """The shape and attributes of one sparse_lightning_indexer_grad_kl_loss call."""
+    """The shape of one sparse_lightning_indexer_grad_kl_loss call and its launch."""
 
     _fields_ = [
-        *_int("layout"),  # 0 BSND, 1 TND
         *_int("batch s1 s2 t1 t2 n1 d dr n_idx d_idx k"),
-        *_int("sparse_mode deterministic weights_f32"),
-        *_float("scale"),
+        *_int("weights_f32"),
         *_int("core_num ub_bytes seed arch"),  # AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
     ]
 
 
 class IndexerArgs(ctypes.Structure):
-    """The shape and attributes of one lightning_indexer or lightning_indexer_grad call."""
+    """The shape of one lightning_indexer(_grad) call and its launch (k: sparse_indices' slots)."""
 
     _fields_ = [
-        *_int("layout"),  # 0 BSND, 1 TND
         *_int("batch s1 s2 t1 t2 n_idx d_idx k"),
-        *_int("sparse_mode weights_f32"),
+        *_int("weights_f32"),
         *_int("core_num ub_bytes seed arch"),  # AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
+    ]
+
+
+class RopeGradAttrArgs(ctypes.Structure):
+    """The attributes of one rope_grad call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("mode", ctypes.c_char_p),
+    ]
+
+
+class ClaGateBackwardAttrArgs(ctypes.Structure):
+    """The attributes of one cla_gate_backward call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("input_attn_layout", ctypes.c_char_p),
+    ]
+
+
+class LightningIndexerAttrArgs(ctypes.Structure):
+    """The attributes of one lightning_indexer call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("sparse_count", ctypes.c_int64),
+        ("layout", ctypes.c_char_p),
+        ("sparse_mode", ctypes.c_int64),
+    ]
+
+
+class LightningIndexerGradAttrArgs(ctypes.Structure):
+    """The attributes of one lightning_indexer_grad call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("layout", ctypes.c_char_p),
+        ("sparse_mode", ctypes.c_int64),
+    ]
+
+
+class SparseLightningIndexerGradKLLossAttrArgs(ctypes.Structure):
+    """The attributes of one sparse_lightning_indexer_grad_kl_loss call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("scale_value", ctypes.c_double),
+        ("layout", ctypes.c_char_p),
+        ("sparse_mode", ctypes.c_int64),
+        ("deterministic", ctypes.c_bool),
+    ]
+
+
+class SparseFlashAttentionAttrArgs(ctypes.Structure):
+    """The attributes of one sparse_flash_attention call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("scale_value", ctypes.c_double),
+        ("sparse_block_size", ctypes.c_int64),
+        ("layout", ctypes.c_char_p),
+        ("sparse_mode", ctypes.c_int64),
+    ]
+
+
+class SparseFlashAttentionGradAttrArgs(ctypes.Structure):
+    """The attributes of one sparse_flash_attention_grad call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("scale_value", ctypes.c_double),
+        ("sparse_block_size", ctypes.c_int64),
+        ("layout", ctypes.c_char_p),
+        ("sparse_mode", ctypes.c_int64),
+        ("pre_tokens", ctypes.c_int64),
+        ("next_tokens", ctypes.c_int64),
+        ("deterministic", ctypes.c_bool),
     ]

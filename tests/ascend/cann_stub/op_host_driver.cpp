@@ -10,10 +10,13 @@
 //   shape:  ok <n_outputs> { <rank> <dims...> }
 //   dtype:  ok <n_outputs> { <ge dtype> }
 //   tiling: ok block_dim=.. tiling_key=.. workspace=.. schedule_mode=.. <tiling data fields>
+//           [attr.<name>=<value> for every attribute the tiling data carries (a choice by its name)]
 #include <cstring>
 #include <iostream>
 #include <map>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -30,7 +33,7 @@ void Describe(const mgo::tiling::ClaGateTilingData& t) {
 
 void Describe(const mgo::tiling::SfaTilingData& t) {
   std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " block_size=" << t.blockSize
-            << " has_rope=" << t.hasRope << " deterministic=" << t.deterministic << " has_value=" << t.hasValue
+            << " has_rope=" << t.hasRope << " has_value=" << t.hasValue
             << " seq_lens_int64=" << t.seqLensInt64 << " batch=" << t.batch
             << " s1=" << t.s1 << " s2=" << t.s2 << " t1=" << t.t1 << " t2=" << t.t2 << " n1=" << t.n1
             << " n2=" << t.n2 << " d=" << t.d << " dr=" << t.dr << " k=" << t.k << " scale=" << t.scaleValue
@@ -39,7 +42,7 @@ void Describe(const mgo::tiling::SfaTilingData& t) {
 
 void Describe(const mgo::tiling::SliTilingData& t) {
   std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " has_rope=" << t.hasRope
-            << " deterministic=" << t.deterministic << " batch=" << t.batch << " s1=" << t.s1 << " s2=" << t.s2
+            << " batch=" << t.batch << " s1=" << t.s1 << " s2=" << t.s2
             << " t1=" << t.t1 << " t2=" << t.t2 << " n1=" << t.n1 << " d=" << t.d << " dr=" << t.dr
             << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx << " k=" << t.k << " scale=" << t.scaleValue
             << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
@@ -98,13 +101,34 @@ void PrintDef(const std::string& op, const ops::OpDef& def) {
   std::cout << "OP_ADD(" << op << ");\n";
 }
 
-template <typename Data>
+template <typename Field>
+void PrintValue(const Field& v) {
+  if constexpr (std::is_enum_v<Field>) {
+    std::cout << mgo::table::Choice<Field>::Name(v);
+  } else {
+    std::cout << v;
+  }
+}
+
+// The table attributes the tiling data carries for the kernel (`Table::Attrs attrs`), by name.
+template <typename Table>
+void DescribeAttrs(const typename Table::Attrs& a) {
+  size_t i = 0;
+  const auto one = [&](auto field) {
+    std::cout << " attr." << Table::kAttrNames[i++] << "=";
+    PrintValue(a.*field);
+  };
+  std::apply([&](auto... field) { (one(field), ...); }, Table::kAttrs);
+}
+
+template <typename Data, typename Table = void>
 void PrintTiling(gert::TilingContext& ctx) {
   Data data;
   std::memcpy(&data, ctx.tiling_.data(), sizeof(Data));
   std::cout << "ok block_dim=" << ctx.block_dim_ << " tiling_key=" << ctx.tiling_key_
             << " workspace=" << ctx.workspace_.at(0) << " schedule_mode=" << ctx.schedule_mode_;
   Describe(data);
+  if constexpr (!std::is_void_v<Table>) DescribeAttrs<Table>(data.attrs);
   std::cout << "\n";
 }
 
@@ -162,12 +186,20 @@ int main() {
     gert::TilingContext ctx;
     ReadCase(ctx);
     if (def.aicore_.tiling_(&ctx) != ge::GRAPH_SUCCESS) return std::cout << "failed\n", 0;
-    if (op == "Rope" || op == "RopeGrad") PrintTiling<mgo::tiling::RopeTilingData>(ctx);
-    else if (op == "ClaGateMerge" || op == "ClaGateBackward") PrintTiling<mgo::tiling::ClaGateTilingData>(ctx);
-    else if (op == "SparseLightningIndexerGradKLLoss") PrintTiling<mgo::tiling::SliTilingData>(ctx);
-    else if (op == "LightningIndexer") PrintTiling<mgo::tiling::LiTilingData>(ctx);
-    else if (op == "LightningIndexerGrad") PrintTiling<mgo::tiling::LigTilingData>(ctx);
-    else PrintTiling<mgo::tiling::SfaTilingData>(ctx);
+    using namespace mgo;  // NOLINT: the table and tiling types below
+    if (op == "Rope" || op == "RopeGrad") PrintTiling<tiling::RopeTilingData>(ctx);
+    else if (op == "ClaGateMerge" || op == "ClaGateBackward") PrintTiling<tiling::ClaGateTilingData>(ctx);
+    else if (op == "SparseLightningIndexerGradKLLoss") {
+      PrintTiling<tiling::SliTilingData, table::SparseLightningIndexerGradKLLoss>(ctx);
+    } else if (op == "LightningIndexer") {
+      PrintTiling<tiling::LiTilingData, table::LightningIndexer>(ctx);
+    } else if (op == "LightningIndexerGrad") {
+      PrintTiling<tiling::LigTilingData, table::LightningIndexerGrad>(ctx);
+    } else if (op == "SparseFlashAttention") {
+      PrintTiling<tiling::SparseFlashAttentionTilingData, table::SparseFlashAttention>(ctx);
+    } else {
+      PrintTiling<tiling::SparseFlashAttentionGradTilingData, table::SparseFlashAttentionGrad>(ctx);
+    }
   }
   return 0;
 }

@@ -1,0 +1,50 @@
+// What every op_host of a sequence op (the attention and indexer ops) shares: the token geometry
+// the pure tilings take (seq_tiling_common.h), read from a query-side and a key-side input in the
+// op's layout, and the platform as a mixed tiling takes it.
+// CANN-only like op_host_adapter.h; tests/ascend/test_ascendc_op_host.py runs it against tests/ascend/cann_stub.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+
+#include "op_host_adapter.h"
+#include "seq_tiling_common.h"
+
+namespace mgo::op_host {
+
+// Rank of the token tensors in `layout`: 4 in BSND ([B, S, N, D]), 3 in TND ([T, N, D]).
+inline size_t TokenRank(mgo::table::Layout layout) { return layout == mgo::table::Layout::kBSND ? 4 : 3; }
+
+// BSND: [B, S1, ...] / [B, S2, ...]; TND: [T1, ...] / [T2, ...] with batch = entries of the
+// query lengths, 0 when they are absent (one sequence: the pure tilings lay it out as BSND B = 1).
+inline mgo::tiling::SeqShape ReadTokens(mgo::table::Layout layout, const mgo::infer::TensorDesc& q,
+                                        const mgo::infer::TensorDesc& k, const mgo::infer::TensorDesc& lens_q) {
+  if (layout == mgo::table::Layout::kBSND) {
+    const uint64_t b = Dim(q, 0);
+    return {layout, b, Dim(q, 1), Dim(k, 1), b * Dim(q, 1), b * Dim(k, 1)};
+  }
+  const uint64_t batch = mgo::infer::is_absent(lens_q.shape) ? 0 : Dim(lens_q, 0);
+  return {layout, batch, 0, 0, Dim(q, 0), Dim(k, 0)};
+}
+
+// Throws unless every tensor has the layout's rank; returns it.
+inline size_t CheckTokenRank(mgo::table::Layout layout, std::initializer_list<const mgo::infer::TensorDesc*> tensors,
+                             const char* names) {
+  const size_t r = TokenRank(layout);
+  for (const auto* t : tensors) {
+    if (t->shape.size() != r) {
+      throw std::invalid_argument(std::string(names) + " must have rank " + std::to_string(r) + " in " +
+                                  mgo::table::Choice<mgo::table::Layout>::Name(layout));
+    }
+  }
+  return r;
+}
+
+// The platform as the mixed tilings take it.
+inline mgo::tiling::CubePlatform CubeOf(const Platform& p) {
+  return {p.aicNum, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
+}
+
+}  // namespace mgo::op_host
