@@ -114,10 +114,46 @@ def indexer_loss(x: dict[str, np.ndarray], scale: float, reps: int) -> dict:
     return _timed(step, chunk, reps)
 
 
+def _indexer_values(x: dict[str, np.ndarray]) -> tuple[list, Callable[..., None], int]:
+    import torch
+    torch.set_num_threads(2)
+    bf = torch.bfloat16
+    leaves = [torch.tensor(x["query_index"][0]).to(bf).requires_grad_(),                # [S1, Nidx, Didx]
+              torch.tensor(x["key_index"][0, :, 0]).to(bf).requires_grad_(),            # [S2, Didx]
+              torch.tensor(x["weights"][0]).to(bf).requires_grad_()]                    # [S1, Nidx]
+    qi, ki, w = leaves
+    idx_t = torch.tensor(x["sparse_indices"][0, :, 0], dtype=torch.long)                # [S1, K]
+    valid, safe = idx_t >= 0, idx_t.clamp(min=0)
+    d_values = torch.tensor(x["d_values"][0, :, 0])                                     # [S1, K] float32
+    chunk = _chunk(qi.shape[0], idx_t.shape[1], qi.shape[-1])
+
+    def step(rows_to: int | None = None) -> None:
+        for leaf in leaves:
+            leaf.grad = None
+        end = rows_to or qi.shape[0]
+        for r in range(0, end, chunk):
+            rows = slice(r, min(r + chunk, end))
+            sx = torch.matmul(qi[rows], ki[safe[rows]].transpose(1, 2))                  # [c, Nidx, K]
+            values = (w[rows, :, None] * torch.relu(sx)).sum(1).float()                  # [c, K]
+            values.backward(d_values[rows].masked_fill(~valid[rows], 0.0))
+
+    return leaves, step, chunk
+
+
+def indexer_values(x: dict[str, np.ndarray], reps: int) -> dict:
+    """Median seconds of the indexer's selected scores forward + backward (grads of query_index,
+    key_index, weights for the incoming d_values) in bf16: gather the selected key_index rows,
+    sum over heads of weights * ReLU(query_index . key_index). ``x`` holds the BSND arrays of
+    lightning_indexer_grad.make_inputs (B = 1)."""
+    _, step, chunk = _indexer_values(x)
+    return _timed(step, chunk, reps)
+
+
 def gradients(which: str, *args: object) -> list[np.ndarray]:
-    """One step of ``which`` ("sparse_attention" or "indexer_loss", arguments as those functions'
-    without ``reps``): the leaves' gradients as float32 arrays, so a test can check the baseline
-    computes the benchmarked math."""
-    leaves, step, _ = {"sparse_attention": _sparse_attention, "indexer_loss": _indexer_loss}[which](*args)
+    """One step of ``which`` ("sparse_attention", "indexer_loss" or "indexer_values", arguments as
+    those functions' without ``reps``): the leaves' gradients as float32 arrays, so a test can check
+    the baseline computes the benchmarked math."""
+    leaves, step, _ = {"sparse_attention": _sparse_attention, "indexer_loss": _indexer_loss,
+                       "indexer_values": _indexer_values}[which](*args)
     step()
     return [leaf.grad.float().numpy() for leaf in leaves]

@@ -30,10 +30,12 @@ import torch_baseline
 d = dict(np.load(sys.argv[2]))
 scale = float(d.pop("scale"))
 if sys.argv[4] == "sparse_attention":
-    args = [d[n] for n in ("q", "kv", "qr", "kr", "idx", "do")]
+    args = [d[n] for n in ("q", "kv", "qr", "kr", "idx", "do")] + [scale]
+elif sys.argv[4] == "indexer_loss":
+    args = [d, scale]
 else:
     args = [d]
-np.savez(sys.argv[3], *torch_baseline.gradients(sys.argv[4], *args, scale))
+np.savez(sys.argv[3], *torch_baseline.gradients(sys.argv[4], *args))
 """
 
 
@@ -90,5 +92,17 @@ def test_indexer_loss_baseline_gradients(tmp_path: Path) -> None:
     want = ref.sparse_lightning_indexer_grad_kl_loss(
         x["query"], x["key"], x["query_index"], x["key_index"], x["weights"], x["sparse_indices"], mx, sm,
         x["query_rope"], x["key_rope"], scale_value=SCALE, return_kl_grad=True)[:3]
+    for g, w in zip(got, (want[0][0], want[1][0, :, 0], want[2][0])):
+        assert g.shape == w.shape and _rel(g, w) < 3e-2
+
+
+def test_indexer_values_baseline_gradients(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    x = {"query_index": _bf16(rng, 1, T, NIDX, DIDX), "key_index": _bf16(rng, 1, T, 1, DIDX),
+         "weights": _bf16(rng, 1, T, NIDX), "sparse_indices": _causal_indices(rng)[None, :, None],
+         "d_values": rng.standard_normal((1, T, 1, K)).astype(np.float32)}
+    got = _torch_grads(tmp_path, "indexer_values", x)
+    want = ref.lightning_indexer_grad(x["query_index"], x["key_index"], x["weights"], x["sparse_indices"],
+                                      x["d_values"])
     for g, w in zip(got, (want[0][0], want[1][0, :, 0], want[2][0])):
         assert g.shape == w.shape and _rel(g, w) < 3e-2

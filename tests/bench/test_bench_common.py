@@ -96,6 +96,9 @@ def test_ceiling_products_count_the_kernels_flops() -> None:
     assert sum(p.flops for p in li.grad_products(a, 1)) * selected.sum() == li.grad_flops(a, selected)
     assert sum(p.flops for p in li.fwd_products(a, 1)) * li.visible(a).sum() == li.fwd_flops(a)
     assert sfa.visible_keys(100, 16) == sfa.causal_indices(100, 16)[1]
+    lig = _bench_module("lightning_indexer_grad")
+    selected = lig.selected(a)
+    assert sum(p.flops for p in lig.grad_products(a, 1)) * selected.sum() == lig.grad_flops(a, selected)
 
 
 def test_markdown_comes_from_the_latest_run(tmp_path: Path) -> None:
