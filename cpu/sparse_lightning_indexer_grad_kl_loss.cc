@@ -3,8 +3,9 @@
 //
 // Per row t with n visible selected keys (padded to npad, a multiple of 64):
 //   S  = scale * [q|q_rope] x [k|k_rope]^T           [N1, npad]   GEMM
-//   p  = c sum_h exp(S_h - max_h) / sum_h             teacher, c = 1/N1 (not renormalised); with sinks
-//        (which max and sum include) c = 1/(N1 - sum_h P_sink,h), so p sums to 1 over the row's keys
+//   p  = (1/N1) sum_h exp(S_h - max_h) / sum_h        teacher (not renormalised); with a sink > -inf
+//        (which max and sum include) renormalised to sum to 1 over the row's keys, CANN's
+//        1/(N1 - sum_h P_sink,h) (see accumulate_shifted)
 //   SxT = key_index x query_index^T, I = relu(SxT) . w, y = softmax(I), loss_t, dI = y - p
 //   then the score backward of indexer_score_backward.h (shared with lightning_indexer_grad), which
 //   also makes the key gradient deterministic.
@@ -29,6 +30,7 @@ constexpr float kLogFloor = 1e-8f;
 
 struct Sizes {
   int64_t t1, t2, n1, d, dr, dq, nidx, didx, k;
+  bool renormalise;  // some sink > -inf (docs/contract.md section 4.2)
 };
 
 template <typename X, typename Op, typename W>
@@ -44,6 +46,7 @@ class RowKernel {
     p_.resize(static_cast<size_t>(kp));
     score_.resize(static_cast<size_t>(kp));
     y_.resize(static_cast<size_t>(kp));
+    lse_.resize(static_cast<size_t>(z.n1));
   }
 
   // Processes query row t; adds its key gradients to dk_acc [T2, Didx]; returns its loss.
@@ -100,6 +103,8 @@ class RowKernel {
     const float* mx = a_.as<const float>(In::kSoftmaxMax) + t * z_.n1;
     const float* sm = a_.as<const float>(In::kSoftmaxSum) + t * z_.n1;
     std::fill(p_.begin(), p_.begin() + n, 0.0f);
+    for (int64_t h = 0; z_.renormalise && h < z_.n1; ++h) lse_[h] = mx[h] + std::log(static_cast<double>(sm[h]));
+    double shift = -std::numeric_limits<double>::infinity();
     // Blocks of kTeacherBlock keys: the gathered block stays in L2 for its GEMM (a whole row of
     // 2048 x 576 bf16 keys does not), and p[j] still sums the heads in order 0..N1-1.
     for (int64_t b0 = 0; b0 < n; b0 += kTeacherBlock) {
@@ -120,18 +125,47 @@ class RowKernel {
         mgo::cpu::mm(Trans::kNo, Trans::kYes, z_.n1, nbp, z_.dq, scale_, qt_.data(), z_.dq, kt_.data(), z_.dq,
                      0.0f, s_.data(), ld);
       }
+      if (z_.renormalise) {
+        accumulate_shifted(b0, nb, ld, shift);
+        continue;
+      }
       for (int64_t h = 0; h < z_.n1; ++h) {
         mgo::cpu::exp_accumulate(s_.data() + h * ld, nb, mx[h], 1.0f / sm[h], p_.data() + b0);
       }
     }
-    float heads = static_cast<float>(z_.n1);
-    if (const float* sinks = a_.numel(In::kSinks) > 0 ? a_.as<const float>(In::kSinks) : nullptr) {
-      float p_sink = 0.0f;  // head order 0..N1-1
-      for (int64_t h = 0; h < z_.n1; ++h) p_sink += std::exp(sinks[h] - mx[h]) / sm[h];
-      heads -= p_sink;
+    if (z_.renormalise) {
+      double total = 0.0;
+      for (int64_t j = 0; j < n; ++j) total += p_[j];
+      const float inv_total = static_cast<float>(1.0 / total);
+      for (int64_t j = 0; j < n; ++j) p_[j] *= inv_total;
+      return;
     }
-    const float inv_heads = 1.0f / heads;
-    for (int64_t j = 0; j < n; ++j) p_[j] *= inv_heads;
+    const float inv_n1 = 1.0f / static_cast<float>(z_.n1);
+    for (int64_t j = 0; j < n; ++j) p_[j] *= inv_n1;
+  }
+
+  // The renormalised teacher with sinks: p_j = sum_h P[h, j] / sum_{h, j'} P[h, j'], which is
+  // CANN's sum_h P[h, j] / (N1 - sum_h P_sink,h) when the statistics are the forward's over these
+  // keys. Formed as sum_h exp(S_hj - lse_h - shift) with lse_h = max_h + ln sum_h and shift the
+  // running max of S_hj - lse_h over the row (earlier blocks rescaled when it grows), in float64
+  // exponents: a large sink makes every P[h, j] (and N1 - sum P_sink) underflow in float32, yet their
+  // ratio is finite. Adds block [b0, b0 + nb) of s_ (leading dim ld) to p_.
+  void accumulate_shifted(int64_t b0, int64_t nb, int64_t ld, double& shift) {
+    double block_max = -std::numeric_limits<double>::infinity();
+    for (int64_t h = 0; h < z_.n1; ++h) {
+      for (int64_t j = 0; j < nb; ++j) block_max = std::max(block_max, s_[h * ld + j] - lse_[h]);
+    }
+    if (block_max > shift) {
+      if (shift > -std::numeric_limits<double>::infinity()) {
+        const float rescale = static_cast<float>(std::exp(shift - block_max));
+        for (int64_t j = 0; j < b0; ++j) p_[j] *= rescale;
+      }
+      shift = block_max;
+    }
+    if (shift == -std::numeric_limits<double>::infinity()) return;  // nothing finite yet: adds 0
+    for (int64_t h = 0; h < z_.n1; ++h) {
+      for (int64_t j = 0; j < nb; ++j) p_[b0 + j] += static_cast<float>(std::exp(s_[h * ld + j] - lse_[h] - shift));
+    }
   }
 
   const mgo::aot::KernelArgs& a_;
@@ -141,6 +175,7 @@ class RowKernel {
   mgo::cpu::ScoreBackward<X, Op, W> sb_;
   std::vector<Op> qt_, kt_;
   std::vector<float> s_, p_, score_, y_;
+  std::vector<double> lse_;  // [N1] max + ln sum of the row's heads (renormalised teacher only)
 };
 
 template <typename X, typename Op, typename W>
@@ -171,6 +206,11 @@ void mgo::cpu::kernels::sparse_lightning_indexer_grad_kl_loss(
   z.nidx = args.dim(In::kQueryIndex, r - 2);
   z.didx = args.dim(In::kQueryIndex, r - 1);
   z.k = args.dim(In::kSparseIndices, r - 1);
+  // A sink of -inf is no sink: with none above -inf the teacher is bitwise the one without sinks.
+  const float* sinks = args.numel(In::kSinks) > 0 ? args.as<const float>(In::kSinks) : nullptr;
+  z.renormalise = sinks != nullptr && std::any_of(sinks, sinks + z.n1, [](float x) {
+                    return x != -std::numeric_limits<float>::infinity();
+                  });
   const RowPlan plan = plan_rows(Sli::kName, args, bsnd, In::kQuery, In::kKey, In::kActualSeqLengthsQuery,
                                  In::kActualSeqLengthsKey, attrs.sparse_mode);
   check_sparse_indices(Sli::kName, args.as<const int32_t>(In::kSparseIndices), z.t1, z.k, plan);

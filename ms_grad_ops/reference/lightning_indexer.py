@@ -181,16 +181,17 @@ def sparse_lightning_indexer_grad_kl_loss(
         sinks: np.ndarray | None = None, *, scale_value: float, layout: str = "BSND", sparse_mode: int = 3,
         return_kl_grad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """docs/contract.md section 4.2: returns (d_query_index, d_key_index, d_weights, loss) for d(loss) = 1 with
-    CANN's ``dI = y - p``; the target ``p`` is the head sum over ``N1``, or with ``sinks`` over
-    ``N1 - sum_h P_sink,h`` (the statistics include the sinks). ``return_kl_grad=True`` uses the exact
-    gradient of the loss instead (``dI = y * sum(p) - p``; identical when ``sum(p) = 1``), for
-    finite-difference checks."""
+    CANN's ``dI = y - p``; the target ``p`` is the head sum over ``N1``, or with a sink > -inf the
+    head sum renormalised to 1 over the row's keys (CANN's ``1 / (N1 - sum_h P_sink,h)`` for
+    statistics of the same keys and sinks), in log-shifted form so that large sinks stay finite.
+    ``return_kl_grad=True`` uses the exact gradient of the loss instead (``dI = y * sum(p) - p``;
+    identical when ``sum(p) = 1``), for finite-difference checks."""
     t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
     q, k, qr, kr, qi, ki, w, si = _to_tnd(layout, query, key, query_rope, key_rope, query_index, key_index,
                                           weights, sparse_indices)
     mx, sm = _stats_tnd(layout, softmax_max), _stats_tnd(layout, softmax_sum)
     n1 = q.shape[1]
-    sig = None if sinks is None else f64(sinks).reshape(n1)
+    renormalise = sinks is not None and bool(np.any(f64(sinks) > -np.inf))
     dqi = np.zeros(qi.shape)
     dki = np.zeros(ki.shape)
     dw = np.zeros(w.shape)
@@ -199,9 +200,13 @@ def sparse_lightning_indexer_grad_kl_loss(
         j = _visible(rows, si, t)
         if j.size == 0:
             continue
-        p_heads = np.exp(_logits(q, k, qr, kr, t, j, scale_value) - mx[t][:, None]) / sm[t][:, None]
-        heads = n1 if sig is None else n1 - np.sum(np.exp(sig - mx[t]) / sm[t])
-        p = p_heads.sum(axis=0) / heads
+        if renormalise:  # log P[h, j], shifted by its max: every P may underflow, their ratio does not
+            log_p = _logits(q, k, qr, kr, t, j, scale_value) - (mx[t] + np.log(sm[t]))[:, None]
+            p = np.exp(log_p - log_p.max()).sum(axis=0)
+            p = p / p.sum()
+        else:
+            p_heads = np.exp(_logits(q, k, qr, kr, t, j, scale_value) - mx[t][:, None]) / sm[t][:, None]
+            p = p_heads.sum(axis=0) / n1
         qt, kt, wt = f64(qi[t]), f64(ki[j, 0]), f64(w[t])
         sx = qt @ kt.T
         r = np.maximum(sx, 0.0)

@@ -152,12 +152,16 @@ def geometry(draw: st.DrawFn) -> dict:
     return {"layout": layout, "lens_q": lq, "lens_kv": lk, "lens_as": lens_as}
 
 
+# Sinks (docs/contract.md section 0.7): absent, random, some -inf (no sink), large positive.
+SINKS = st.sampled_from(["none", "none", "random", "neg_inf", "large"])
+
+
 @st.composite
 def sfa_cfg(draw: st.DrawFn) -> dict:
     return {**draw(geometry()), "n2": draw(st.integers(1, 2)), "g": draw(st.integers(1, 3)),
             "d": draw(st.integers(1, 16)), "dr": draw(st.sampled_from([0, 0, 1, 4, 6])), "k": draw(st.integers(1, 6)),
             "bs": draw(st.integers(1, 3)), "mode": draw(st.sampled_from([0, 3])), "value_none": draw(st.booleans()),
-            "scale": draw(st.sampled_from([0.125, 0.5, 1.0])), "dtype": draw(FLOATS)}
+            "scale": draw(st.sampled_from([0.125, 0.5, 1.0])), "dtype": draw(FLOATS), "sinks": draw(SINKS)}
 
 
 @st.composite
@@ -167,7 +171,7 @@ def indexer_cfg(draw: st.DrawFn) -> dict:
             "k": draw(st.integers(1, 8)), "mode": draw(st.sampled_from([0, 3])), "dtype": dtype,
             "wdtype": draw(st.sampled_from([dtype, "float32"])), "n1": draw(st.integers(1, 3)),
             "d": draw(st.integers(1, 8)), "dr": draw(st.sampled_from([0, 2, 4])),
-            "scale": draw(st.sampled_from([0.25, 0.5]))}
+            "scale": draw(st.sampled_from([0.25, 0.5])), "sinks": draw(SINKS)}
 
 
 CFG = {"rope": rope_cfg, "rope_grad": rope_cfg, "cla_gate_merge": cla_cfg, "cla_gate_backward": cla_cfg,

@@ -173,6 +173,19 @@ def _call_lens(c: dict) -> tuple:
     return _lens(cq, c["lens_as"]), _lens(ck, c["lens_as"])
 
 
+def _sinks(rng: np.random.Generator, c: dict, n1: int) -> _Arr | None:
+    """The case's float32 sinks [N1] (docs/contract.md section 0.7), or None."""
+    kind = c.get("sinks", "none")
+    if kind == "none":
+        return None
+    x = rng.standard_normal(n1) * 2.0
+    if kind == "neg_inf":
+        x[rng.random(n1) < 0.5] = -np.inf
+    elif kind == "large":
+        x = rng.choice([30.0, 1e4], n1) + rng.standard_normal(n1)
+    return _Arr(x.astype(np.float32).astype(np.float64), "float32")
+
+
 def build_sfa(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
     batches, tq, tk = _geometry(c)
     n2, g, d, dr, dt, bs = c["n2"], c["g"], c["d"], c["dr"], c["dtype"], c["bs"]
@@ -186,12 +199,14 @@ def build_sfa(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
     rq, rk = _ref_lens(c)
     attrs = {"scale_value": c["scale"], "sparse_block_size": bs, "layout": c["layout"], "sparse_mode": c["mode"]}
     vv = k if v is None else v
+    sk = _sinks(rng, c, n1)
+    sinks = None if sk is None else sk.a
     fwd = ref.sparse_flash_attention(q.a, k.a, vv.a, idx.a, None if qr is None else qr.a, None if kr is None else kr.a,
-                                     rq, rk, **attrs)
+                                     rq, rk, sinks, **attrs)
     if op == "sparse_flash_attention":
         call = Call(op, {"query": q, "key": k, "value": v, "sparse_indices": idx},
                     {"query_rope": qr, "key_rope": kr, "actual_seq_lengths_query": lq, "actual_seq_lengths_kv": lk,
-                     **attrs})
+                     "sinks": sk, **attrs})
         return call, (lambda: list(fwd))
     out = _Arr(quantize(fwd[0], dt), dt)
     smax = _Arr(fwd[1].astype(np.float32).astype(np.float64), "float32")
@@ -200,12 +215,13 @@ def build_sfa(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
     call = Call(op, {"query": q, "key": k, "value": v, "sparse_indices": idx, "d_out": d_out, "out": out,
                      "softmax_max": smax, "softmax_sum": ssum},
                 {"actual_seq_lengths_query": lq, "actual_seq_lengths_kv": lk, "query_rope": qr, "key_rope": kr,
-                 **attrs})
+                 "sinks": sk, **attrs})
 
     def reference() -> list:
         g_ = ref.sparse_flash_attention_grad(q.a, k.a, vv.a, idx.a, d_out.a, out.a, smax.a, ssum.a, rq, rk,
-                                             None if qr is None else qr.a, None if kr is None else kr.a, **attrs)
-        g_ = list(g_) + [None]  # d_sinks: no sinks
+                                             None if qr is None else qr.a, None if kr is None else kr.a, sinks,
+                                             **attrs)
+        g_ = list(g_) + [None] * (sinks is None)  # d_sinks
         if v is None:
             g_[1], g_[2] = g_[1] + g_[2], None
         return g_
@@ -238,18 +254,20 @@ def build_indexer(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any
     w = _fl(rng, (*tq, nidx), wdt, 1 / np.sqrt(nidx))
     si = _Arr(_token_indices(rng, c, c["k"]), "int32")
     attrs = {"scale_value": c["scale"], "layout": c["layout"], "sparse_mode": c["mode"]}
+    sk = _sinks(rng, c, n1)
+    sinks = None if sk is None else sk.a
     mx, sm = ref.attention_softmax_stats(q.a, k.a, si.a, None if qr is None else qr.a, None if kr is None else kr.a,
-                                         rq, rk, **attrs)
+                                         rq, rk, sinks, **attrs)
     mx, sm = _Arr(mx.astype(np.float32).astype(np.float64), "float32"), _Arr(sm.astype(np.float32), "float32")
     call = Call(op, {"query": q, "key": k, "query_index": qi, "key_index": ki, "weights": w, "sparse_indices": si,
                      "softmax_max": mx, "softmax_sum": sm},
                 {"query_rope": qr, "key_rope": kr, "actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk,
-                 **attrs})
+                 "sinks": sk, **attrs})
 
     def reference() -> list:
         out = ref.sparse_lightning_indexer_grad_kl_loss(
             q.a, k.a, qi.a, ki.a, w.a, si.a, mx.a, sm.a.astype(np.float64), None if qr is None else qr.a,
-            None if kr is None else kr.a, rq, rk, **attrs)
+            None if kr is None else kr.a, rq, rk, sinks, **attrs)
         return [out[0], out[1], out[2], np.asarray([out[3]])]
     return call, reference
 

@@ -23,15 +23,15 @@ _CONSTRAINED = {
     "cla_gate_backward": [("grad_merged", -1), ("local_attn", -3), ("global_gate_logits", -1),
                           ("local_gate_logits", -2)],
     "sparse_flash_attention": [("key", -1), ("value", -2), ("value", -1), ("sparse_indices", -2),
-                               ("sparse_indices", -3), ("key_rope", -1), ("query_rope", -2)],
+                               ("sparse_indices", -3), ("key_rope", -1), ("query_rope", -2), ("sinks", -1)],
     "sparse_flash_attention_grad": [("d_out", -1), ("out", -2), ("softmax_max", -1), ("softmax_sum", -2),
-                                    ("key", -1), ("sparse_indices", -3), ("key_rope", -1)],
+                                    ("key", -1), ("sparse_indices", -3), ("key_rope", -1), ("sinks", -1)],
     "lightning_indexer": [("key_index", -1), ("key_index", -2), ("weights", -1), ("weights", -2)],
     "lightning_indexer_grad": [("key_index", -1), ("key_index", -2), ("weights", -1), ("weights", -2),
                                ("sparse_indices", -2), ("d_values", -1), ("d_values", -2)],
     "sparse_lightning_indexer_grad_kl_loss": [("key", -1), ("key", -2), ("key_index", -1), ("weights", -1),
                                               ("softmax_max", -1), ("softmax_sum", -2), ("sparse_indices", -2),
-                                              ("query_rope", -2)],
+                                              ("query_rope", -2), ("sinks", -1)],
 }
 _ATTR_TYPES = {a.name: a.type for spec in OP_SPECS.values() for a in spec.attrs}
 _WRONG_TYPE = {"int": [1.5, "2", None, True, 3.0], "float": ["0.2", None, True, [0.5]],
