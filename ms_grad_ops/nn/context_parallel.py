@@ -168,5 +168,5 @@ class ContextParallelDSAttention(nn.Cell):
         m = keys.shape[0]
         o, loss = self.sparse(q_lat, q_pe, keys[:, :d].reshape(m, 1, d), keys[:, d:d + r].reshape(m, 1, r), q_idx,
                               keys[:, d + r:].reshape(m, 1, -1).astype(attn.dtype), weights,
-                              actual_seq_lengths_query, actual_seq_lengths_key, (q_lat.shape[0],), (m,))
+                              actual_seq_lengths_query, actual_seq_lengths_key, (q_lat.shape[0],), (m,), attn.attn_sink)
         return attn._output(o), loss

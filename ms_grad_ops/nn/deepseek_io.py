@@ -53,6 +53,13 @@ NAMES = {
     "indexer.weights_proj.weight": "weights_proj.weight",
 }
 SCALE = ".scale"
+# DeepSeek-V4's per-head sink logits, held by a DSAttention(attn_sink=True) only.
+SINK = "attn_sink"
+
+
+def names(layer: object) -> dict[str, str | None]:
+    """``NAMES`` of ``layer``, with ``attn_sink`` when it has sinks."""
+    return {**NAMES, **({SINK: SINK} if getattr(layer, SINK, None) is not None else {})}
 
 
 def model_args(args: object, caller: str = FROM_DEEPSEEK) -> dict[str, Any]:
@@ -162,13 +169,14 @@ def _dequantise(weight: Fp8, scale: np.ndarray) -> np.ndarray:
 
 
 def _param(layer: object, path: str) -> object:
-    cell, attr = path.split(".")
-    return getattr(getattr(layer, cell), attr)
+    for attr in path.split("."):
+        layer = getattr(layer, attr)
+    return layer
 
 
 def expected_shapes(layer: object) -> dict[str, tuple[int, ...]]:
     """The shape of each DeepSeek tensor for ``layer`` (a ``DSAttention``)."""
-    shapes = {name: tuple(_param(layer, path).shape) for name, path in NAMES.items() if path}
+    shapes = {name: tuple(_param(layer, path).shape) for name, path in names(layer).items() if path}
     h, nope, c = layer.w_uk.shape
     shapes["wkv_b.weight"] = (h * (nope + layer.w_uv.shape[1]), c)
     return shapes
@@ -191,12 +199,12 @@ def _problems(tensors: Mapping[str, object], shapes: Mapping[str, tuple], label:
     weights = {k: v for k, v in tensors.items() if not k.endswith(SCALE)}
     scales = {k[:-len(SCALE)] + ".weight": k for k in tensors if k.endswith(SCALE)}
     problems, wrong = [], []
-    missing, unexpected = sorted(set(NAMES) - set(weights)), sorted(set(weights) - set(NAMES))
+    missing, unexpected = sorted(set(shapes) - set(weights)), sorted(set(weights) - set(shapes))
     if missing:
         problems.append(f"missing tensors {[label(k) for k in missing]}")
     if unexpected:
         problems.append(f"unexpected tensors {[label(k) for k in unexpected]}")
-    for name in sorted(set(NAMES) & set(weights)):
+    for name in sorted(set(shapes) & set(weights)):
         value, scale, kind = weights[name], scales.pop(name, None), _kind(label(name), weights[name])
         if tuple(value.shape) != shapes[name]:
             wrong.append(f"{label(name)} (expected {list(shapes[name])}, got {list(value.shape)})")
@@ -251,7 +259,7 @@ def _load(layer: object, state: Mapping[str, object], prefix: str, caller: str, 
         return out
 
     # Tensor.from_numpy shares the array's memory: the arrays here are fresh, read or copied for this.
-    for name, path in NAMES.items():
+    for name, path in names(layer).items():
         if path:
             _param(layer, path).set_data(Tensor.from_numpy(value(name)))
     # wkv_b [H * (nope + v), C] is, per head, the rows of k_nope (w_uk) then those of v (w_uv).
@@ -277,7 +285,7 @@ def load(layer: object, state: Mapping[str, object] | str | os.PathLike, prefix:
 
 def state_dict(layer: object, prefix: str = "") -> dict[str, np.ndarray]:
     """``layer``'s parameters as float32 NumPy arrays under DeepSeek's names (``prefix`` prepended)."""
-    out = {name: _param(layer, path).asnumpy() for name, path in NAMES.items() if path}
+    out = {name: _param(layer, path).asnumpy() for name, path in names(layer).items() if path}
     h, _, c = layer.w_uk.shape
     out["wkv_b.weight"] = np.concatenate((layer.w_uk.asnumpy(), layer.w_uv.asnumpy()), 1).reshape(-1, c)
-    return {prefix + name: out[name] for name in NAMES}
+    return {prefix + name: out[name] for name in names(layer)}

@@ -136,6 +136,11 @@ class DSAttention(nn.Cell):
             has no bfloat16 MatMul); under ``ms.amp`` O2/O3 the projections follow amp (float16)
             and the kernels keep ``dtype`` (docs/dsattention.md, "Mixed precision").
             eps: norm epsilon [1e-6]. Every size is an int in [1, 2**31 - 1] (``ValueError``).
+        attn_sink: learn DeepSeek-V4's per-head sink logits, a float32 Parameter ``attn_sink
+            [n_heads]`` (zero-initialised) that the sparse attention and the indexer's KL loss take
+            as ``sinks`` (docs/contract.md section 0.7; a constant of the KL loss); loaded and saved
+            under DeepSeek-V4's name ``attn_sink`` by ``load_deepseek_state_dict`` /
+            ``deepseek_state_dict``.
     """
 
     def __init__(self, dim: int, n_heads: int, q_lora_rank: int, kv_lora_rank: int, qk_nope_head_dim: int,
@@ -144,7 +149,7 @@ class DSAttention(nn.Cell):
                  layout: str = "BSND", dtype: ms.dtype = ms.float32, eps: float = 1e-6,
                  original_seq_len: int = _yarn.ORIGINAL_SEQ_LEN, rope_factor: float = _yarn.ROPE_FACTOR,
                  beta_fast: float = _yarn.BETA_FAST, beta_slow: float = _yarn.BETA_SLOW,
-                 mscale: float = _yarn.MSCALE) -> None:
+                 mscale: float = _yarn.MSCALE, attn_sink: bool = False) -> None:
         super().__init__()
         # The layout of every kernel it runs: the table's attribute (checked here before any is built).
         error = OP_SPECS["sparse_flash_attention"].attr("layout").error("DSAttention", layout)
@@ -198,6 +203,10 @@ class DSAttention(nn.Cell):
         cos, sin = _yarn.rope_tables(max_seq_len, qk_rope_head_dim, rope_theta, **yarn)
         self.cos, self.sin = Tensor(cos), Tensor(sin)
         self.sparse = SparseStage(scale, index_topk, layout, dtype)
+        if not isinstance(attn_sink, bool):
+            raise TypeError(f"DSAttention: argument 'attn_sink' must be a bool, got {type(attn_sink).__name__}")
+        self.attn_sink = Parameter(initializer("zeros", (n_heads,), ms.float32), name="attn_sink") if attn_sink \
+            else None
 
     # -- DeepSeek checkpoints --------------------------------------------------------------------
 
@@ -354,7 +363,8 @@ class DSAttention(nn.Cell):
         cos, sin = self._tables(x, lengths)
         qr, q_lat, q_pe, latent, k_pe = self._project(flat, cos, sin)
         q_idx, k_idx, weights = self._index_inputs(flat, qr, cos, sin, lead)
-        o, loss = self.sparse(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths, lengths, lead, lead)
+        o, loss = self.sparse(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths, lengths, lead, lead,
+                              self.attn_sink)
         out = self._output(o)
         return out.reshape(lead + (out.shape[-1],)), loss
 
@@ -364,11 +374,12 @@ class SparseStage(KernelCell):
     attention and the indexer's KL loss (shared with ``ContextParallelDSAttention``, which runs them
     over TND segments of its local queries and the gathered keys).
 
-    ``construct(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths_q, lengths_k, lead_q, lead_k)
-    -> (o, indexer_loss)``: the float32 ``[Nq, H, D]``/``[Nq, H, Dr]`` queries and ``[Nk, 1, D]``/
+    ``construct(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths_q, lengths_k, lead_q, lead_k,
+    sinks=None) -> (o, indexer_loss)``: the float32 ``[Nq, H, D]``/``[Nq, H, Dr]`` queries and ``[Nk, 1, D]``/
     ``[Nk, 1, Dr]`` keys are reshaped to ``lead_q``/``lead_k`` (``(B, S)`` or ``(T,)``) and cast to
     ``dtype``; the indexer inputs come in that layout already (and are cast to ``dtype``, weights to
-    float32, here too: under amp O2/O3 the calling layer may hand them on in float16). ``o`` is the
+    float32, here too: under amp O2/O3 the calling layer may hand them on in float16). ``sinks``
+    (float32 ``[H]`` or None) go to the attention and, as a constant, to the KL loss. ``o`` is the
     attention output in ``dtype``, ``indexer_loss`` float32 ``[1]``.
     """
 
@@ -383,15 +394,15 @@ class SparseStage(KernelCell):
         return t.reshape(lead + t.shape[1:]).astype(self.dtype)
 
     def construct(self, q_lat: Tensor, q_pe: Tensor, latent: Tensor, k_pe: Tensor, q_idx: Tensor, k_idx: Tensor,
-                  weights: Tensor, lengths_q: Tensor | None, lengths_k: Tensor | None, lead_q: tuple, lead_k: tuple
-                  ) -> tuple[Tensor, Tensor]:
+                  weights: Tensor, lengths_q: Tensor | None, lengths_k: Tensor | None, lead_q: tuple, lead_k: tuple,
+                  sinks: Tensor | None = None) -> tuple[Tensor, Tensor]:
         q_idx, k_idx, weights = q_idx.astype(self.dtype), k_idx.astype(self.dtype), weights.astype(ms.float32)
         indices, _ = self.indexer(q_idx, k_idx, weights, lengths_q, lengths_k)
         query, key = self._shape(q_lat, lead_q), self._shape(latent, lead_k)
         query_rope, key_rope = self._shape(q_pe, lead_q), self._shape(k_pe, lead_k)
         # value=None: the latent is key and value; the kernel sums their gradients in float32.
         o, softmax_max, softmax_sum = self.attention(query, key, None, indices, query_rope, key_rope, lengths_q,
-                                                     lengths_k)
+                                                     lengths_k, sinks)
         # The KL loss sees the main attention as constants, recast from detached float32 tensors so
         # no low-precision tensor feeds two consumers (autodiff would add their gradients with a
         # bfloat16 AddN, which MindSpore's CPU backend lacks).
@@ -399,5 +410,5 @@ class SparseStage(KernelCell):
         loss = self.indexer_loss(
             self._shape(stop(q_lat), lead_q), self._shape(stop(latent), lead_k), q_idx, k_idx, weights, indices,
             softmax_max, softmax_sum, self._shape(stop(q_pe), lead_q), self._shape(stop(k_pe), lead_k),
-            lengths_q, lengths_k)
+            lengths_q, lengths_k, None if sinks is None else stop(sinks))
         return o, loss

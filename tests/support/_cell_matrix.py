@@ -393,18 +393,24 @@ def _short(name: str) -> str:
     return name.split(".", 1)[1]
 
 
-def dsa_layer(layout: str, dtype: str) -> mgo.nn.DSAttention:
-    """The matrix's DSAttention (seeded: the same parameters every time)."""
+def dsa_layer(layout: str, dtype: str, attn_sink: bool = False) -> mgo.nn.DSAttention:
+    """The matrix's DSAttention (seeded: the same parameters every time); with ``attn_sink``, sinks
+    of other values than the zeros they start from, so each matters."""
     ms.set_seed(1)
-    return mgo.nn.DSAttention(**DSA_CFG, max_seq_len=16, layout=layout, dtype=MS_DTYPES[dtype], **DSA_EXTRA)
+    layer = mgo.nn.DSAttention(**DSA_CFG, max_seq_len=16, layout=layout, dtype=MS_DTYPES[dtype], **DSA_EXTRA,
+                               attn_sink=attn_sink)
+    if attn_sink:
+        layer.attn_sink.set_data(Tensor(np.linspace(-1.0, 1.5, DSA_CFG["n_heads"]).astype(np.float32)))
+    return layer
 
 
-def _dsa_case(layout: str, dtype: str, variant: int = 0, exact_inputs: bool = True, *, context_parallel: bool) -> Case:
+def _dsa_case(layout: str, dtype: str, variant: int = 0, exact_inputs: bool = True, *, context_parallel: bool,
+              attn_sink: bool = False) -> Case:
     rng = np.random.default_rng(7)
     sizes = DSA_SIZES[variant][layout]
     seq, pos = oracle.tokens(layout, sizes)
     lead = tuple(sizes) if layout == "BSND" else (sizes[-1],)
-    attn = dsa_layer(layout, dtype)
+    attn = dsa_layer(layout, dtype, attn_sink)
     lengths = [] if layout == "BSND" else [Tensor(np.asarray(sizes, np.int64))]
     if context_parallel:   # one rank: the plan of cp_size 1, no collectives
         plan = mgo.nn.ContextParallelPlan(sizes, 1, 0) if layout == "TND" else \

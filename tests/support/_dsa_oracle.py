@@ -189,6 +189,18 @@ def _masked_softmax(s: Var, mask: np.ndarray) -> Var:
     return e * unary(e.sum(-1), lambda a: 1.0 / a, lambda a: -1.0 / a ** 2)
 
 
+def _sink_softmax(s: Var, mask: np.ndarray, sink: Var) -> tuple[Var, np.ndarray]:
+    """The softmax over ``s [N, H, M]``'s masked keys and one more logit per head, ``sink`` (``[H]``,
+    or ``[N, H]`` tiled), whose value is zero: (the keys' probabilities, the sink's ``[N, H, 1]``)."""
+    n, h = s.value.shape[:2]
+    col = sink.reshape(*((1, h, 1) if sink.value.ndim == 1 else (n, h, 1)))
+    m = np.maximum(np.where(mask, s.value, -np.inf).max(-1, keepdims=True), col.value)
+    e = unary(s - m, np.exp, np.exp) * mask.astype(np.float64)
+    e_sink = unary(col - m, np.exp, np.exp)
+    inv = unary(e.sum(-1) + e_sink, lambda a: 1.0 / a, lambda a: -1.0 / a ** 2)
+    return e * inv, (e_sink * inv).value
+
+
 def forward(p: dict[str, Var], x: np.ndarray | Var, seq: np.ndarray, pos: np.ndarray, selected: np.ndarray,
             cfg: dict, rounding: Callable[[np.ndarray], np.ndarray]) -> tuple[Var, Var]:
     """``(out [N, dim], indexer_loss [])`` for flat tokens x ``[N, dim]`` (``seq``: sequence id,
@@ -209,7 +221,10 @@ def forward(p: dict[str, Var], x: np.ndarray | Var, seq: np.ndarray, pos: np.nda
     q_lat, latent, q_pe, k_pe = (cast(v, rounding) for v in (q_lat, latent, q_pe, k_pe))
     mask = visible(seq, pos, selected)[:, None, :]
     scores = (einsum("nhc,mc->nhm", q_lat, latent) + einsum("nhr,mr->nhm", q_pe, k_pe)) * cfg["scale"]
-    probs = _masked_softmax(scores, mask)
+    if "attn_sink" in p:  # DeepSeek-V4's sinks (docs/contract.md section 0.7)
+        probs, p_sink = _sink_softmax(scores, mask, p["attn_sink"])
+    else:
+        probs, p_sink = _masked_softmax(scores, mask), np.zeros((n, h, 1))
     o = cast(einsum("nhm,mc->nhc", probs, latent), rounding)
     v = by_weight("nhc,hdc->nhd", o, p["w_uv"])
     out = dense(v.reshape(n, h * cfg["v_head_dim"]), p["wo.weight"])
@@ -226,7 +241,8 @@ def forward(p: dict[str, Var], x: np.ndarray | Var, seq: np.ndarray, pos: np.nda
     sx = einsum("ngd,md->ngm", qi, ki)
     score = einsum("ngm,ng->nm", unary(sx, lambda a: np.maximum(a, 0.0), lambda a: (a > 0).astype(float)), w)
     y = _masked_softmax(score, mask[:, 0, :])
-    teacher = probs.value.mean(1)
+    # The head mean; with sinks renormalised by 1 / (H - sum_h P_sink) (docs/contract.md section 4.2).
+    teacher = probs.value.sum(1) / (h - p_sink.sum(1)) if "attn_sink" in p else probs.value.mean(1)
     log_p = np.log(np.maximum(teacher, 1e-8))
     log_y = unary(y, lambda a: np.log(np.maximum(a, 1e-8)), lambda a: 1.0 / np.maximum(a, 1e-8))
     kl = ((log_y * (-1.0) + log_p) * (teacher * mask[:, 0, :])).sum(-1).sum(0)
