@@ -11,7 +11,9 @@ the markers: with top-k sparse attention, the lightning indexer has to put them 
 Stages (DeepSeek-V3.2 paper, which continues training a dense checkpoint): (0) dense training of
 the main model (attention over every visible key, K = S; the indexer untouched) - the stand-in for
 the dense checkpoint; (1) indexer warm-up: the main model frozen, attention still dense, only the
-indexer trains, on the KL divergence to the main attention summed over heads and L1-normalised;
+indexer trains, on the KL divergence to the main attention summed over heads and L1-normalised,
+through the dense pair (``DSAttention(dense_warmup=True)``: ``dense_lightning_indexer_softmax_lse`` and
+``dense_lightning_indexer_grad_kl_loss``, no indexer top-k; stages 0 and 1 share that model);
 (2) sparse training: attention over the indexer's top-k keys, the task loss trains the model and
 the KL loss over the selected keys trains the indexer (its input is detached). Between stages the
 model is saved to a safetensors file (the attention under DeepSeek's tensor names through
@@ -73,12 +75,14 @@ class Task:
 class Model(nn.Cell):
     """Embedding -> DSAttention (residual) -> RMS-normed MLP -> class logits at every position."""
 
-    def __init__(self, vocab: int, classes: int, dim: int, seq_len: int, topk: int) -> None:
+    def __init__(self, vocab: int, classes: int, dim: int, seq_len: int, topk: int,
+                 dense_warmup: bool | None = None) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.attn = mgo.nn.DSAttention(dim, n_heads=4, q_lora_rank=dim // 2, kv_lora_rank=dim // 2,
                                        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, index_n_heads=4,
-                                       index_head_dim=16, index_topk=topk, max_seq_len=seq_len)
+                                       index_head_dim=16, index_topk=topk, max_seq_len=seq_len,
+                                       dense_warmup=dense_warmup)
         self.norm = nn.LayerNorm((dim,))
         self.mlp = nn.SequentialCell(nn.Dense(dim, 4 * dim), nn.GELU(), nn.Dense(4 * dim, classes))
 
@@ -235,7 +239,7 @@ def main() -> None:
 
     # One dense model and one compiled step serve stages 0 and 1 and the baseline: the main model
     # and the indexer are two optimizer groups, a learning rate of 0 freezes one.
-    dense = Model(task.vocab, task.classes, args.dim, args.seq_len, topk=args.seq_len)
+    dense = Model(task.vocab, task.classes, args.dim, args.seq_len, topk=args.seq_len, dense_warmup=True)
     idx_cells = (dense.attn.wq_idx, dense.attn.wk_idx, dense.attn.k_norm, dense.attn.weights_proj)
     indexer = {id(p) for cell in idx_cells for p in cell.trainable_params()}
     main_params = [p for p in dense.trainable_params() if id(p) not in indexer]
@@ -252,7 +256,8 @@ def main() -> None:
     assert all(np.array_equal(before[k], v) for k, v in dense.attn.deepseek_state_dict().items())
     print(f"checkpoint {ckpt}: saved and reloaded bitwise (attention under DeepSeek's tensor names)")
 
-    print(f"stage 1: indexer warm-up ({args.warmup_steps} steps, main model frozen, dense KL target)")
+    print(f"stage 1: indexer warm-up ({args.warmup_steps} steps, main model frozen, dense KL target, on the dense "
+          "pair dense_lightning_indexer_softmax_lse + dense_lightning_indexer_grad_kl_loss)")
     dense_step.set_learning_rates(0.0, args.lr)
     results["stage 1 warm-up"] = run("stage 1 warm-up", dense_step, args.warmup_steps)
     save_checkpoint(dense, ckpt)

@@ -10,7 +10,11 @@ runs there, GRAPH mode included: an attribute rebound on ``mindspore.ops`` is wh
 at compile time. ``uninstall()`` puts MindSpore's functions back. On Ascend nothing is touched.
 
 ``lightning_indexer_grad`` takes CANN's ``LightningIndexerGrad`` argument order (MindSpore has no
-public function of that name, so ``install()`` binds nothing there).
+public function of that name, so ``install()`` binds nothing there). ``npu_dense_lightning_indexer_softmax_lse``
+and ``npu_dense_lightning_indexer_grad_kl_loss`` take the signatures of hyper-parallel's wrappers
+(``hyper_parallel.custom_ops.experimental``), which MindSpore Transformers' DSA calls for its dense warm-up
+(``dsa_indexer.py``, ``dsa_indexer_loss.py``); hyper-parallel is not on PyPI and wraps Ascend kernels only, so
+code importing them from here runs on CPU (``install()`` binds nothing for them either).
 
 Arguments that cannot be honoured on CPU raise a ``ValueError`` naming the op and the argument:
 ``block_table`` (PageAttention) and the ``PA_BSND`` layout, unequal query/key layouts, a layout the
@@ -32,8 +36,9 @@ from . import cpu_gaps as _cpu_gaps
 from . import ops as _ops
 from ._specs import OP_SPECS
 
-__all__ = ["install", "installed", "lightning_indexer", "lightning_indexer_grad", "sparse_flash_attention",
-           "uninstall"]
+__all__ = ["install", "installed", "lightning_indexer", "lightning_indexer_grad",
+           "npu_dense_lightning_indexer_grad_kl_loss", "npu_dense_lightning_indexer_softmax_lse",
+           "sparse_flash_attention", "uninstall"]
 
 # The built-ins' default for pre_tokens/next_tokens; 2**31 - 1 (CANN's aclnn default, this
 # package's docs/contract.md section 0.4) means the same "unbounded" and is accepted too.
@@ -142,9 +147,8 @@ def lightning_indexer(query: Tensor, key: Tensor, weights: Tensor, *,
 
 
 @constexpr
-def _check_indexer_grad(pre_tokens: int, next_tokens: int) -> bool:
-    """CANN's arguments the op has not (layout and sparse_mode are its attributes: it checks them)."""
-    op = "lightning_indexer_grad"
+def _check_unbounded(op: str, pre_tokens: int, next_tokens: int) -> bool:
+    """CANN's token band, which the ops have not (layout and sparse_mode are their attributes: they check them)."""
     for arg, value in (("pre_tokens", pre_tokens), ("next_tokens", next_tokens)):
         if isinstance(value, bool) or value not in _UNBOUNDED_VALUES:
             raise _bad(op, arg, value, f"only the default {_UNBOUNDED} (2^63-1, or 2^31-1) is supported")
@@ -168,10 +172,71 @@ def lightning_indexer_grad(query: Tensor, key: Tensor, dy: Tensor, sparse_indice
     Returns:
         ``(d_query, d_key, d_weights)`` shaped and typed like query, key and weights.
     """
-    _check_indexer_grad(pre_tokens, next_tokens)
+    _check_unbounded("lightning_indexer_grad", pre_tokens, next_tokens)
     return _ops.lightning_indexer_grad(query, key, weights, sparse_indices, msops.cast(dy, ms.float32),
                                        actual_seq_lengths_query, actual_seq_lengths_key, layout=layout,
                                        sparse_mode=sparse_mode)
+
+
+def npu_dense_lightning_indexer_softmax_lse(query_index: Tensor, key_index: Tensor, weights: Tensor, *,
+                                            actual_seq_qlen: Tensor | Sequence[int] | None = None,
+                                            actual_seq_klen: Tensor | Sequence[int] | None = None,
+                                            layout: str = "BSND", sparse_mode: int = 3, pre_tokens: int = _UNBOUNDED,
+                                            next_tokens: int = _UNBOUNDED) -> tuple[Tensor, Tensor]:
+    """hyper-parallel's ``npu_dense_lightning_indexer_softmax_lse`` on
+    ``ms_grad_ops.ops.dense_lightning_indexer_softmax_lse`` (CANN's ``DenseLightningIndexerSoftmaxLse``):
+    ``actual_seq_qlen``/``actual_seq_klen`` are the lengths (TND cumulative, as CANN's);
+    ``pre_tokens``/``next_tokens`` only their unbounded default.
+
+    Returns:
+        ``(softmax_max_index, softmax_sum_index)``, float32 ``[B, 1, S1]`` (BSND) / ``[1, T1]`` (TND), CANN's shapes.
+    """
+    _check_unbounded("dense_lightning_indexer_softmax_lse", pre_tokens, next_tokens)
+    return _ops.dense_lightning_indexer_softmax_lse(query_index, key_index, weights, actual_seq_qlen,
+                                                    actual_seq_klen, layout=layout, sparse_mode=sparse_mode)
+
+
+def _stats_of_key_heads(stat: Tensor, key: Tensor, layout: str) -> Tensor:
+    """CANN's per-head statistics ``[B, N1, S1, 1]`` / ``[N1, T1, 1]`` (FlashAttention's, sliced to one column)
+    in this package's layout for a one-head key (MLA-absorbed MQA): ``[B, 1, S1, N1]`` / ``[1, T1, N1]``. With
+    N2 = N1 (CANN's MHA) the two layouts are the same, and any other shape is passed on for the op's rules."""
+    bsnd = layout == "BSND"
+    if stat.ndim != (4 if bsnd else 3) or key.shape[-2] != 1 or stat.shape[-1] != 1:
+        return stat
+    if stat.shape[1 if bsnd else 0] == 1:  # one query head: both layouts are the same
+        return stat
+    return stat.transpose(0, 3, 2, 1) if bsnd else stat.transpose(2, 1, 0)
+
+
+def npu_dense_lightning_indexer_grad_kl_loss(query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor,
+                                             weights: Tensor, softmax_max: Tensor, softmax_sum: Tensor,
+                                             softmax_max_index: Tensor, softmax_sum_index: Tensor, scale_value: float,
+                                             *, query_rope: Tensor | None = None, key_rope: Tensor | None = None,
+                                             actual_seq_qlen: Tensor | Sequence[int] | None = None,
+                                             actual_seq_klen: Tensor | Sequence[int] | None = None,
+                                             layout: str = "BSND", sparse_mode: int = 3,
+                                             pre_tokens: int = _UNBOUNDED, next_tokens: int = _UNBOUNDED
+                                             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """hyper-parallel's ``npu_dense_lightning_indexer_grad_kl_loss`` on
+    ``ms_grad_ops.ops.dense_lightning_indexer_grad_kl_loss`` (CANN's ``DenseLightningIndexerGradKLLoss``).
+
+    CANN's main attention is plain MHA: key ``[.., N1, D]`` with statistics ``[B, N1, S1, 1]`` / ``[N1, T1, 1]``,
+    which is this package's layout for N2 = N1 and is passed on as it is. A one-head key (MLA-absorbed MQA, what
+    ``sparse_flash_attention`` computes) takes this package's ``[B, 1, S1, N1]`` / ``[1, T1, N1]``, and CANN's
+    per-head form is transposed to it. ``pre_tokens``/``next_tokens``: only their unbounded default.
+
+    Returns:
+        ``(d_query_index, d_key_index, d_weights, loss)``: the gradients for d(loss) = 1 and the loss float32
+        ``[1]``, the raw sum over tokens as CANN returns it (mindformers' ``DSAIndexerLoss`` divides it by the
+        token count and scales the gradients by the incoming gradient).
+    """
+    _check_unbounded("dense_lightning_indexer_grad_kl_loss", pre_tokens, next_tokens)
+    softmax_max = _stats_of_key_heads(softmax_max, key, layout)
+    softmax_sum = _stats_of_key_heads(softmax_sum, key, layout)
+    return _ops.dense_lightning_indexer_grad_kl_loss(
+        query, key, query_index, key_index, weights, softmax_max, softmax_sum, softmax_max_index, softmax_sum_index,
+        query_rope, key_rope, actual_seq_qlen, actual_seq_klen, scale_value=scale_value, layout=layout,
+        sparse_mode=sparse_mode)
 
 
 _OURS = {"sparse_flash_attention": sparse_flash_attention, "lightning_indexer": lightning_indexer}

@@ -10,6 +10,7 @@ from .._checks import check_batch_lengths, check_cumulative_values, lengths_inpu
 from .._specs import OP_SPECS
 from . import _yarn, deepseek_io
 from ._amp import KernelCell, rewrite_leaf
+from .dense_stage import DenseStage, causal_indices
 from .indexer_kl_loss import IndexerKLLoss
 from .lightning_indexer import LightningIndexer
 from .sparse_flash_attention import SparseFlashAttention
@@ -100,6 +101,10 @@ class DSAttention(nn.Cell):
 
     ``index_topk >= S`` makes the attention dense (every visible key is selected): that is the
     dense warm-up stage of DeepSeek-V3.2's training, where the indexer learns the dense attention.
+    That stage runs on the dense pair (``dense_warmup``): the main attention over every causal key with
+    its indices built directly (no indexer top-k), the indexer's statistics from
+    ``dense_lightning_indexer_softmax_lse`` and the loss from ``nn.DenseIndexerKLLoss``, the same loss
+    and gradients as the top-k path at K = S without the indexer's ``S x S`` values (docs/dsattention.md).
 
     Rope: MLA's q_pe/k_pe in DeepSeek's interleaved layout (adjacent channel pairs), the indexer's
     in the rotate-half layout (pair i = channels i and i + Dr/2), as DeepSeek's current code does.
@@ -141,6 +146,11 @@ class DSAttention(nn.Cell):
             as ``sinks`` (docs/contract.md section 0.7; a constant of the KL loss); loaded and saved
             under DeepSeek-V4's name ``attn_sink`` by ``load_deepseek_state_dict`` /
             ``deepseek_state_dict``.
+        dense_warmup: the dense warm-up path (above): None (default) = when ``index_topk >=
+            max_seq_len`` and no ``attn_sink`` (every key of every sequence the layer takes is selected; a static choice, so GRAPH mode and
+            dynamic shapes keep one graph), True = always (the indexer trains on the dense attention whatever
+            ``index_topk``), False = never (the top-k path, as before). The dense pair has no sinks (nor has
+            CANN's): ``attn_sink=True`` with ``dense_warmup=True`` is a ``ValueError``.
     """
 
     def __init__(self, dim: int, n_heads: int, q_lora_rank: int, kv_lora_rank: int, qk_nope_head_dim: int,
@@ -149,7 +159,8 @@ class DSAttention(nn.Cell):
                  layout: str = "BSND", dtype: ms.dtype = ms.float32, eps: float = 1e-6,
                  original_seq_len: int = _yarn.ORIGINAL_SEQ_LEN, rope_factor: float = _yarn.ROPE_FACTOR,
                  beta_fast: float = _yarn.BETA_FAST, beta_slow: float = _yarn.BETA_SLOW,
-                 mscale: float = _yarn.MSCALE, attn_sink: bool = False) -> None:
+                 mscale: float = _yarn.MSCALE, attn_sink: bool = False,
+                 dense_warmup: bool | None = None) -> None:
         super().__init__()
         # The layout of every kernel it runs: the table's attribute (checked here before any is built).
         error = OP_SPECS["sparse_flash_attention"].attr("layout").error("DSAttention", layout)
@@ -207,6 +218,14 @@ class DSAttention(nn.Cell):
             raise TypeError(f"DSAttention: argument 'attn_sink' must be a bool, got {type(attn_sink).__name__}")
         self.attn_sink = Parameter(initializer("zeros", (n_heads,), ms.float32), name="attn_sink") if attn_sink \
             else None
+        if dense_warmup is not None and not isinstance(dense_warmup, bool):
+            raise TypeError(f"DSAttention: dense_warmup must be None, True or False, got {dense_warmup!r}")
+        if attn_sink and dense_warmup:
+            raise ValueError("DSAttention: attn_sink=True needs the top-k path: the dense pair "
+                             "(dense_lightning_indexer_*) takes no sinks, as CANN's; pass dense_warmup=False or None")
+        self.dense_warmup = (index_topk >= max_seq_len and not attn_sink) if dense_warmup is None else dense_warmup
+        self.max_seq_len = max_seq_len
+        self.dense = DenseStage(scale, layout, dtype)
 
     # -- DeepSeek checkpoints --------------------------------------------------------------------
 
@@ -318,10 +337,25 @@ class DSAttention(nn.Cell):
 
     def select(self, x: Tensor, actual_seq_lengths: object = None) -> Tensor:
         """The int32 key indices the forward attends to: ``[B, S, 1, index_topk]`` / ``[T, 1, index_topk]``,
-        local to each sequence, -1 in unused slots."""
-        q_idx, k_idx, weights = self.index_inputs(x, actual_seq_lengths)
+        local to each sequence, -1 in unused slots; with ``dense_warmup`` every causal key in order,
+        ``[B, S, 1, S]`` / ``[T, 1, min(T, max_seq_len)]``."""
         lengths = self._lengths(x, actual_seq_lengths)
+        if self.dense_warmup:
+            return self._dense_geometry(x, lengths)[0]
+        q_idx, k_idx, weights = self.index_inputs(x, actual_seq_lengths)
         return self.sparse.indexer(q_idx, k_idx, weights, lengths, lengths)[0]
+
+    def _dense_geometry(self, x: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor, int]:
+        """(causal indices, positions int32 [N], width) of the dense warm-up for the tokens of ``x``: width S
+        (BSND), or min(T, max_seq_len) in TND (no sequence is longer: the rope tables end there)."""
+        if self.layout == "BSND":
+            b, s = x.shape[0], x.shape[1]
+            positions, width = msops.tile(msops.arange(s).astype(ms.int32), (b,)), s
+        else:
+            t = x.shape[0]
+            positions = msops.arange(t).astype(ms.int32) if lengths is None else _positions(t, lengths)
+            width = min(t, self.max_seq_len)
+        return causal_indices(positions, x.shape[:-1], width), positions, width
 
     @property
     def indexer(self) -> LightningIndexer:
@@ -363,8 +397,12 @@ class DSAttention(nn.Cell):
         cos, sin = self._tables(x, lengths)
         qr, q_lat, q_pe, latent, k_pe = self._project(flat, cos, sin)
         q_idx, k_idx, weights = self._index_inputs(flat, qr, cos, sin, lead)
-        o, loss = self.sparse(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths, lengths, lead, lead,
-                              self.attn_sink)
+        if self.dense_warmup:
+            _, positions, width = self._dense_geometry(x, lengths)
+            o, loss, _ = self.dense(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths, positions, lead, width)
+        else:
+            o, loss = self.sparse(q_lat, q_pe, latent, k_pe, q_idx, k_idx, weights, lengths, lengths, lead, lead,
+                                  self.attn_sink)
         out = self._output(o)
         return out.reshape(lead + (out.shape[-1],)), loss
 

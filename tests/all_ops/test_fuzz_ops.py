@@ -1,4 +1,4 @@
-"""Property-based fuzz suite of the nine ops (hypothesis).
+"""Property-based fuzz suite of the eleven ops (hypothesis).
 
 Per op: random valid calls (shapes, dtypes, layouts, lengths as lists / int32 / int64 tensors or
 None, sparse indices with -1 anywhere, empty batches, K above the visible keys) must match the
@@ -8,7 +8,7 @@ Every case runs in a long-lived worker subprocess (tests/support/_fuzz_worker.py
 the case and the worker is restarted, so it cannot end the run.
 
 CI runs a fixed set (``derandomize``): MGO_FUZZ_EXAMPLES examples per test (default 64, about
-1160 cases in all; the last test asserts and prints the count). Longer local runs draw fresh cases:
+1416 cases in all; the last test asserts and prints the count). Longer local runs draw fresh cases:
     pytest tests/all_ops/test_fuzz_ops.py --hypothesis-seed=12345            # another fixed sample
     MGO_FUZZ_EXAMPLES=1000 pytest tests/all_ops/test_fuzz_ops.py --hypothesis-seed=$RANDOM
 (``--hypothesis-seed`` switches ``derandomize`` off, so the seed decides the cases.)
@@ -36,7 +36,8 @@ CASE_TIMEOUT = 120.0   # seconds; a GRAPH compile under load takes a few
 PREFIX = "@@fuzz@@ "
 OPS = ("rope", "rope_grad", "cla_gate_merge", "cla_gate_backward", "sparse_flash_attention",
        "sparse_flash_attention_grad", "lightning_indexer", "lightning_indexer_grad",
-       "sparse_lightning_indexer_grad_kl_loss")
+       "sparse_lightning_indexer_grad_kl_loss", "dense_lightning_indexer_softmax_lse",
+       "dense_lightning_indexer_grad_kl_loss")
 COUNTS: dict[str, int] = {}
 OUTCOMES: collections.Counter = collections.Counter()   # "mutation kind -> exception type" of malformed cases
 
@@ -174,10 +175,16 @@ def indexer_cfg(draw: st.DrawFn) -> dict:
             "scale": draw(st.sampled_from([0.25, 0.5])), "sinks": draw(SINKS)}
 
 
+@st.composite
+def dense_cfg(draw: st.DrawFn) -> dict:
+    return {**draw(indexer_cfg()), "mha": draw(st.booleans())}
+
+
 CFG = {"rope": rope_cfg, "rope_grad": rope_cfg, "cla_gate_merge": cla_cfg, "cla_gate_backward": cla_cfg,
        "sparse_flash_attention": sfa_cfg, "sparse_flash_attention_grad": sfa_cfg,
        "lightning_indexer": indexer_cfg, "lightning_indexer_grad": indexer_cfg,
-       "sparse_lightning_indexer_grad_kl_loss": indexer_cfg}
+       "sparse_lightning_indexer_grad_kl_loss": indexer_cfg, "dense_lightning_indexer_softmax_lse": dense_cfg,
+       "dense_lightning_indexer_grad_kl_loss": dense_cfg}
 MUTATION = st.tuples(st.integers(0, 999), st.integers(0, 999))
 KINDS = ("rank", "dtype", "dim", "attr_type", "attr_range", "lengths", "indices", "pair")
 

@@ -17,7 +17,9 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
-from _paths import CPP, ROOT, SUPPORT
+from _aot_call import build_call_aot
+from _aot_call import call as aot_call
+from _paths import SUPPORT
 from _upstream import Upstream, check_param_grads
 from _util import Fn, assert_close, quantize, to_ms, to_np
 from mindspore import Tensor, nn
@@ -361,28 +363,9 @@ def test_nn_lightning_indexer_grad_with_dynamic_shapes() -> None:
 
 # ------------------------------------------------------------ poisoned outputs (direct kernel call)
 
-_NP_STORAGE = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int64": np.int64}
-
-
-def _raw(x: np.ndarray, dtype: str) -> bytes:
-    if dtype == "bfloat16":
-        return (np.asarray(x, np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
-    return np.asarray(x).astype(_NP_STORAGE[dtype]).tobytes()
-
-
-def _from_raw(data: bytes, dtype: str, shape: tuple) -> np.ndarray:
-    if dtype == "bfloat16":
-        return (np.frombuffer(data, np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
-    return np.frombuffer(data, _NP_STORAGE[dtype]).reshape(shape)
-
-
 @pytest.fixture(scope="module")
 def call_aot(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tests/cpu/cpp/call_aot.cc built with MindSpore's string ABI (the library's)."""
-    exe = tmp_path_factory.mktemp("call_aot") / "call_aot"
-    subprocess.run(["g++", "-O1", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0", f"-I{ROOT}",
-                    str(CPP / "call_aot.cc"), "-o", str(exe), "-ldl"], check=True)
-    return exe
+    return build_call_aot(tmp_path_factory.mktemp("call_aot"))
 
 
 @pytest.mark.parametrize("dtype,wdtype,layout", [("float32", "float32", "TND"), ("float16", "float32", "TND"),
@@ -391,28 +374,17 @@ def test_every_output_element_is_written(call_aot: Path, tmp_path: Path, dtype: 
                                          layout: str) -> None:
     """Outputs start as NaN (all bytes 0xFF). Rows without a visible key, keys nobody selects and
     whole empty batches must come out as the reference's zeros, every other element as its value."""
-    from ms_grad_ops._custom import cpu_library
     case = Case(np.random.default_rng(18), dtype, wdtype, layout, 3, lens_q=[6, 0, 3, 4], lens_k=[2, 5, 0, 9],
                 b=2, s1=4, s2=9, k=3, drop=0.3)
     lens = [np.asarray(x if x is not None else [], np.int32) for x in case.lens]
     ins = [(case.qi, dtype), (case.ki, dtype), (case.w, wdtype), (case.si, "int32"), (case.dv, "float32"),
            (lens[0], "int32"), (lens[1], "int32")]
     outs = [(case.qi.shape, dtype), (case.ki.shape, dtype), (case.w.shape, wdtype)]
-    lines = [f"attr str layout {layout}", "attr int sparse_mode 3"]
-    for i, (x, dt) in enumerate(ins):
-        (tmp_path / f"in{i}").write_bytes(_raw(x, dt))
-        lines.append(f"in {dt} {x.ndim} {' '.join(map(str, x.shape))} {tmp_path / f'in{i}'}")
-    for i, (shape, dt) in enumerate(outs):
-        lines.append(f"out {dt} {len(shape)} {' '.join(map(str, shape))} {tmp_path / f'out{i}'}")
-    (tmp_path / "spec").write_text("\n".join(lines) + "\n")
-    # The library runs on MindSpore's libdnnl.so.3 (setup.py); an editable build's rpath may not reach it.
-    env = dict(os.environ, LD_LIBRARY_PATH=str(Path(ms.__file__).parent / "lib"))
-    run = subprocess.run([str(call_aot), str(cpu_library()), "LightningIndexerGrad", str(tmp_path / "spec")],
-                         capture_output=True, text=True, timeout=120, env=env)
-    assert run.returncode == 0, run.stdout + run.stderr
+    attrs = [f"attr str layout {layout}", "attr int sparse_mode 3"]
+    got_all = aot_call(call_aot, tmp_path, "LightningIndexerGrad", attrs, ins, outs)
     want = case.reference()
-    for i, ((shape, dt), name) in enumerate(zip(outs, NAMES)):
-        got = _from_raw((tmp_path / f"out{i}").read_bytes(), dt, shape).astype(np.float64)
+    for i, ((_, dt), name) in enumerate(zip(outs, NAMES)):
+        got = got_all[i].astype(np.float64)
         assert_close(got, want[i], dt if dt != "float32" else dtype, "attention", f"poisoned {name}")
         assert np.all(got[want[i] == 0] == 0), name
     key_rows = want[1].reshape(-1, want[1].shape[-1])

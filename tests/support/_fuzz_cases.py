@@ -1,4 +1,4 @@
-"""Fuzz cases of the nine ops, run inside the fuzz worker process (tests/support/_fuzz_worker.py).
+"""Fuzz cases of the eleven ops, run inside the fuzz worker process (tests/support/_fuzz_worker.py).
 
 A case is a JSON-able dict made by the hypothesis strategies of tests/all_ops/test_fuzz_ops.py:
 ``{"op", "kind": "valid" | "malformed", "mode": "pynative" | "graph", "seed", "cfg": {...},
@@ -304,10 +304,47 @@ def build_indexer_grad(op: str, rng: np.random.Generator, c: dict) -> tuple[Call
     return call, (lambda: list(ref.lightning_indexer_grad(qi.a, ki.a, w.a, si.a, dvals.a, rq, rk, **attrs)))
 
 
+def build_dense(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
+    """The dense pair: every visible key, main-attention key heads 1 or N1 (``mha``), statistics from the float64
+    reference (float32, as the forward ops hand them over)."""
+    _, tq, tk = _geometry(c)
+    dt, wdt, nidx, didx = c["dtype"], c["wdtype"], c["nidx"], c["didx"]
+    qi, ki = _fl(rng, (*tq, nidx, didx), dt, 0.5), _fl(rng, (*tk, 1, didx), dt)
+    w = _fl(rng, (*tq, nidx), wdt, 1 / np.sqrt(nidx))
+    lq, lk = _call_lens(c)
+    rq, rk = _ref_lens(c)
+    kw = {"layout": c["layout"], "sparse_mode": c["mode"]}
+    lens = {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk}
+    if op == "dense_lightning_indexer_softmax_lse":
+        call = Call(op, {"query_index": qi, "key_index": ki, "weights": w}, {**lens, **kw})
+        return call, (lambda: list(ref.dense_lightning_indexer_softmax_lse(qi.a, ki.a, w.a, rq, rk, **kw)))
+    n1, d, dr = c["n1"], c["d"], c["dr"]
+    n2 = n1 if c["mha"] else 1
+    q, k = _fl(rng, (*tq, n1, d), dt), _fl(rng, (*tk, n2, d), dt)
+    qr = _fl(rng, (*tq, n1, dr), dt) if dr else None
+    kr = _fl(rng, (*tk, n2, dr), dt) if dr else None
+    attrs = {"scale_value": c["scale"], **kw}
+    stats = [*ref.dense_attention_softmax_stats(q.a, k.a, None if qr is None else qr.a, None if kr is None else kr.a,
+                                                rq, rk, **attrs),
+             *ref.dense_lightning_indexer_softmax_lse(qi.a, ki.a, w.a, rq, rk, **kw)]
+    mx, sm, mxi, smi = (_Arr(x.astype(np.float32).astype(np.float64), "float32") for x in stats)
+    call = Call(op, {"query": q, "key": k, "query_index": qi, "key_index": ki, "weights": w, "softmax_max": mx,
+                     "softmax_sum": sm, "softmax_max_index": mxi, "softmax_sum_index": smi},
+                {"query_rope": qr, "key_rope": kr, **lens, **attrs})
+
+    def reference() -> list:
+        out = ref.dense_lightning_indexer_grad_kl_loss(q.a, k.a, qi.a, ki.a, w.a, mx.a, sm.a, mxi.a, smi.a,
+                                                       None if qr is None else qr.a, None if kr is None else kr.a,
+                                                       rq, rk, **attrs)
+        return [out[0], out[1], out[2], np.asarray([out[3]])]
+    return call, reference
+
+
 BUILDERS = {"rope": build_rope, "rope_grad": build_rope, "cla_gate_merge": build_cla, "cla_gate_backward": build_cla,
             "sparse_flash_attention": build_sfa, "sparse_flash_attention_grad": build_sfa,
             "lightning_indexer": build_indexer, "lightning_indexer_grad": build_indexer_grad,
-            "sparse_lightning_indexer_grad_kl_loss": build_indexer}
+            "sparse_lightning_indexer_grad_kl_loss": build_indexer, "dense_lightning_indexer_softmax_lse": build_dense,
+            "dense_lightning_indexer_grad_kl_loss": build_dense}
 FAMILY = {"rope": "elementwise", "rope_grad": "elementwise", "cla_gate_merge": "elementwise",
           "cla_gate_backward": "elementwise"}
 

@@ -32,6 +32,11 @@ _CONSTRAINED = {
     "sparse_lightning_indexer_grad_kl_loss": [("key", -1), ("key", -2), ("key_index", -1), ("weights", -1),
                                               ("softmax_max", -1), ("softmax_sum", -2), ("sparse_indices", -2),
                                               ("query_rope", -2), ("sinks", -1)],
+    "dense_lightning_indexer_softmax_lse": [("key_index", -1), ("key_index", -2), ("weights", -1), ("weights", -2)],
+    # not key dim -2: N2 may be 1 or N1
+    "dense_lightning_indexer_grad_kl_loss": [("key", -1), ("key_index", -1), ("weights", -1), ("softmax_max", -1),
+                                             ("softmax_sum", -2), ("softmax_max_index", -1),
+                                             ("softmax_sum_index", -1), ("query_rope", -2)],
 }
 _ATTR_TYPES = {a.name: a.type for spec in OP_SPECS.values() for a in spec.attrs}
 _WRONG_TYPE = {"int": [1.5, "2", None, True, 3.0], "float": ["0.2", None, True, [0.5]],
@@ -93,6 +98,8 @@ def mutate(call: Any, mutation: list, cfg: dict) -> str:
     if kind == "attr_type" and attrs:
         name = attrs[a % len(attrs)]
         wrong = _WRONG_TYPE[_ATTR_TYPES[name]]
+        if graph:  # MindSpore's graph parser turns a bytes constant into a str before any op code runs
+            wrong = [v for v in wrong if not isinstance(v, bytes)]
         call.kwargs[name] = wrong[b % len(wrong)]
         return f"attribute {name} = {call.kwargs[name]!r}"
     if kind in ("attr_type", "attr_range") and attrs:
