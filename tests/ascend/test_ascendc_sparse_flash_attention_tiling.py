@@ -16,10 +16,10 @@
 """
 from __future__ import annotations
 
-import numpy as np
-import pytest
 from dataclasses import replace
 
+import numpy as np
+import pytest
 from ascendc_harness import twin_lib as twin
 from ascendc_harness import twin_sfa as sfa
 
