@@ -190,13 +190,14 @@ constexpr int64_t kChunkBudgetBytes = int64_t{512} << 20;
 // Runs row(kernel, t, dk_acc) for every query row t < t1 on the OpenMP team, with one kernel from
 // make() per thread, and stores the summed key gradients [t2, didx] into output `dk_arg` (storage
 // X), bitwise the same for any thread count (see the top of this file). Errors thrown by make or
-// row are rethrown after the parallel regions as std::runtime_error naming `op`.
+// row are rethrown after the parallel regions as std::runtime_error naming `op`. Argument `skip_arg`
+// (an optional input whose presence must not change any bit, such as sinks) is left out of the budget.
 template <typename X, typename MakeKernel, typename Row>
 void run_rows_with_key_grads(const char* op, const aot::KernelArgs& args, int64_t t1, int64_t t2, int64_t didx,
-                             int dk_arg, MakeKernel make, Row row) {
+                             int dk_arg, MakeKernel make, Row row, int skip_arg = -1) {
   // Fixed chunk count (never the thread count), bounded so the partial buffers stay in budget.
   const int64_t per_chunk = std::max<int64_t>(1, t2 * didx * static_cast<int64_t>(sizeof(float)));
-  const int64_t budget = std::min(kChunkBudgetBytes, io_bytes(args) / kChunkIoDivisor);
+  const int64_t budget = std::min(kChunkBudgetBytes, io_bytes(args, skip_arg) / kChunkIoDivisor);
   const int64_t most = std::max<int64_t>(1, std::min(kMaxKeyGradChunks, t1));
   const int64_t chunks = std::clamp<int64_t>(budget / per_chunk, std::min<int64_t>(2, most), most);
   std::vector<float> partial(static_cast<size_t>(chunks * t2 * didx), 0.0f);

@@ -63,9 +63,10 @@ RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi
   return plan;
 }
 
-int64_t io_bytes(const aot::KernelArgs& args) {
+int64_t io_bytes(const aot::KernelArgs& args, int skip) {
   int64_t total = 0;
   for (int i = 0; i < args.count(); ++i) {
+    if (i == skip) continue;
     const infer::DType t = args.dtype(i);
     const int64_t size = t == infer::DType::kFloat16 || t == infer::DType::kBFloat16 ? 2
                          : t == infer::DType::kInt64 || t == infer::DType::kFloat64 ? 8

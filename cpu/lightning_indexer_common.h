@@ -86,8 +86,8 @@ void indexer_score_grads(const float* sxt, int64_t n, int64_t npad, int64_t nidx
 
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-// Bytes of all tensors of a launch (inputs and outputs): the yardstick for scratch memory.
-int64_t io_bytes(const aot::KernelArgs& args);
+// Bytes of all tensors of a launch (inputs and outputs) but parameter `skip`: the yardstick for scratch memory.
+int64_t io_bytes(const aot::KernelArgs& args, int skip = -1);
 
 // Calls fn(X{}, Op{}, W{}) with X the storage dtype of parameter `x_arg` (query_index, or query),
 // Op its GEMM operand type on this CPU (operand.h) and W the storage dtype of `w_arg` (weights): the

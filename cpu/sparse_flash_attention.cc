@@ -5,7 +5,7 @@
 // GEMM wrapper with the rows' G heads stacked (M = rows * G), online softmax across blocks. Never
 // forms a [T, K, D] gather or a [T, S2] score matrix. Groups depend on the indices only and are
 // independent, so any schedule is deterministic. Absent optional inputs are zero-size placeholders: value (key is value), the
-// rope pair, the lengths.
+// rope pair, the lengths, sinks (a sink starts each row's online softmax: max sigma, sum 1).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -51,10 +51,16 @@ class Forward {
     const int64_t rows = rg.rows;
     const int64_t mrows = rows * g;
     if (counts_[rg.t0 * p_.n2 + rg.grp] == 0) {  // nothing visible (such rows are never grouped):
-      // out, softmax_max and softmax_sum all 0 (docs/contract.md section 0.6)
+      // out 0; softmax_max and softmax_sum 0, or the sink's sigma and 1 unless it is a BSND padding
+      // row (docs/contract.md section 0.6)
       std::fill(acc_.begin(), acc_.begin() + g * p_.dv, 0.0f);
-      std::fill(m_.begin(), m_.begin() + g, 0.0f);
-      std::fill(l_.begin(), l_.begin() + g, 0.0f);
+      const bool padding = p_.row_batch[rg.t0] < 0;
+      for (int64_t h = 0; h < g; ++h) {
+        const float sigma = in_.sink(rg.grp * g + h);
+        const bool sink = !padding && sigma != -std::numeric_limits<float>::infinity();
+        m_[h] = sink ? sigma : 0.0f;
+        l_[h] = sink ? 1.0f : 0.0f;
+      }
       write(rg);
       return;
     }
@@ -68,8 +74,13 @@ class Forward {
     key_union(p_, in_.indices, rg, scratch_, u_);
     const int64_t n = static_cast<int64_t>(u_.keys.size());
     std::fill(acc_.begin(), acc_.begin() + mrows * p_.dv, 0.0f);
-    std::fill(m_.begin(), m_.begin() + mrows, -std::numeric_limits<float>::infinity());
-    std::fill(l_.begin(), l_.begin() + mrows, 0.0f);
+    // The online softmax starts from the sink (a key of logit sigma and value 0): max sigma, sum
+    // exp(0) = 1; with no sink (or sigma = -inf) from max -inf, sum 0.
+    for (int64_t i = 0; i < mrows; ++i) {
+      const float sigma = in_.sink(rg.grp * g + i % g);
+      m_[i] = sigma;
+      l_[i] = sigma == -std::numeric_limits<float>::infinity() ? 0.0f : 1.0f;
+    }
     for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
       const int64_t nc = std::min(kBlock, n - c0);
       const int64_t ncp = round_up(nc, kKeyPad);
@@ -84,7 +95,7 @@ class Forward {
           std::fill(srow, srow + ncp, 0.0f);
           continue;
         }
-        if (c0 > 0) {
+        if (c0 > 0 || l_[i] != 0.0f) {  // something (an earlier block, the sink) is in m and l already
           const float alpha = std::exp(m_[i] - m_new);
           l_[i] *= alpha;
           scale_row(acc_.data() + i * p_.dv, p_.dv, alpha);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -68,7 +69,7 @@ struct Problem {
 
 // Parameter positions of the inputs both kernels share.
 struct Slots {
-  int q, k, v, idx, qr, kr, lq, lkv;
+  int q, k, v, idx, qr, kr, lq, lkv, sinks;
 };
 
 // The Slots of `Op` (table::SparseFlashAttention or table::SparseFlashAttentionGrad: the two name
@@ -77,10 +78,11 @@ template <class Op>
 constexpr Slots slots_of() {
   using In = typename Op::In;
   return {In::kQuery,     In::kKey,     In::kValue,                 In::kSparseIndices,
-          In::kQueryRope, In::kKeyRope, In::kActualSeqLengthsQuery, In::kActualSeqLengthsKv};
+          In::kQueryRope, In::kKeyRope, In::kActualSeqLengthsQuery, In::kActualSeqLengthsKv, In::kSinks};
 }
 
-// The inputs both kernels read: value is key when absent (key is value), the ropes null when absent.
+// The inputs both kernels read: value is key when absent (key is value), the ropes and sinks null
+// when absent.
 template <typename T>
 struct Inputs {
   Inputs(const aot::KernelArgs& args, const Problem& p, const Slots& s)
@@ -90,12 +92,17 @@ struct Inputs {
         query_rope(p.dr > 0 ? args.as<const T>(s.qr) : nullptr),
         key_rope(p.dr > 0 ? args.as<const T>(s.kr) : nullptr),
         indices(args.as<const int32_t>(s.idx)),
+        sinks(args.numel(s.sinks) > 0 ? args.as<const float>(s.sinks) : nullptr),
         // Key is value (absent value, or one tensor passed twice): V is the first dv columns of the key tile.
         v_in_k(static_cast<const void*>(value) == static_cast<const void*>(key) && p.dv <= p.d) {}
 
   const T *query, *key, *value, *query_rope, *key_rope;
   const int32_t* indices;
+  const float* sinks;  // [N1] sink logits (docs/contract.md section 0.7), or null
   bool v_in_k;
+
+  // The sink logit of query head h; -inf (no sink) when sinks are absent.
+  float sink(int64_t head) const { return sinks != nullptr ? sinks[head] : -std::numeric_limits<float>::infinity(); }
 };
 
 // Fills the geometry of `p` from the launch arguments; an absent (zero-size) value means key is

@@ -17,7 +17,13 @@
 // Shared latent KV (value absent: key is value): dV is added to dK in the same float32 partition
 // buffers, so d_key = dK + dV is rounded once and d_value is absent (zero-size). Absent ropes give
 // absent rope gradients.
+//
+// Sinks (docs/contract.md section 0.7): the statistics include them, so P = exp(S - max)/sum and dS
+// are unchanged. d_sinks[h] = -sum over rows of P_sink * delta (delta = dO . O, as dS uses): each
+// (row, head) term goes to its own slot of a [T1, N1] buffer, summed per head in row order after
+// the parallel loop, so d_sinks too is the same for any thread count. Absent sinks: d_sinks absent.
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <vector>
 
@@ -50,7 +56,11 @@ int64_t elem_bytes(infer::DType t) {
 std::vector<Partition> make_partitions(const aot::KernelArgs& args, const Problem& p,
                                        const std::vector<int64_t>& counts) {
   int64_t io_bytes = 0;
-  for (int i = 0; i < args.count(); ++i) io_bytes += args.numel(i) * elem_bytes(args.dtype(i));
+  // Not sinks and d_sinks: the key-gradient summation order must not depend on whether they are given
+  // (sinks of -inf give bitwise the gradients of no sinks).
+  for (int i = 0; i < args.count(); ++i) {
+    if (i != In::kSinks && i != OutParam::kDSinks) io_bytes += args.numel(i) * elem_bytes(args.dtype(i));
+  }
   const int64_t buf_bytes = std::max<int64_t>(1, p.t2 * p.n2 * (p.dq + (p.shared_kv ? 0 : p.dv)) * 4);
   int64_t parts = std::clamp<int64_t>(io_bytes / 4 / buf_bytes, 1, kMaxPartitions);
   parts = std::max<int64_t>(1, std::min(parts, p.t1));
@@ -93,12 +103,21 @@ struct KeyGradRows {
   int64_t k0 = 0;
 };
 
+// d_sinks[h] = sum over rows t of terms[t, h], in row order (float64, rounded once).
+void sum_sink_terms(const Problem& p, const std::vector<float>& terms, float* d_sinks) {
+  std::vector<double> acc(static_cast<size_t>(p.n1), 0.0);
+  for (int64_t t = 0; t < p.t1; ++t) {
+    for (int64_t h = 0; h < p.n1; ++h) acc[h] += terms[t * p.n1 + h];
+  }
+  for (int64_t h = 0; h < p.n1; ++h) d_sinks[h] = static_cast<float>(acc[h]);
+}
+
 // One thread's tiles and the work of one row group (sparse_flash_attention_groups.h).
 template <typename T, typename Op>
 class Backward {
  public:
   Backward(const aot::KernelArgs& args, const Problem& p, const Inputs<T>& in, const std::vector<int64_t>& counts,
-           int64_t max_rows)
+           int64_t max_rows, float* sink_terms)
       : p_(p),
         in_(in),
         counts_(counts),
@@ -108,6 +127,7 @@ class Backward {
         ssum_(args.as<const float>(In::kSoftmaxSum)),
         d_query_(args.as<T>(OutParam::kDQuery)),
         d_query_rope_(p.dr > 0 ? args.as<T>(OutParam::kDQueryRope) : nullptr),
+        sink_terms_(sink_terms),
         qt_(max_rows * p.g * p.dq),
         ot_(max_rows * p.g * p.dv),
         keys_(p, in.v_in_k),
@@ -153,6 +173,13 @@ class Backward {
         delta_[r * g + h] = dot(fdo_.data(), fo_.data(), p_.dv);
         mx_[r * g + h] = smax_[so + h];
         inv_l_[r * g + h] = 1.0f / ssum_[so + h];
+      }
+    }
+    if (sink_terms_ != nullptr) {  // -P_sink * delta of every (row, head)
+      for (int64_t i = 0; i < mrows; ++i) {
+        const int64_t head = rg.grp * g + i % g;
+        const float p_sink = std::exp(in_.sink(head) - mx_[i]) * inv_l_[i];
+        sink_terms_[(rg.t0 + i / g) * p_.n1 + head] = -p_sink * delta_[i];
       }
     }
     key_union(p_, in_.indices, rg, scratch_, u_);
@@ -217,6 +244,7 @@ class Backward {
   const T *d_out_, *out_;
   const float *smax_, *ssum_;
   T *d_query_, *d_query_rope_;
+  float* sink_terms_;  // [T1, N1], null without sinks
   std::vector<Op> qt_, ot_;
   KeyTiles<Op> keys_;
   std::vector<Op> pt_, dst_;
@@ -236,11 +264,14 @@ void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<i
   const std::vector<Partition> parts = make_partitions(args, p, counts);
   const int64_t n_parts = static_cast<int64_t>(parts.size());
   std::vector<std::vector<float>> dk_buf(parts.size()), dv_buf(parts.size());
+  // Rows with nothing visible keep 0: their delta is 0 (out is 0).
+  std::vector<float> sink_terms(in.sinks != nullptr ? p.t1 * p.n1 : 0, 0.0f);
+  float* terms = in.sinks != nullptr ? sink_terms.data() : nullptr;
   bool failed = false;
   std::string error;
 #pragma omp parallel
   {
-    Backward<T, Op> worker(args, p, in, counts, max_rows);
+    Backward<T, Op> worker(args, p, in, counts, max_rows, terms);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t pi = 0; pi < n_parts; ++pi) {
       try {
@@ -283,6 +314,7 @@ void backward(const aot::KernelArgs& args, const Problem& p, const std::vector<i
     }
   }
   if (failed) throw std::runtime_error(std::string(kOp) + ": " + error);
+  if (terms != nullptr) sum_sink_terms(p, sink_terms, args.as<float>(OutParam::kDSinks));
 }
 
 void run(const aot::KernelArgs& args, const table::SparseFlashAttentionGrad::Attrs& attrs) {

@@ -3,7 +3,8 @@
 //
 // Per row t with n visible selected keys (padded to npad, a multiple of 64):
 //   S  = scale * [q|q_rope] x [k|k_rope]^T           [N1, npad]   GEMM
-//   p  = (1/N1) sum_h exp(S_h - max_h) / sum_h        teacher (not renormalised)
+//   p  = c sum_h exp(S_h - max_h) / sum_h             teacher, c = 1/N1 (not renormalised); with sinks
+//        (which max and sum include) c = 1/(N1 - sum_h P_sink,h), so p sums to 1 over the row's keys
 //   SxT = key_index x query_index^T, I = relu(SxT) . w, y = softmax(I), loss_t, dI = y - p
 //   then the score backward of indexer_score_backward.h (shared with lightning_indexer_grad), which
 //   also makes the key gradient deterministic.
@@ -123,8 +124,14 @@ class RowKernel {
         mgo::cpu::exp_accumulate(s_.data() + h * ld, nb, mx[h], 1.0f / sm[h], p_.data() + b0);
       }
     }
-    const float inv_n1 = 1.0f / static_cast<float>(z_.n1);
-    for (int64_t j = 0; j < n; ++j) p_[j] *= inv_n1;
+    float heads = static_cast<float>(z_.n1);
+    if (const float* sinks = a_.numel(In::kSinks) > 0 ? a_.as<const float>(In::kSinks) : nullptr) {
+      float p_sink = 0.0f;  // head order 0..N1-1
+      for (int64_t h = 0; h < z_.n1; ++h) p_sink += std::exp(sinks[h] - mx[h]) / sm[h];
+      heads -= p_sink;
+    }
+    const float inv_heads = 1.0f / heads;
+    for (int64_t j = 0; j < n; ++j) p_[j] *= inv_heads;
   }
 
   const mgo::aot::KernelArgs& a_;
@@ -142,7 +149,7 @@ void run(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPl
   mgo::cpu::run_rows_with_key_grads<X>(
       Sli::kName, args, z.t1, z.t2, z.didx, OutParam::kDKeyIndex,
       [&] { return std::make_unique<RowKernel<X, Op, W>>(args, z, plan, scale); },
-      [&](RowKernel<X, Op, W>& kernel, int64_t t, float* acc) { row_loss[t] = kernel.row(t, acc); });
+      [&](RowKernel<X, Op, W>& kernel, int64_t t, float* acc) { row_loss[t] = kernel.row(t, acc); }, In::kSinks);
   double loss = 0.0;
   for (double l : row_loss) loss += l;
   *args.as<float>(OutParam::kLoss) = static_cast<float>(loss);

@@ -347,21 +347,21 @@ struct LightningIndexerGrad {
 struct SparseLightningIndexerGradKLLoss {
   static constexpr const char* kName = "sparse_lightning_indexer_grad_kl_loss";
   static constexpr const char* kOpType = "SparseLightningIndexerGradKLLoss";
-  static constexpr int kNumInputs = 12;
+  static constexpr int kNumInputs = 13;
   static constexpr int kNumOutputs = 4;
   struct In {
-    enum : int { kQuery = 0, kKey = 1, kQueryIndex = 2, kKeyIndex = 3, kWeights = 4, kSparseIndices = 5, kSoftmaxMax = 6, kSoftmaxSum = 7, kQueryRope = 8, kKeyRope = 9, kActualSeqLengthsQuery = 10, kActualSeqLengthsKey = 11 };
+    enum : int { kQuery = 0, kKey = 1, kQueryIndex = 2, kKeyIndex = 3, kWeights = 4, kSparseIndices = 5, kSoftmaxMax = 6, kSoftmaxSum = 7, kQueryRope = 8, kKeyRope = 9, kActualSeqLengthsQuery = 10, kActualSeqLengthsKey = 11, kSinks = 12 };
   };
   struct Out {
     enum : int { kDQueryIndex = 0, kDKeyIndex = 1, kDWeights = 2, kLoss = 3 };
   };
   // An output's kernel parameter: kNumInputs + its Out index.
   struct OutParam {
-    enum : int { kDQueryIndex = 12, kDKeyIndex = 13, kDWeights = 14, kLoss = 15 };
+    enum : int { kDQueryIndex = 13, kDKeyIndex = 14, kDWeights = 15, kLoss = 16 };
   };
-  static constexpr std::array<const char*, 12> kInputNames{"query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"};
+  static constexpr std::array<const char*, 13> kInputNames{"query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks"};
   static constexpr std::array<const char*, 4> kOutputNames{"d_query_index", "d_key_index", "d_weights", "loss"};
-  static constexpr std::array<bool, 12> kOptional{false, false, false, false, false, false, false, false, true, true, true, true};
+  static constexpr std::array<bool, 13> kOptional{false, false, false, false, false, false, false, false, true, true, true, true, true};
   // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
   // attribute's value-initialised: it has none).
   using Attrs = SparseLightningIndexerGradKLLossAttrs;
@@ -382,21 +382,21 @@ struct SparseLightningIndexerGradKLLoss {
 struct SparseFlashAttention {
   static constexpr const char* kName = "sparse_flash_attention";
   static constexpr const char* kOpType = "SparseFlashAttention";
-  static constexpr int kNumInputs = 8;
+  static constexpr int kNumInputs = 9;
   static constexpr int kNumOutputs = 3;
   struct In {
-    enum : int { kQuery = 0, kKey = 1, kValue = 2, kSparseIndices = 3, kQueryRope = 4, kKeyRope = 5, kActualSeqLengthsQuery = 6, kActualSeqLengthsKv = 7 };
+    enum : int { kQuery = 0, kKey = 1, kValue = 2, kSparseIndices = 3, kQueryRope = 4, kKeyRope = 5, kActualSeqLengthsQuery = 6, kActualSeqLengthsKv = 7, kSinks = 8 };
   };
   struct Out {
     enum : int { kOut = 0, kSoftmaxMax = 1, kSoftmaxSum = 2 };
   };
   // An output's kernel parameter: kNumInputs + its Out index.
   struct OutParam {
-    enum : int { kOut = 8, kSoftmaxMax = 9, kSoftmaxSum = 10 };
+    enum : int { kOut = 9, kSoftmaxMax = 10, kSoftmaxSum = 11 };
   };
-  static constexpr std::array<const char*, 8> kInputNames{"query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_kv"};
+  static constexpr std::array<const char*, 9> kInputNames{"query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_kv", "sinks"};
   static constexpr std::array<const char*, 3> kOutputNames{"out", "softmax_max", "softmax_sum"};
-  static constexpr std::array<bool, 8> kOptional{false, false, true, false, true, true, true, true};
+  static constexpr std::array<bool, 9> kOptional{false, false, true, false, true, true, true, true, true};
   // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
   // attribute's value-initialised: it has none).
   using Attrs = SparseFlashAttentionAttrs;
@@ -421,21 +421,21 @@ struct SparseFlashAttention {
 struct SparseFlashAttentionGrad {
   static constexpr const char* kName = "sparse_flash_attention_grad";
   static constexpr const char* kOpType = "SparseFlashAttentionGrad";
-  static constexpr int kNumInputs = 12;
-  static constexpr int kNumOutputs = 5;
+  static constexpr int kNumInputs = 13;
+  static constexpr int kNumOutputs = 6;
   struct In {
-    enum : int { kQuery = 0, kKey = 1, kValue = 2, kSparseIndices = 3, kDOut = 4, kOut = 5, kSoftmaxMax = 6, kSoftmaxSum = 7, kActualSeqLengthsQuery = 8, kActualSeqLengthsKv = 9, kQueryRope = 10, kKeyRope = 11 };
+    enum : int { kQuery = 0, kKey = 1, kValue = 2, kSparseIndices = 3, kDOut = 4, kOut = 5, kSoftmaxMax = 6, kSoftmaxSum = 7, kActualSeqLengthsQuery = 8, kActualSeqLengthsKv = 9, kQueryRope = 10, kKeyRope = 11, kSinks = 12 };
   };
   struct Out {
-    enum : int { kDQuery = 0, kDKey = 1, kDValue = 2, kDQueryRope = 3, kDKeyRope = 4 };
+    enum : int { kDQuery = 0, kDKey = 1, kDValue = 2, kDQueryRope = 3, kDKeyRope = 4, kDSinks = 5 };
   };
   // An output's kernel parameter: kNumInputs + its Out index.
   struct OutParam {
-    enum : int { kDQuery = 12, kDKey = 13, kDValue = 14, kDQueryRope = 15, kDKeyRope = 16 };
+    enum : int { kDQuery = 13, kDKey = 14, kDValue = 15, kDQueryRope = 16, kDKeyRope = 17, kDSinks = 18 };
   };
-  static constexpr std::array<const char*, 12> kInputNames{"query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum", "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope"};
-  static constexpr std::array<const char*, 5> kOutputNames{"d_query", "d_key", "d_value", "d_query_rope", "d_key_rope"};
-  static constexpr std::array<bool, 12> kOptional{false, false, true, false, false, false, false, false, true, true, true, true};
+  static constexpr std::array<const char*, 13> kInputNames{"query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum", "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope", "sinks"};
+  static constexpr std::array<const char*, 6> kOutputNames{"d_query", "d_key", "d_value", "d_query_rope", "d_key_rope", "d_sinks"};
+  static constexpr std::array<bool, 13> kOptional{false, false, true, false, false, false, false, false, true, true, true, true, true};
   // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
   // attribute's value-initialised: it has none).
   using Attrs = SparseFlashAttentionGradAttrs;

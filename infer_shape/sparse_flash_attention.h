@@ -1,7 +1,7 @@
 // Shape rules of `sparse_flash_attention` (docs/contract.md section 3, forward).
 //
 // Inputs: query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query,
-// actual_seq_lengths_kv (value, ropes and lengths may be the absent placeholder).
+// actual_seq_lengths_kv, sinks (value, ropes, lengths and sinks may be the absent placeholder).
 // Outputs: out (shape/dtype of query), softmax_max, softmax_sum (float32 statistics).
 #pragma once
 

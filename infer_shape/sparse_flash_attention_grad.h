@@ -1,10 +1,10 @@
 // Shape rules of `sparse_flash_attention_grad` (docs/contract.md section 3, backward).
 //
 // Inputs: query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum,
-// actual_seq_lengths_query, actual_seq_lengths_kv, query_rope, key_rope (value, lengths and ropes
-// may be the absent placeholder). Outputs: d_query, d_key, d_value, d_query_rope, d_key_rope,
-// each shaped and typed like its input: an absent input has an absent (zero-size) gradient, and
-// with value absent d_key holds the fused gradient of the shared key/value.
+// actual_seq_lengths_query, actual_seq_lengths_kv, query_rope, key_rope, sinks (value, lengths,
+// ropes and sinks may be the absent placeholder). Outputs: d_query, d_key, d_value, d_query_rope,
+// d_key_rope, d_sinks, each shaped and typed like its input: an absent input has an absent
+// (zero-size) gradient, and with value absent d_key holds the fused gradient of the shared key/value.
 #pragma once
 
 #include <vector>
@@ -41,6 +41,8 @@ inline InferResult sparse_flash_attention_grad(const std::vector<TensorDesc>& in
     r.shapes.push_back(in[i].shape);
     r.dtypes.push_back(in[i].dtype);
   }
+  r.shapes.push_back(in[In::kSinks].shape);  // d_sinks: float32 like sinks, absent with it
+  r.dtypes.push_back(DType::kFloat32);
   return r;
 }
 

@@ -3,10 +3,10 @@
 // TND: query [T1, N1, D], key/value [T2, N2, D], sparse_indices [T1, N2, K] int32, query_rope
 // [T1, N1, Dr], key_rope [T2, N2, Dr], actual_seq_lengths_* [B] int32/int64 (cumulative).
 // BSND: [B, S1, N1, D], [B, S2, N2, D], [B, S1, N2, K], ..., lengths [B] (per batch). Statistics: float32 [N2, T1, G] (TND)
-// or [B, N2, S1, G] (BSND), G = N1 / N2.
+// or [B, N2, S1, G] (BSND), G = N1 / N2. sinks float32 [N1] (sinks_rules.h).
 //
 // Optional inputs are the absent placeholder of common.h: value (absent = key is value, DeepSeek's
-// shared latent KV), the rope pair (rope_pair.h) and the lengths (the rule of seq_lengths_rules.h).
+// shared latent KV), the rope pair (rope_pair.h), the lengths (the rule of seq_lengths_rules.h) and sinks.
 #pragma once
 
 #include <string>
@@ -16,12 +16,13 @@
 #include "op_table.h"
 #include "rope_pair.h"
 #include "seq_lengths_rules.h"
+#include "sinks_rules.h"
 
 namespace mgo::infer {
 
 // The named inputs common to both ops (value, the ropes and the lengths may be absent).
 struct SfaInputs {
-  const TensorDesc &query, &key, &value, &sparse_indices, &query_rope, &key_rope, &lens_q, &lens_kv;
+  const TensorDesc &query, &key, &value, &sparse_indices, &query_rope, &key_rope, &lens_q, &lens_kv, &sinks;
 };
 
 // The common inputs of `Op` (table::SparseFlashAttention or table::SparseFlashAttentionGrad: the
@@ -30,7 +31,8 @@ template <class Op>
 SfaInputs sfa_inputs(const std::vector<TensorDesc>& in) {
   using In = typename Op::In;
   return {in[In::kQuery],     in[In::kKey],     in[In::kValue],                 in[In::kSparseIndices],
-          in[In::kQueryRope], in[In::kKeyRope], in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKv]};
+          in[In::kQueryRope], in[In::kKeyRope], in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKv],
+          in[In::kSinks]};
 }
 
 // Checks the inputs common to both ops in `layout`; returns the statistics shape. (The attributes
@@ -68,6 +70,7 @@ inline Shape check_sfa_inputs(const Checker& c, const SfaInputs& in, table::Layo
   c.positive("query", q);
   check_rope_pair(c, r, q, k, in.query_rope, in.key_rope);
   check_seq_lengths(c, bsnd, in.lens_q, in.lens_kv, "actual_seq_lengths_kv", dim_or_unknown(q, 0));
+  check_sinks(c, in.sinks, q, r);
   const int64_t g = known(n1) && known(n2) && n2 > 0 ? n1 / n2 : kUnknownDim;
   if (bsnd) return {dim_or_unknown(q, 0), n2, dim_or_unknown(q, 1), g};
   return {n2, dim_or_unknown(q, 0), g};

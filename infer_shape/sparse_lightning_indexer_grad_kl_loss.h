@@ -3,7 +3,8 @@
 // Inputs (TND; BSND adds B, S): query [T1, N1, D], key [T2, 1, D], query_index [T1, Nidx, Didx],
 // key_index [T2, 1, Didx], weights [T1, Nidx], sparse_indices int32 [T1, 1, K], softmax_max and
 // softmax_sum float32 [1, T1, N1] (BSND [B, 1, S1, N1]), query_rope [T1, N1, Dr] and key_rope
-// [T2, 1, Dr] (both or neither; placeholders when None), actual_seq_lengths_query/key.
+// [T2, 1, Dr] (both or neither; placeholders when None), actual_seq_lengths_query/key, sinks
+// float32 [N1] (optional).
 // query/key/query_index/key_index/ropes share one float dtype; weights that dtype or float32.
 // Outputs: d_query_index, d_key_index, d_weights (shapes/dtypes of their inputs), loss float32 [1].
 #pragma once
@@ -13,6 +14,7 @@
 
 #include "lightning_indexer_rules.h"
 #include "rope_pair.h"
+#include "sinks_rules.h"
 
 namespace mgo::infer {
 
@@ -53,6 +55,7 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   check_rope_pair(c, r, q, k, qr, kr);
   check_seq_lengths(c, l == Layout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
                     "actual_seq_lengths_key", dim_or_unknown(q, 0));
+  check_sinks(c, in[In::kSinks], q, r);
   // Dtypes.
   c.floating("query", q);
   c.same_dtype("key", k, "query", q);

@@ -45,18 +45,19 @@ def make_cla_gate_merge_bprop(cla_gate_backward: Callable[..., tuple]) -> Callab
 
 def make_sparse_flash_attention_bprop(sparse_flash_attention_grad: Callable[..., tuple]) -> Callable[..., tuple]:
     """The bprop of sparse_flash_attention: one sparse_flash_attention_grad call. The statistics carry no gradient.
-    An absent value/rope input gets its absent (zero-size) gradient; with value absent d_key is the fused dK + dV.
-    Unused incoming gradients: dout[1] (softmax_max), dout[2] (softmax_sum).
+    An absent value/rope/sinks input gets its absent (zero-size) gradient; with value absent d_key is the fused dK
+    + dV. Unused incoming gradients: dout[1] (softmax_max), dout[2] (softmax_sum).
     """
 
     def sparse_flash_attention_bprop(query: Tensor, key: Tensor, value: Tensor, sparse_indices: Tensor,
                                      query_rope: Tensor, key_rope: Tensor, actual_seq_lengths_query: Tensor,
-                                     actual_seq_lengths_kv: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
-        d_query, d_key, d_value, d_query_rope, d_key_rope = sparse_flash_attention_grad(
+                                     actual_seq_lengths_kv: Tensor, sinks: Tensor, out: tuple,
+                                     dout: tuple) -> tuple[Tensor, ...]:
+        d_query, d_key, d_value, d_query_rope, d_key_rope, d_sinks = sparse_flash_attention_grad(
             query, key, value, sparse_indices, dout[0], out[0], out[1], out[2], actual_seq_lengths_query,
-            actual_seq_lengths_kv, query_rope, key_rope)
+            actual_seq_lengths_kv, query_rope, key_rope, sinks)
         return (d_query, d_key, d_value, msops.zeros_like(sparse_indices), d_query_rope, d_key_rope,
-                msops.zeros_like(actual_seq_lengths_query), msops.zeros_like(actual_seq_lengths_kv))
+                msops.zeros_like(actual_seq_lengths_query), msops.zeros_like(actual_seq_lengths_kv), d_sinks)
 
     return sparse_flash_attention_bprop
 
@@ -101,7 +102,7 @@ def sparse_lightning_indexer_grad_kl_loss_bprop(query: Tensor, key: Tensor, quer
                                                 weights: Tensor, sparse_indices: Tensor, softmax_max: Tensor,
                                                 softmax_sum: Tensor, query_rope: Tensor, key_rope: Tensor,
                                                 actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor,
-                                                out: tuple, dout: tuple) -> tuple[Tensor, ...]:
+                                                sinks: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
     raise RuntimeError("sparse_lightning_indexer_grad_kl_loss has no gradient: it returns the loss together with its "
                        "gradients; use nn.IndexerKLLoss, whose backward scales them by the incoming gradient")
 
@@ -109,7 +110,7 @@ def sparse_lightning_indexer_grad_kl_loss_bprop(query: Tensor, key: Tensor, quer
 def sparse_flash_attention_grad_bprop(query: Tensor, key: Tensor, value: Tensor, sparse_indices: Tensor, d_out: Tensor,
                                       out_: Tensor, softmax_max: Tensor, softmax_sum: Tensor,
                                       actual_seq_lengths_query: Tensor, actual_seq_lengths_kv: Tensor,
-                                      query_rope: Tensor, key_rope: Tensor, out: tuple,
+                                      query_rope: Tensor, key_rope: Tensor, sinks: Tensor, out: tuple,
                                       dout: tuple) -> tuple[Tensor, ...]:
     raise RuntimeError("sparse_flash_attention_grad has no gradient: it is a backward op itself; differentiate the "
                        "forward op or its nn Cell instead")

@@ -206,7 +206,8 @@ _ROPE_ASCEND = tuple((x, x, x, x, "int32", x, x) for x in ASCEND_FLOATS)
 _INDEXER_XW = tuple((x, w) for x in FLOATS for w in dict.fromkeys((x, "float32")))
 _LIGHTNING_INDEXER_DTYPES = tuple((x, x, w, lq, lk, "int32", "float32")
                                   for x, w in _INDEXER_XW for lq in INTS for lk in INTS)
-_INDEXER_GRAD_DTYPES = tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, lq, lk, x, x, w, "float32")
+_INDEXER_GRAD_DTYPES = tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, lq, lk, "float32", x, x, w,
+                              "float32")
                              for x, w in _INDEXER_XW for lq in INTS for lk in INTS)
 # What their Ascend OpDefs are to declare (issue 11): 16-bit X, weights X or float32, int32 lengths.
 _INDEXER_XW_ASCEND = tuple((x, w) for x in ASCEND_FLOATS for w in (x, "float32"))
@@ -270,20 +271,22 @@ _SPECS = (
            size_limits=(_NIDX_ASCEND, _K_ASCEND)),
     OpSpec("sparse_lightning_indexer_grad_kl_loss", "SparseLightningIndexerGradKLLoss",
            ("query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum",
-            "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"),
+            "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks"),
            ("d_query_index", "d_key_index", "d_weights", "loss"),
            (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE, _DETERMINISTIC), _INDEXER_GRAD_DTYPES,
-           tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, "int32", "int32", x, x, w, "float32")
+           tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, "int32", "int32", "float32", x, x, w, "float32")
                  for x, w in _INDEXER_XW_ASCEND),
-           frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"}),
+           frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks"}),
            size_limits=(_NIDX_ASCEND, _K_ASCEND,
                         ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256))),
            cell="IndexerKLLoss"),
 )
 
 # sparse_flash_attention(_grad): one float dtype for all float tensors, int32 indices, float32
-# statistics, int32/int64 lengths. value, the rope pair and the lengths are optional: an absent one
-# is the zero-size placeholder of ms_grad_ops/_optional.py (in the slot's dtype), and so is its gradient.
+# statistics, sinks and d_sinks, int32/int64 lengths. value, the rope pair, the lengths and sinks are
+# optional: an absent one is the zero-size placeholder of ms_grad_ops/_optional.py (in the slot's
+# dtype), and so is its gradient. sinks is the last input everywhere (CANN's V2 ops insert it earlier):
+# appending keeps every positional call of the V1 signatures valid.
 _SFA_ATTRS = (_SCALE_VALUE,
               AttrSpec("sparse_block_size", IntRange(1, INT32_MAX), 1,
                        "bs, the keys one index selects (docs/contract.md section 0.5)",
@@ -294,21 +297,23 @@ _SFA_GRAD_ATTRS = (*_SFA_ATTRS,
                             "modes 0 and 3 take none)"),
                    AttrSpec("next_tokens", _UNBOUNDED, INT32_MAX, "as pre_tokens"), _DETERMINISTIC)
 _F32 = "float32"
-_SFA_OPTIONAL = frozenset({"value", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_kv"})
+_SFA_OPTIONAL = frozenset({"value", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_kv",
+                           "sinks"})
 _SFA_SPECS = (
     OpSpec("sparse_flash_attention", "SparseFlashAttention",
            ("query", "key", "value", "sparse_indices", "query_rope", "key_rope", "actual_seq_lengths_query",
-            "actual_seq_lengths_kv"), ("out", "softmax_max", "softmax_sum"), _SFA_ATTRS,
-           tuple((x, x, x, "int32", x, x, i, j, x, _F32, _F32) for x in FLOATS for i in INTS for j in INTS),
-           tuple((x, x, x, "int32", x, x, i, i, x, _F32, _F32) for i in INTS for x in ASCEND_FLOATS), _SFA_OPTIONAL,
-           cell="SparseFlashAttention"),
+            "actual_seq_lengths_kv", "sinks"), ("out", "softmax_max", "softmax_sum"), _SFA_ATTRS,
+           tuple((x, x, x, "int32", x, x, i, j, _F32, x, _F32, _F32) for x in FLOATS for i in INTS for j in INTS),
+           tuple((x, x, x, "int32", x, x, i, i, _F32, x, _F32, _F32) for i in INTS for x in ASCEND_FLOATS),
+           _SFA_OPTIONAL, cell="SparseFlashAttention"),
     OpSpec("sparse_flash_attention_grad", "SparseFlashAttentionGrad",
            ("query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum",
-            "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope"),
-           ("d_query", "d_key", "d_value", "d_query_rope", "d_key_rope"), _SFA_GRAD_ATTRS,
-           tuple((x, x, x, "int32", x, x, _F32, _F32, i, j, x, x) + (x,) * 5
+            "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope", "sinks"),
+           ("d_query", "d_key", "d_value", "d_query_rope", "d_key_rope", "d_sinks"), _SFA_GRAD_ATTRS,
+           tuple((x, x, x, "int32", x, x, _F32, _F32, i, j, x, x, _F32) + (x,) * 5 + (_F32,)
                  for x in FLOATS for i in INTS for j in INTS),
-           tuple((x, x, x, "int32", x, x, _F32, _F32, i, i, x, x) + (x,) * 5 for i in INTS for x in ASCEND_FLOATS),
+           tuple((x, x, x, "int32", x, x, _F32, _F32, i, i, x, x, _F32) + (x,) * 5 + (_F32,)
+                 for i in INTS for x in ASCEND_FLOATS),
            _SFA_OPTIONAL),
 )
 
@@ -353,10 +358,11 @@ DERIVATIVES: dict[str, GradSpec] = {d.forward: d for d in (
              fixed_attrs={"input_attn_layout": "TND"}),
     GradSpec("sparse_flash_attention", "sparse_flash_attention_grad",
              ("query", "key", "value", "sparse_indices", "grad.out", "result.out", "result.softmax_max",
-              "result.softmax_sum", "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope"),
+              "result.softmax_sum", "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope",
+              "sinks"),
              {"query": "d_query", "key": "d_key", "value": "d_value", "query_rope": "d_query_rope",
-              "key_rope": "d_key_rope"}, copied_attrs=_SFA_FORWARD_ATTRS,
-             note="The statistics carry no gradient. An absent value/rope input gets its absent (zero-size) "
+              "key_rope": "d_key_rope", "sinks": "d_sinks"}, copied_attrs=_SFA_FORWARD_ATTRS,
+             note="The statistics carry no gradient. An absent value/rope/sinks input gets its absent (zero-size) "
                   "gradient; with value absent d_key is the fused dK + dV."),
     GradSpec("lightning_indexer", "lightning_indexer_grad",
              ("query_index", "key_index", "weights", "result.sparse_indices", "grad.sparse_values",

@@ -138,21 +138,21 @@ struct SparseLightningIndexerGradKLLossDef {
     return mgo::infer::sparse_lightning_indexer_grad_kl_loss(in, a);
   }
   // Columns over query, key, query_index, key_index, weights, sparse_indices, softmax_max,
-  // softmax_sum, query_rope, key_rope, actual_seq_lengths_query, actual_seq_lengths_key,
+  // softmax_sum, query_rope, key_rope, actual_seq_lengths_query, actual_seq_lengths_key, sinks,
   // d_query_index, d_key_index, d_weights, loss.
-  static constexpr std::array<std::array<ge::DataType, 16>, 4> kDtypes{{
+  static constexpr std::array<std::array<ge::DataType, 17>, 4> kDtypes{{
       {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32,
-       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT16,
-       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT},
+       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT,
+       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT},
       {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_FLOAT,
-       ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16,
-       ge::DT_FLOAT, ge::DT_FLOAT},
+       ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT16,
+       ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_FLOAT,
-       ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_BF16, ge::DT_BF16,
-       ge::DT_BF16, ge::DT_FLOAT},
+       ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_BF16,
+       ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_FLOAT,
-       ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_BF16, ge::DT_BF16,
-       ge::DT_FLOAT, ge::DT_FLOAT},
+       ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_BF16,
+       ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
   }};
   static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};
 };
@@ -165,16 +165,16 @@ struct SparseFlashAttentionDef {
     return mgo::infer::sparse_flash_attention(in, a);
   }
   // Columns over query, key, value, sparse_indices, query_rope, key_rope,
-  // actual_seq_lengths_query, actual_seq_lengths_kv, out, softmax_max, softmax_sum.
-  static constexpr std::array<std::array<ge::DataType, 11>, 4> kDtypes{{
+  // actual_seq_lengths_query, actual_seq_lengths_kv, sinks, out, softmax_max, softmax_sum.
+  static constexpr std::array<std::array<ge::DataType, 12>, 4> kDtypes{{
       {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16,
-       ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT},
+       ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32,
-       ge::DT_INT32, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
+       ge::DT_INT32, ge::DT_FLOAT, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
       {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16,
-       ge::DT_INT64, ge::DT_INT64, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT},
+       ge::DT_INT64, ge::DT_INT64, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_BF16, ge::DT_BF16, ge::DT_INT64,
-       ge::DT_INT64, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
+       ge::DT_INT64, ge::DT_FLOAT, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
   }};
   static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};
 };
@@ -187,21 +187,21 @@ struct SparseFlashAttentionGradDef {
     return mgo::infer::sparse_flash_attention_grad(in, a);
   }
   // Columns over query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum,
-  // actual_seq_lengths_query, actual_seq_lengths_kv, query_rope, key_rope, d_query, d_key,
-  // d_value, d_query_rope, d_key_rope.
-  static constexpr std::array<std::array<ge::DataType, 17>, 4> kDtypes{{
+  // actual_seq_lengths_query, actual_seq_lengths_kv, query_rope, key_rope, sinks, d_query, d_key,
+  // d_value, d_query_rope, d_key_rope, d_sinks.
+  static constexpr std::array<std::array<ge::DataType, 19>, 4> kDtypes{{
       {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16,
-       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16,
-       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16},
+       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT,
+       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT,
-       ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16,
-       ge::DT_BF16, ge::DT_BF16, ge::DT_BF16},
+       ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_BF16,
+       ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
       {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16,
-       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_INT64, ge::DT_INT64, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16,
-       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16},
+       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_INT64, ge::DT_INT64, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT,
+       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT,
-       ge::DT_FLOAT, ge::DT_INT64, ge::DT_INT64, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16,
-       ge::DT_BF16, ge::DT_BF16, ge::DT_BF16},
+       ge::DT_FLOAT, ge::DT_INT64, ge::DT_INT64, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_BF16,
+       ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
   }};
   static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};
 };

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import mindspore as ms
 from mindspore import Tensor
 
 from .._checks import attributes, check_tensor, validate
 from .._custom import primitive
-from .._optional import check_lengths_pair, lengths_pair, rope_pair
+from .._optional import check_lengths_pair, lengths_pair, optional, rope_pair
 from .._specs import OP_SPECS
 
 _OP = "sparse_lightning_indexer_grad_kl_loss"
@@ -19,12 +20,14 @@ def sparse_lightning_indexer_grad_kl_loss(
         query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor, sparse_indices: Tensor,
         softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor | None = None, key_rope: Tensor | None = None,
         actual_seq_lengths_query: Sequence[int] | Tensor | None = None,
-        actual_seq_lengths_key: Sequence[int] | Tensor | None = None, *,
+        actual_seq_lengths_key: Sequence[int] | Tensor | None = None, sinks: Tensor | None = None, *,
         scale_value: float, layout: str = "BSND", sparse_mode: int = 3, deterministic: bool = False
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per query row and its visible selected keys j (``-1`` slots and causally hidden keys skipped):
     teacher ``p_j = (1/N1) sum_h exp(scale*qf_h . kf_j - softmax_max_h) / softmax_sum_h`` (qf, kf =
-    the rope-concatenated query/key; not renormalised), ``I_j = sum_g w_g relu(qi_g . ki_j)``,
+    the rope-concatenated query/key; not renormalised; with ``sinks``, the statistics include the
+    sinks and ``1/N1`` becomes ``1/(N1 - sum_h P_sink,h)``, so p sums to 1 over the row's keys),
+    ``I_j = sum_g w_g relu(qi_g . ki_j)``,
     ``y = softmax(I)``, ``loss = sum_t sum_j p_j (ln max(p_j,1e-8) - ln max(y_j,1e-8))``, and the
     gradients of ``dI = y - p`` for d(loss) = 1.
 
@@ -40,6 +43,7 @@ def sparse_lightning_indexer_grad_kl_loss(
         actual_seq_lengths_query/key: docs/contract.md section 0.3: TND cumulative, both or neither
             (None = one sequence of T1 queries and T2 keys); BSND per batch, either alone (padding
             rows are never read, add nothing and get zero gradients).
+        sinks: optional float32 ``[N1]``, the main attention's sinks (those its statistics include).
         scale_value, layout, sparse_mode, deterministic: the attributes (domains, defaults, meanings:
             docs/ops/sparse_lightning_indexer_grad_kl_loss.md, from the table); scale_value is the
             main attention's logit scale.
@@ -53,8 +57,9 @@ def sparse_lightning_indexer_grad_kl_loss(
     key = check_tensor(_OP, "key", key)
     query_rope, key_rope = rope_pair(_OP, query_rope, key_rope, query.dtype)
     lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key)
+    sinks = optional(_OP, "sinks", sinks, ms.float32)
     tensors = (query, key, query_index, key_index, weights, sparse_indices, softmax_max, softmax_sum, query_rope,
-               key_rope, lens_q, lens_k)
+               key_rope, lens_q, lens_k, sinks)
     attrs = attributes(_OP, scale_value=scale_value, layout=layout, sparse_mode=sparse_mode,
                        deterministic=deterministic)
     validate(_OP, _INPUTS, tensors, attrs)

@@ -128,24 +128,30 @@ def lightning_indexer(query_index: np.ndarray, key_index: np.ndarray, weights: n
 
 def attention_softmax_stats(query: np.ndarray, key: np.ndarray, sparse_indices: np.ndarray,
                             query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
-                            actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
-                            scale_value: float, layout: str = "BSND", sparse_mode: int = 3
-                            ) -> tuple[np.ndarray, np.ndarray]:
+                            actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
+                            sinks: np.ndarray | None = None, *, scale_value: float, layout: str = "BSND",
+                            sparse_mode: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """``softmax_max``/``softmax_sum`` of the main sparse attention (docs/contract.md section 3, block size 1)
     over the same selected keys: ``[1, T1, N1]`` (BSND ``[B, 1, S1, N1]``). Rows without a visible
-    key (BSND padding rows included) get (0, 0), as ``sparse_flash_attention`` gives them."""
+    key (BSND padding rows included) get (0, 0), as ``sparse_flash_attention`` gives them. With
+    ``sinks`` ([N1]) the statistics include them (docs/contract.md section 0.7): a row without a visible
+    key gets (sigma, 1) for a head with sigma > -inf (a BSND padding row keeps (0, 0))."""
     t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
     q, k, qr, kr, si = _to_tnd(layout, query, key, query_rope, key_rope, sparse_indices)
     n1 = q.shape[1]
+    sig = np.full(n1, -np.inf) if sinks is None else f64(sinks).reshape(n1)
+    sink = sig > -np.inf
     mx = np.zeros((t1, n1))
     sm = np.zeros((t1, n1))
     for t in range(t1):
         j = _visible(rows, si, t)
         if j.size == 0:
+            if rows.active[t]:
+                mx[t], sm[t] = np.where(sink, sig, 0.0), np.where(sink, 1.0, 0.0)
             continue
         s = _logits(q, k, qr, kr, t, j, scale_value)
-        mx[t] = s.max(axis=1)
-        sm[t] = np.exp(s - mx[t][:, None]).sum(axis=1)
+        mx[t] = np.maximum(s.max(axis=1), sig)
+        sm[t] = np.exp(s - mx[t][:, None]).sum(axis=1) + np.exp(sig - mx[t])
     if layout == "BSND":
         b, s1 = query.shape[:2]
         return mx.reshape(b, s1, 1, n1).transpose(0, 2, 1, 3), sm.reshape(b, s1, 1, n1).transpose(0, 2, 1, 3)
@@ -171,17 +177,20 @@ def sparse_lightning_indexer_grad_kl_loss(
         query: np.ndarray, key: np.ndarray, query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray,
         sparse_indices: np.ndarray, softmax_max: np.ndarray, softmax_sum: np.ndarray,
         query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
-        actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
-        scale_value: float, layout: str = "BSND", sparse_mode: int = 3, return_kl_grad: bool = False
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
+        sinks: np.ndarray | None = None, *, scale_value: float, layout: str = "BSND", sparse_mode: int = 3,
+        return_kl_grad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """docs/contract.md section 4.2: returns (d_query_index, d_key_index, d_weights, loss) for d(loss) = 1 with
-    CANN's ``dI = y - p``. ``return_kl_grad=True`` uses the exact gradient of the loss instead
-    (``dI = y * sum(p) - p``; identical when ``sum(p) = 1``), for finite-difference checks."""
+    CANN's ``dI = y - p``; the target ``p`` is the head sum over ``N1``, or with ``sinks`` over
+    ``N1 - sum_h P_sink,h`` (the statistics include the sinks). ``return_kl_grad=True`` uses the exact
+    gradient of the loss instead (``dI = y * sum(p) - p``; identical when ``sum(p) = 1``), for
+    finite-difference checks."""
     t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
     q, k, qr, kr, qi, ki, w, si = _to_tnd(layout, query, key, query_rope, key_rope, query_index, key_index,
                                           weights, sparse_indices)
     mx, sm = _stats_tnd(layout, softmax_max), _stats_tnd(layout, softmax_sum)
     n1 = q.shape[1]
+    sig = None if sinks is None else f64(sinks).reshape(n1)
     dqi = np.zeros(qi.shape)
     dki = np.zeros(ki.shape)
     dw = np.zeros(w.shape)
@@ -191,7 +200,8 @@ def sparse_lightning_indexer_grad_kl_loss(
         if j.size == 0:
             continue
         p_heads = np.exp(_logits(q, k, qr, kr, t, j, scale_value) - mx[t][:, None]) / sm[t][:, None]
-        p = p_heads.sum(axis=0) / n1
+        heads = n1 if sig is None else n1 - np.sum(np.exp(sig - mx[t]) / sm[t])
+        p = p_heads.sum(axis=0) / heads
         qt, kt, wt = f64(qi[t]), f64(ki[j, 0]), f64(w[t])
         sx = qt @ kt.T
         r = np.maximum(sx, 0.0)

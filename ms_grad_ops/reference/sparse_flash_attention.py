@@ -3,7 +3,8 @@
 Plain loops over query rows and key groups with NumPy per row; meant for small test shapes.
 Layouts: TND (``actual_seq_lengths_*`` cumulative, no leading 0) and BSND (lengths per batch: the
 valid rows of each padded batch row, docs/contract.md section 0.3). Arrays may be any float dtype
-(computed in float64); ``sparse_indices`` int.
+(computed in float64); ``sparse_indices`` int. ``sinks`` (float ``[N1]``, optional): one more logit per
+head in each row's softmax, unscaled, whose value is zero (docs/contract.md section 0.7).
 """
 from __future__ import annotations
 
@@ -70,10 +71,12 @@ def _stats_index(layout: str, b: int, s1: int, t: int, g: int) -> tuple:
 def sparse_flash_attention(query: np.ndarray, key: np.ndarray, value: np.ndarray, sparse_indices: np.ndarray,
                            query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
                            actual_seq_lengths_query: Sequence[int] | None = None,
-                           actual_seq_lengths_kv: Sequence[int] | None = None, *, scale_value: float,
-                           sparse_block_size: int = 1, layout: str = "BSND", sparse_mode: int = 3
+                           actual_seq_lengths_kv: Sequence[int] | None = None, sinks: np.ndarray | None = None, *,
+                           scale_value: float, sparse_block_size: int = 1, layout: str = "BSND", sparse_mode: int = 3
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Forward: ``(out, softmax_max, softmax_sum)`` in float64 (statistics shaped as docs/contract.md section 3)."""
+    """Forward: ``(out, softmax_max, softmax_sum)`` in float64 (statistics shaped as docs/contract.md section 3;
+    with sinks they include the sink, and a row with no visible key gets max sigma, sum 1 for each head
+    whose sigma > -inf)."""
     q, k, v, qr, kr = _flat(layout, query, key, value, query_rope, key_rope)
     n1, n2 = q.shape[1], k.shape[1]
     grp = n1 // n2
@@ -83,16 +86,21 @@ def sparse_flash_attention(query: np.ndarray, key: np.ndarray, value: np.ndarray
     stats_shape = (query.shape[0], n2, query.shape[1], grp) if layout == "BSND" else (n2, q.shape[0], grp)
     smax = np.zeros(stats_shape)   # rows without a visible key (BSND padding rows included): 0 and 0
     ssum = np.zeros(stats_shape)
+    sig = _sinks(sinks, n1)
     for t, b, s1, keys in _rows(layout, query, key, sparse_indices, actual_seq_lengths_query, actual_seq_lengths_kv,
                                 sparse_block_size, sparse_mode):
         for g in range(n2):
-            if keys[g].size == 0:
-                continue
             heads = slice(g * grp, (g + 1) * grp)
+            sigma = sig[heads, None]                                     # [G, 1]
+            if keys[g].size == 0:
+                sink = sigma[:, 0] > -np.inf
+                smax[_stats_index(layout, b, s1, t, g)] = np.where(sink, sigma[:, 0], 0.0)
+                ssum[_stats_index(layout, b, s1, t, g)] = np.where(sink, 1.0, 0.0)
+                continue
             s = scale_value * qf[t, heads] @ kf[keys[g], g].T          # [G, n]
-            m = s.max(axis=1, keepdims=True)
+            m = np.maximum(s.max(axis=1, keepdims=True), sigma)
             e = np.exp(s - m)
-            l_sum = e.sum(axis=1, keepdims=True)
+            l_sum = e.sum(axis=1, keepdims=True) + np.exp(sigma - m)
             out[t, heads] = (e / l_sum) @ v[keys[g], g]
             smax[_stats_index(layout, b, s1, t, g)] = m[:, 0]
             ssum[_stats_index(layout, b, s1, t, g)] = l_sum[:, 0]
@@ -103,11 +111,12 @@ def sparse_flash_attention_grad(query: np.ndarray, key: np.ndarray, value: np.nd
                                 d_out: np.ndarray, out: np.ndarray, softmax_max: np.ndarray,
                                 softmax_sum: np.ndarray, actual_seq_lengths_query: Sequence[int] | None = None,
                                 actual_seq_lengths_kv: Sequence[int] | None = None,
-                                query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None, *,
-                                scale_value: float, sparse_block_size: int = 1, layout: str = "BSND",
-                                sparse_mode: int = 3) -> tuple[np.ndarray | None, ...]:
+                                query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
+                                sinks: np.ndarray | None = None, *, scale_value: float, sparse_block_size: int = 1,
+                                layout: str = "BSND", sparse_mode: int = 3) -> tuple[np.ndarray | None, ...]:
     """Backward: ``(d_query, d_key, d_value, d_query_rope, d_key_rope)`` in float64, exactly the
-    docs/contract.md section 3 formulas with P recomputed from the given statistics; rope grads None without rope."""
+    docs/contract.md section 3 formulas with P recomputed from the given statistics; rope grads None without rope.
+    With sinks, ``d_sinks`` (``[N1]``, ``-sum over rows of P_sink * (dO . O)``) is appended."""
     q, k, v, qr, kr, do, o = _flat(layout, query, key, value, query_rope, key_rope, d_out, out)
     smax, ssum = f64(softmax_max), f64(softmax_sum)
     n1, n2 = q.shape[1], k.shape[1]
@@ -118,6 +127,8 @@ def sparse_flash_attention_grad(query: np.ndarray, key: np.ndarray, value: np.nd
     dqf = np.zeros_like(qf)
     dkf = np.zeros_like(kf)
     dv = np.zeros_like(v)
+    sig = _sinks(sinks, n1)
+    d_sinks = np.zeros(n1)
     for t, b, s1, keys in _rows(layout, query, key, sparse_indices, actual_seq_lengths_query, actual_seq_lengths_kv,
                                 sparse_block_size, sparse_mode):
         for g in range(n2):
@@ -131,6 +142,7 @@ def sparse_flash_attention_grad(query: np.ndarray, key: np.ndarray, value: np.nd
             delta = (do[t, heads] * o[t, heads]).sum(axis=1, keepdims=True)
             dp = do[t, heads] @ v[j, g].T
             ds = p * (dp - delta)
+            d_sinks[heads] -= np.exp(sig[heads] - m[:, 0]) / l_sum[:, 0] * delta[:, 0]
             dqf[t, heads] = scale_value * ds @ kf[j, g]
             np.add.at(dkf[:, g], j, scale_value * ds.T @ qf[t, heads])
             np.add.at(dv[:, g], j, p.T @ do[t, heads])
@@ -141,6 +153,10 @@ def sparse_flash_attention_grad(query: np.ndarray, key: np.ndarray, value: np.nd
     d_query = back(dqf[..., :d], query)
     d_key = back(dkf[..., :d], key)
     d_value = back(dv, value)
-    if query_rope is None:
-        return d_query, d_key, d_value, None, None
-    return d_query, d_key, d_value, back(dqf[..., d:], query_rope), back(dkf[..., d:], key_rope)
+    rope = (None, None) if query_rope is None else (back(dqf[..., d:], query_rope), back(dkf[..., d:], key_rope))
+    return (d_query, d_key, d_value, *rope) + (() if sinks is None else (d_sinks,))
+
+
+def _sinks(sinks: np.ndarray | None, n1: int) -> np.ndarray:
+    """The sink logit of every head in float64: -inf (no sink) when absent."""
+    return np.full(n1, -np.inf) if sinks is None else f64(sinks).reshape(n1)

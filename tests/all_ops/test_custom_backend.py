@@ -75,12 +75,12 @@ def test_ascend_primitive_with_the_device_target_stubbed(name: str, monkeypatch:
 
 def _sfa(layout: str) -> tuple[list, list]:
     """SFA inputs and outputs: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10, T2 = 14), N1 = 4, N2 = 2, D = 32,
-    Dr = 16, K = 3; TND with lengths."""
+    Dr = 16, K = 3, sinks [N1]; TND with lengths."""
     lq, lk = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
     q, k, qr, kr = [*lq, 4, 32], [*lk, 2, 32], [*lq, 4, 16], [*lk, 2, 16]
     lens = [[0], [0]] if layout == "BSND" else [[2], [2]]
     stats = [2, 2, 5, 2] if layout == "BSND" else [2, 10, 2]
-    return [q, k, k, [*lq, 2, 3], qr, kr, *lens], [q, stats, stats]
+    return [q, k, k, [*lq, 2, 3], qr, kr, *lens, [4]], [q, stats, stats]
 
 
 # (attributes, input shapes, expected output shapes, input dtypes with X = the float dtype,
@@ -103,17 +103,18 @@ INFER_CASES = {
     "sparse_lightning_indexer_grad_kl_loss": (
         {"scale_value": 0.5, "layout": "TND", "sparse_mode": 3, "deterministic": True},
         [[6, 4, 32], [8, 1, 32], [6, 2, 16], [8, 1, 16], [6, 2], [6, 1, 3], [1, 6, 4], [1, 6, 4], [6, 4, 16],
-         [8, 1, 16], [2], [2]],
+         [8, 1, 16], [2], [2], [4]],
         [[6, 2, 16], [8, 1, 16], [6, 2], [1]],
-        [X, X, X, X, X, "int32", "float32", "float32", X, X, "int32", "int32"], [X, X, X, "float32"]),
+        [X, X, X, X, X, "int32", "float32", "float32", X, X, "int32", "int32", "float32"], [X, X, X, "float32"]),
     "sparse_flash_attention": ({"scale_value": 0.125, "sparse_block_size": 2, "layout": "BSND", "sparse_mode": 0},
-                               *_sfa("BSND"), [X, X, X, "int32", X, X, "int32", "int32"], [X, "float32", "float32"]),
+                               *_sfa("BSND"), [X, X, X, "int32", X, X, "int32", "int32", "float32"],
+                               [X, "float32", "float32"]),
     "sparse_flash_attention_grad": (
         {"scale_value": 0.125, "sparse_block_size": 2, "layout": "TND", "sparse_mode": 3, "deterministic": True},
         [*_sfa("TND")[0][:4], _sfa("TND")[0][0], _sfa("TND")[0][0], [2, 10, 2], [2, 10, 2], [2], [2],
-         *_sfa("TND")[0][4:6]],
-        [_sfa("TND")[0][i] for i in (0, 1, 2, 4, 5)],
-        [X, X, X, "int32", X, X, "float32", "float32", "int32", "int32", X, X], [X] * 5),
+         *_sfa("TND")[0][4:6], [4]],
+        [_sfa("TND")[0][i] for i in (0, 1, 2, 4, 5, 8)],
+        [X, X, X, "int32", X, X, "float32", "float32", "int32", "int32", X, X, "float32"], [X] * 5 + ["float32"]),
 }
 
 

@@ -288,9 +288,9 @@ def as_printed(attrs: dict[str, object]) -> dict[str, object]:
 
 
 def sfa_inputs(op: str, layout: str, dtype: str, *, rope: bool, lengths: bool, value: bool = True,
-               omit: bool = True, lens_dtype: str = "int32") -> list[Input]:
+               omit: bool = True, lens_dtype: str = "int32", sinks: bool = False) -> list[Input]:
     """Inputs of the SFA ops: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10, T2 = 14), N1 = 4, N2 = 2,
-    D = 32, Dr = 16, K = 3. `omit`: absent inputs omitted (CANN) rather than placeholders."""
+    D = 32, Dr = 16, K = 3, sinks [N1]. `omit`: absent inputs omitted (CANN) rather than placeholders."""
     lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
     q, k = ([*lead_q, 4, 32], dtype), ([*lead_k, 2, 32], dtype)
     absent: Input = None if omit else ([0], dtype)
@@ -298,10 +298,11 @@ def sfa_inputs(op: str, layout: str, dtype: str, *, rope: bool, lengths: bool, v
     lq, lkv = (([2], lens_dtype), ([2], lens_dtype)) if lengths else (None if omit else ([0], "int32"),) * 2
     idx = ([*lead_q, 2, 3], "int32")
     v = k if value else absent
+    sk = ([4], "float32") if sinks else None if omit else ([0], "float32")
     if op == "sparse_flash_attention":
-        return [q, k, v, idx, qr, kr, lq, lkv]
+        return [q, k, v, idx, qr, kr, lq, lkv, sk]
     stats = ([2, 2, 5, 2] if layout == "BSND" else [2, 10, 2], "float32")
-    return [q, k, v, idx, q, q, stats, stats, lq, lkv, qr, kr]
+    return [q, k, v, idx, q, q, stats, stats, lq, lkv, qr, kr, sk]
 
 
 SFA_OPS = ("sparse_flash_attention", "sparse_flash_attention_grad")
@@ -405,9 +406,10 @@ def test_sfa_tiling_adapter_refuses_other_dtypes(driver: Path, op: str) -> None:
     assert out == "failed" and err.endswith("the kernel takes float16 or bfloat16 inputs only")
 
 
-def sli_inputs(layout: str, dtype: str, wdtype: str, *, rope: bool, lengths: bool, omit: bool = True) -> list[Input]:
+def sli_inputs(layout: str, dtype: str, wdtype: str, *, rope: bool, lengths: bool, omit: bool = True,
+               sinks: bool = False) -> list[Input]:
     """Inputs of sparse_lightning_indexer_grad_kl_loss: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10,
-    T2 = 14), N1 = 4, D = 32, Dr = 16, Nidx = 2, Didx = 16, K = 3."""
+    T2 = 14), N1 = 4, D = 32, Dr = 16, Nidx = 2, Didx = 16, K = 3, sinks [N1]."""
     lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
     absent: Input = None if omit else ([0], dtype)
     qr, kr = (([*lead_q, 4, 16], dtype), ([*lead_k, 1, 16], dtype)) if rope else (absent, absent)
@@ -415,7 +417,7 @@ def sli_inputs(layout: str, dtype: str, wdtype: str, *, rope: bool, lengths: boo
     stats = ([2, 1, 5, 4] if layout == "BSND" else [1, 10, 4], "float32")
     return [([*lead_q, 4, 32], dtype), ([*lead_k, 1, 32], dtype), ([*lead_q, 2, 16], dtype),
             ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype), ([*lead_q, 1, 3], "int32"), stats, stats, qr, kr, lq,
-            lk]
+            lk, ([4], "float32") if sinks else None if omit else ([0], "float32")]
 
 
 SLI = "sparse_lightning_indexer_grad_kl_loss"
@@ -568,7 +570,7 @@ def test_attribute_domains_are_the_tables(driver: Path, step: str, change: dict,
 # with the op's name and the arguments given (docs/ascend.md).
 LENGTHS_CASES = {
     "sparse_flash_attention": (lambda lq, lk: sfa_inputs("sparse_flash_attention", "BSND", "bfloat16", rope=True,
-                                                         lengths=False, omit=False)[:6] + [lq, lk],
+                                                         lengths=False, omit=False)[:6] + [lq, lk, None],
                                "actual_seq_lengths_kv"),
     "sparse_flash_attention_grad": (lambda lq, lk: sfa_inputs("sparse_flash_attention_grad", "BSND", "bfloat16",
                                                               rope=True, lengths=False, omit=False)[:8]
@@ -578,7 +580,7 @@ LENGTHS_CASES = {
                                           ([2, 5, 2], "float16"), lq, lk], "actual_seq_lengths_key"),
     "lightning_indexer_grad": (lambda lq, lk: lig_inputs("BSND", "float16", "float16", lengths=False)[:5] + [lq, lk],
                                "actual_seq_lengths_key"),
-    SLI: (lambda lq, lk: sli_inputs("BSND", "bfloat16", "float32", rope=True, lengths=False)[:10] + [lq, lk],
+    SLI: (lambda lq, lk: sli_inputs("BSND", "bfloat16", "float32", rope=True, lengths=False)[:10] + [lq, lk, None],
           "actual_seq_lengths_key"),
 }
 

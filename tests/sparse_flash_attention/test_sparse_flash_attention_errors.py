@@ -185,7 +185,7 @@ for dtype, select in (("bfloat16", "random"), ("float32", "random"), ("bfloat16"
     fused = ops.sparse_flash_attention_grad(t["query"], t["key"], None, idx, do, out, m, s, c.lens_q, c.lens_kv,
                                             t["query_rope"], t["key_rope"], **c.attrs())
     h = hashlib.sha256()
-    for x in (out, m, s, *g, *(f for f in fused if f is not None)):
+    for x in (out, m, s, *(f for f in (*g, *fused) if f is not None)):
         h.update(x.asnumpy().tobytes() if x.dtype != ms.bfloat16 else x.float().asnumpy().tobytes())
     print(dtype, select, h.hexdigest())
 """

@@ -205,7 +205,7 @@ def build_sfa(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
     def reference() -> list:
         g_ = ref.sparse_flash_attention_grad(q.a, k.a, vv.a, idx.a, d_out.a, out.a, smax.a, ssum.a, rq, rk,
                                              None if qr is None else qr.a, None if kr is None else kr.a, **attrs)
-        g_ = list(g_)
+        g_ = list(g_) + [None]  # d_sinks: no sinks
         if v is None:
             g_[1], g_[2] = g_[1] + g_[2], None
         return g_
