@@ -189,9 +189,10 @@ class SparseFlashAttentionKernel {
     const LocalTensor<T> rowh = ub_.rowH[0].template Get<T>();
     SyncPipes<HardEvent::V_S>();
     if (!any) Duplicate(rowf, 0.0f, t_.d);
-    if (!any && !t_.hasSinks) Duplicate(Stat(kMax), 0.0f, t_.g);  // nothing visible: out, softmax_max, softmax_sum all 0
+    // Nothing visible: out, softmax_max, softmax_sum all 0 ...
+    if (!any && !t_.hasSinks) Duplicate(Stat(kMax), 0.0f, t_.g);
     if (!any && t_.hasSinks) {
-      // Heads with a sink keep (sink, 1); those with a -inf sink (l = 0) report 0 / 0 as without sinks.
+      // ... but heads with a sink keep (sink, 1); those with a -inf sink (l = 0) report 0 / 0.
       for (uint32_t h = 0; h < t_.g; ++h) {
         if (Stat(kSum).GetValue(h) == 0.0f) Stat(kMax).SetValue(h, 0.0f);
       }

@@ -303,8 +303,8 @@ class SparseLightningIndexerGradKernel {
 extern "C" __global__ __aicore__ void sparse_lightning_indexer_grad_kl_loss(
     GM_ADDR query, GM_ADDR key, GM_ADDR query_index, GM_ADDR key_index, GM_ADDR weights, GM_ADDR sparse_indices,
     GM_ADDR softmax_max, GM_ADDR softmax_sum, GM_ADDR query_rope, GM_ADDR key_rope, GM_ADDR actual_seq_lengths_query,
-    GM_ADDR actual_seq_lengths_key, GM_ADDR sinks, GM_ADDR d_query_index, GM_ADDR d_key_index, GM_ADDR d_weights, GM_ADDR loss,
-    GM_ADDR workspace, GM_ADDR tiling) {
+    GM_ADDR actual_seq_lengths_key, GM_ADDR sinks, GM_ADDR d_query_index, GM_ADDR d_key_index, GM_ADDR d_weights,
+    GM_ADDR loss, GM_ADDR workspace, GM_ADDR tiling) {
   using mgo::tiling::DType;
   using mgo::tiling::SparseLightningIndexerGradKLLossTilingKey;
   AscendC::SetSysWorkspace(workspace);

@@ -61,8 +61,9 @@ int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a,
                                                const void* k, const void* qi, const void* ki, const void* w,
                                                const int32_t* idx, const float* smax, const float* ssum,
                                                const void* qr, const void* kr, const int32_t* lens_q,
-                                               const int32_t* lens_kv, const float* sinks, void* dqi, void* dki, void* dw,
-                                               float* loss, harness::RunInfo* info, char* err, int64_t err_len) {
+                                               const int32_t* lens_kv, const float* sinks, void* dqi, void* dki,
+                                               void* dw, float* loss, harness::RunInfo* info, char* err,
+                                               int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const Attrs attrs = harness::ToAttrs(*raw);
     const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
@@ -108,8 +109,8 @@ int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a,
         static_cast<uint64_t>(a->seed), [&] {
           sparse_lightning_indexer_grad_kl_loss(u8(q), u8(k), u8(qi), u8(ki), u8(w), u8(idx), u8(smax), u8(ssum),
                                                 rope ? u8(qr) : nullptr, rope ? u8(kr) : nullptr,
-                                                tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr, u8(sinks), u8(dqi),
-                                                u8(dki), u8(dw), u8(loss), ws.data(), tiling_gm.data());
+                                                tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr, u8(sinks),
+                                                u8(dqi), u8(dki), u8(dw), u8(loss), ws.data(), tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),
                              stats.cores, tiling.result.data.keyChunk, 0, 0};
