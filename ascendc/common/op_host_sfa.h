@@ -23,6 +23,7 @@ struct SfaTilingInputs {
   const mgo::infer::TensorDesc& sparse_indices;  // [T1, N2, K] / [B, S1, N2, K]
   const mgo::infer::TensorDesc& query_rope;      // [..., Dr] or absent
   const mgo::infer::TensorDesc& lens_q;          // TND: [B] int32/int64 cumulative, or absent
+  const mgo::infer::TensorDesc& sinks;           // float32 [N1], or absent
 };
 
 // The pure tiling's view of the shapes. TND without lengths (one sequence) is batch 0: the pure
@@ -38,6 +39,7 @@ inline mgo::tiling::SfaShape SfaTilingShape(const SfaTilingInputs& in, mgo::tabl
   s.k = Dim(in.sparse_indices, r - 1);
   s.dr = mgo::infer::is_absent(in.query_rope.shape) ? 0 : Dim(in.query_rope, r - 1);
   s.valueAbsent = mgo::infer::is_absent(in.value.shape);
+  s.sinksPresent = !mgo::infer::is_absent(in.sinks.shape);
   s.seqLensInt64 = in.lens_q.dtype == mgo::infer::DType::kInt64;
   return s;
 }
@@ -46,7 +48,8 @@ inline mgo::tiling::SfaShape SfaTilingShape(const SfaTilingInputs& in, mgo::tabl
 template <typename T>
 SfaTilingInputs SfaTilingInputsOf(const std::vector<mgo::infer::TensorDesc>& in) {
   return {in[T::In::kQuery],          in[T::In::kKey],       in[T::In::kValue],
-          in[T::In::kSparseIndices], in[T::In::kQueryRope], in[T::In::kActualSeqLengthsQuery]};
+          in[T::In::kSparseIndices], in[T::In::kQueryRope], in[T::In::kActualSeqLengthsQuery],
+          in[T::In::kSinks]};
 }
 
 // Runs `compute` (ComputeSparseFlashAttention(Grad)Tiling) on the inputs of op `T` with its table

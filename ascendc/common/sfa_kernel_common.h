@@ -245,7 +245,7 @@ __aicore__ inline uint32_t GatherKeyChunks(const SfaTilingData& t, const SfaGeom
 
 // The UB buffers of one AIV, allocated exactly as PlanSfaUb counts them.
 struct SfaUb {
-  TBuf<TPosition::VECCALC> gather, score, aux, io[2], rowF[2], rowH[2], stat[SfaUbPlan::kStats], red, work;
+  TBuf<TPosition::VECCALC> gather, score, aux, io[2], rowF[2], rowH[2], stat[SfaUbPlan::kStats], red, work, sink;
 
   __aicore__ inline void Init(TPipe& pipe, const SfaUbPlan& p) {
     pipe.InitBuffer(gather, p.gatherBytes);
@@ -259,6 +259,7 @@ struct SfaUb {
     for (auto& s : stat) pipe.InitBuffer(s, p.statBytes);
     pipe.InitBuffer(red, SfaUbPlan::kRedBytes);
     pipe.InitBuffer(work, p.workBytes);
+    if (p.sinkBytes > 0) pipe.InitBuffer(sink, p.sinkBytes);
   }
 };
 

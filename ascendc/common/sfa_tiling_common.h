@@ -29,6 +29,7 @@ struct SfaShape {
   bool seqLensInt64 = false;  // actual_seq_lengths_* are int64 (else int32)
   bool valueAbsent = false;   // no value input: key is value (forward v = key; grad d_key = dK + dV
                               // summed in float32 and rounded once, no d_value written)
+  bool sinksPresent = false;  // the float32 [N1] sinks input is given (grad: d_sinks is written)
 };
 
 // What both kernels read; each op's tiling data (<op>_tiling.h) adds its table attributes.
@@ -41,6 +42,7 @@ struct SfaTilingData {
   uint32_t hasRope;
   uint32_t seqLensInt64;
   uint32_t hasValue;
+  uint32_t hasSinks;      // sinks [N1] given: every softmax row has the extra sink logit
   uint32_t batch;
   uint32_t s1;
   uint32_t s2;
@@ -62,6 +64,7 @@ struct SfaTilingData {
   uint32_t ubTileRows;    // rows of a [rows, chunkCols] float32 score tile in UB
   uint32_t mRows;         // matmul rows of a chunk: G (row pass), rowChunk * G (key pass)
   uint32_t chunkCols;     // workspace columns of a chunk: max(keyChunk, block size padded to 16)
+  uint32_t sinkTileRows;  // grad with sinks: token rows of wsSink per UB tile of the d_sinks sum
   // Workspace: per-AIV regions first, then global buffers (byte offsets from the user workspace).
   uint64_t aivWsBytes;    // size of one AIV region
   uint64_t wsQf;          // [mRows, dk] 16-bit: gathered cat(q, q_rope) rows
@@ -76,6 +79,7 @@ struct SfaTilingData {
   uint64_t wsDk;          // [AlignUp(bs, 16), dk] float32: dK block accumulator (grad key pass)
   uint64_t wsDv;          // [AlignUp(bs, 16), d] float32: dV block accumulator (grad key pass)
   uint64_t wsDelta;       // global [t1 * n1] float32: rowsum(dO * O) (grad)
+  uint64_t wsSink;        // global [t1 * n1] float32: -P_sink * delta per query head (grad with sinks)
   uint64_t workspaceBytes;
   // One tiling per Matmul object (see ComputeSfaTiling); mmDp / mmDv record the second use
   // of the A·Bᵀ / Aᵀ·B objects, whose tilings mmScore / mmDk cover.
@@ -101,18 +105,21 @@ struct SfaUbPlan {
   uint32_t rowHBytes;    // [AlignUp(dk, 16)] 16-bit: one head row
   uint32_t statBytes;    // [AlignUp(m, 8)] float32: one per-row statistic
   uint32_t workBytes;    // ReduceSum/ReduceMax scratch for max(cw, dk) floats
+  uint32_t sinkBytes;    // [AlignUp(n1, 8)] float32 (grad with sinks): the d_sinks accumulator
   uint32_t ioCount;      // 1 forward (P), 2 grad (P, dS)
   uint32_t rowCount;     // head-row buffers: 1 forward, 2 grad (dO and O for delta)
   static constexpr uint32_t kStats = 5;     // max, sum, and three scratch vectors
   static constexpr uint32_t kRedBytes = 32;  // one reduce result
   __aicore__ uint64_t Total() const {
     return uint64_t{gatherBytes} + scoreBytes + auxBytes + uint64_t{ioCount} * ioBytes +
-           uint64_t{rowCount} * (rowFBytes + rowHBytes) + kStats * uint64_t{statBytes} + kRedBytes + workBytes;
+           uint64_t{rowCount} * (rowFBytes + rowHBytes) + kStats * uint64_t{statBytes} + kRedBytes + workBytes +
+           sinkBytes;
   }
 };
 
+// sink_heads: N1 for the grad with sinks (its d_sinks accumulator), else 0.
 __aicore__ inline SfaUbPlan PlanSfaUb(bool grad, uint32_t gather_rows, uint32_t tile_rows, uint32_t cw, uint32_t dk,
-                                      uint32_t m) {
+                                      uint32_t m, uint32_t sink_heads) {
   SfaUbPlan p{};
   p.gatherBytes = static_cast<uint32_t>(AlignUp(uint64_t{gather_rows} * dk * kElemBytes16, kUbAlignBytes));
   p.scoreBytes = static_cast<uint32_t>(uint64_t{tile_rows} * AlignUp(cw, 8) * 4);
@@ -124,6 +131,7 @@ __aicore__ inline SfaUbPlan PlanSfaUb(bool grad, uint32_t gather_rows, uint32_t 
   p.workBytes = ReduceScratchFloats(cw > dk ? cw : dk) * 4;
   p.ioCount = grad ? 2 : 1;
   p.rowCount = grad ? 2 : 1;
+  p.sinkBytes = static_cast<uint32_t>(AlignUp(sink_heads, 8) * 4);
   return p;
 }
 
@@ -167,6 +175,7 @@ inline TilingResult<Data> ComputeSfaTiling(SfaKernel kernel, const SfaShape& sha
   t.hasRope = s.dr > 0 ? 1 : 0;
   t.seqLensInt64 = s.seqLensInt64 ? 1 : 0;
   t.hasValue = s.valueAbsent ? 0 : 1;
+  t.hasSinks = s.sinksPresent ? 1 : 0;
   t.n1 = static_cast<uint32_t>(s.n1);
   t.n2 = static_cast<uint32_t>(s.n2);
   t.g = static_cast<uint32_t>(s.n1 / s.n2);
@@ -195,7 +204,8 @@ inline TilingResult<Data> ComputeSfaTiling(SfaKernel kernel, const SfaShape& sha
   // UB: score tiles of ubTileRows rows; shrink the chunk, then the tile rows, until it fits.
   uint32_t tile_rows = m_rows < 64 ? m_rows : 64;
   const auto cols = [&] { return t.keyChunk > block_cols ? t.keyChunk : block_cols; };
-  const auto plan = [&] { return PlanSfaUb(grad, t.gatherRows, tile_rows, cols(), t.dk, m_rows); };
+  const uint32_t sink_heads = grad && s.sinksPresent ? t.n1 : 0;
+  const auto plan = [&] { return PlanSfaUb(grad, t.gatherRows, tile_rows, cols(), t.dk, m_rows, sink_heads); };
   while (plan().Total() > MixUbBudget(p)) {
     if (t.keyChunk > 128) {
       t.keyChunk /= 2;
@@ -211,6 +221,15 @@ inline TilingResult<Data> ComputeSfaTiling(SfaKernel kernel, const SfaShape& sha
   t.ubTileRows = tile_rows;
   t.chunkCols = cols();
   r.ubBytes = plan().Total();
+  if (sink_heads > 0) {
+    // The d_sinks sum reads wsSink through the score tile, whole token rows at a time.
+    const uint64_t rows = plan().scoreBytes / (AlignUp(sink_heads, 8) * 4);
+    if (rows == 0) {
+      r.error = "N1 too large for the d_sinks sum's UB tile";
+      return r;
+    }
+    t.sinkTileRows = static_cast<uint32_t>(rows < 4095 ? rows : 4095);  // DataCopyPad's blockCount limit
+  }
 
   // Matmul tilings, one per Matmul object (an object serves every use of its transpose mode):
   //   A·Bᵀ: S = Qf Kfᵀ (K = dk) and, in the grad, dP = dO Vᵀ (K = d <= dk)   -> mmScore
@@ -234,7 +253,8 @@ inline TilingResult<Data> ComputeSfaTiling(SfaKernel kernel, const SfaShape& sha
     }
   }
 
-  // Workspace: per-AIV regions (512-byte aligned pieces), then the global delta buffer.
+  // Workspace: per-AIV regions (512-byte aligned pieces), then the global delta buffer and, for
+  // the grad with sinks, the per-head sink terms the d_sinks sum reads.
   const uint32_t cw = c;
   WorkspaceCursor take;
   uint64_t& off = take.off;
@@ -251,7 +271,8 @@ inline TilingResult<Data> ComputeSfaTiling(SfaKernel kernel, const SfaShape& sha
   t.wsDv = grad ? take(uint64_t{block_cols} * t.d * 4) : off;
   t.aivWsBytes = off;
   t.wsDelta = off * t.aivNum;
-  t.workspaceBytes = t.wsDelta + (grad ? AlignUp(s.seq.t1 * s.n1 * 4, 512) : 0);
+  t.wsSink = t.wsDelta + (grad ? AlignUp(s.seq.t1 * s.n1 * 4, 512) : 0);
+  t.workspaceBytes = t.wsSink + (sink_heads > 0 ? AlignUp(s.seq.t1 * s.n1 * 4, 512) : 0);
   r.workspaceBytes = t.workspaceBytes;
   r.ok = true;
   return r;

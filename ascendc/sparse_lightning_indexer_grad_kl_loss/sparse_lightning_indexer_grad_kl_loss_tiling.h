@@ -34,6 +34,7 @@ struct SliShape {
   uint64_t nIdx;  // indexer heads
   uint64_t dIdx;  // indexer head dim
   uint64_t k;     // index slots per query token
+  bool sinksPresent = false;  // the float32 [N1] sinks input is given
 };
 
 // What the kernel reads; `attrs` holds every attribute of the op, as the table has them
@@ -42,6 +43,7 @@ struct SliTilingData {
   uint32_t layout;
   uint32_t sparseMode;
   uint32_t hasRope;
+  uint32_t hasSinks;    // sinks [N1] given: the teacher is renormalised by 1 / (N1 - sum_h P_sink)
   uint32_t batch;
   uint32_t s1;
   uint32_t s2;
@@ -136,6 +138,7 @@ inline TilingResult<SliTilingData> ComputeSliTiling(const SliShape& shape,
   SetSeqFields(t, s);
   t.sparseMode = static_cast<uint32_t>(a.sparse_mode);
   t.hasRope = shape.dr > 0 ? 1 : 0;
+  t.hasSinks = shape.sinksPresent ? 1 : 0;
   t.n1 = static_cast<uint32_t>(shape.n1);
   t.d = static_cast<uint32_t>(shape.d);
   t.dr = static_cast<uint32_t>(shape.dr);

@@ -237,8 +237,9 @@ def rules(op: str, inputs: list[Input], attrs: dict[str, object]) -> tuple[list,
     """The pybind11 rules on the same inputs, an omitted one being the Python placeholder."""
     from ms_grad_ops import _validate
 
-    # The placeholder has its slot's dtype: int32 for lengths, query's for the float inputs.
-    slot = {name: "int32" if name.startswith("actual_seq_lengths") else inputs[0][1] for name in OP_SPECS[op].inputs}
+    # The placeholder has its slot's dtype: int32 for lengths, float32 for sinks, query's for the other float inputs.
+    slot = {name: "int32" if name.startswith("actual_seq_lengths") else "float32" if name == "sinks" else inputs[0][1]
+            for name in OP_SPECS[op].inputs}
     shapes = [x[0] if x is not None else [0] for x in inputs]
     dtypes = [x[1] if x is not None else slot[name] for x, name in zip(inputs, OP_SPECS[op].inputs)]
     return getattr(_validate, op)(shapes, dtypes, *(attrs[a.name] for a in OP_SPECS[op].attrs))
@@ -290,7 +291,8 @@ def as_printed(attrs: dict[str, object]) -> dict[str, object]:
 def sfa_inputs(op: str, layout: str, dtype: str, *, rope: bool, lengths: bool, value: bool = True,
                omit: bool = True, lens_dtype: str = "int32", sinks: bool = False) -> list[Input]:
     """Inputs of the SFA ops: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10, T2 = 14), N1 = 4, N2 = 2,
-    D = 32, Dr = 16, K = 3, sinks [N1]. `omit`: absent inputs omitted (CANN) rather than placeholders."""
+    D = 32, Dr = 16, K = 3, sinks [4] float32 or absent. `omit`: absent inputs omitted (CANN)
+    rather than placeholders."""
     lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
     q, k = ([*lead_q, 4, 32], dtype), ([*lead_k, 2, 32], dtype)
     absent: Input = None if omit else ([0], dtype)
@@ -298,11 +300,16 @@ def sfa_inputs(op: str, layout: str, dtype: str, *, rope: bool, lengths: bool, v
     lq, lkv = (([2], lens_dtype), ([2], lens_dtype)) if lengths else (None if omit else ([0], "int32"),) * 2
     idx = ([*lead_q, 2, 3], "int32")
     v = k if value else absent
-    sk = ([4], "float32") if sinks else None if omit else ([0], "float32")
+    sk = sinks_input(sinks, omit)
     if op == "sparse_flash_attention":
         return [q, k, v, idx, qr, kr, lq, lkv, sk]
     stats = ([2, 2, 5, 2] if layout == "BSND" else [2, 10, 2], "float32")
     return [q, k, v, idx, q, q, stats, stats, lq, lkv, qr, kr, sk]
+
+
+def sinks_input(present: bool, omit: bool) -> Input:
+    """sinks of N1 = 4 heads, or absent: omitted, or the float32 placeholder."""
+    return ([4], "float32") if present else None if omit else ([0], "float32")
 
 
 SFA_OPS = ("sparse_flash_attention", "sparse_flash_attention_grad")
@@ -318,8 +325,8 @@ def adapter_cases() -> list[tuple[str, list[Input], dict[str, object]]]:
              ("cla_gate_backward", [([5, 3, 128], "bfloat16")] * 3 + [([5, 3], "bfloat16")] * 2,
               defaults("cla_gate_backward"))]
     for op in SFA_OPS:
-        for layout, rope, lengths in SFA_CASES:
-            cases.append((op, sfa_inputs(op, layout, "bfloat16", rope=rope, lengths=lengths),
+        for (layout, rope, lengths), sinks in zip(SFA_CASES, (False, True, False, True, False)):
+            cases.append((op, sfa_inputs(op, layout, "bfloat16", rope=rope, lengths=lengths, sinks=sinks),
                           defaults(op, layout=layout, scale_value=0.125, sparse_block_size=2, sparse_mode=0)))
     return cases
 
@@ -400,6 +407,22 @@ def test_sfa_tiling_adapter_value_absent_and_int64_lengths(driver: Path, op: str
 
 
 @pytest.mark.parametrize("op", SFA_OPS)
+@pytest.mark.parametrize("omit", [True, False])
+def test_sfa_tiling_adapter_reads_sinks(driver: Path, op: str, omit: bool) -> None:
+    # sinks present: a tiling field the kernels read, and the grad's workspace grows by its
+    # [T1, N1] float32 sink terms (T1 = 10, N1 = 4: one 512-byte piece); absent (omitted or the
+    # placeholder): the tiling of no sinks.
+    attrs = defaults(op, layout="TND")
+    plain = tiling(driver, op, sfa_inputs(op, "TND", "float16", rope=True, lengths=True, omit=omit), attrs)
+    sunk = tiling(driver, op, sfa_inputs(op, "TND", "float16", rope=True, lengths=True, omit=omit, sinks=True), attrs)
+    assert (plain["has_sinks"], sunk["has_sinks"]) == (0, 1)
+    grown = 512 if op.endswith("_grad") else 0
+    assert sunk["user_workspace"] == plain["user_workspace"] + grown
+    assert {k: v for k, v in sunk.items() if k not in ("has_sinks", "user_workspace", "workspace")} == \
+        {k: v for k, v in plain.items() if k not in ("has_sinks", "user_workspace", "workspace")}
+
+
+@pytest.mark.parametrize("op", SFA_OPS)
 def test_sfa_tiling_adapter_refuses_other_dtypes(driver: Path, op: str) -> None:
     inputs = sfa_inputs(op, "TND", "float32", rope=True, lengths=True)
     out, err = run_adapter(driver, op, "tiling", inputs, defaults(op, layout="TND"))
@@ -409,7 +432,7 @@ def test_sfa_tiling_adapter_refuses_other_dtypes(driver: Path, op: str) -> None:
 def sli_inputs(layout: str, dtype: str, wdtype: str, *, rope: bool, lengths: bool, omit: bool = True,
                sinks: bool = False) -> list[Input]:
     """Inputs of sparse_lightning_indexer_grad_kl_loss: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10,
-    T2 = 14), N1 = 4, D = 32, Dr = 16, Nidx = 2, Didx = 16, K = 3, sinks [N1]."""
+    T2 = 14), N1 = 4, D = 32, Dr = 16, Nidx = 2, Didx = 16, K = 3, sinks [4] float32 or absent."""
     lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
     absent: Input = None if omit else ([0], dtype)
     qr, kr = (([*lead_q, 4, 16], dtype), ([*lead_k, 1, 16], dtype)) if rope else (absent, absent)
@@ -417,7 +440,7 @@ def sli_inputs(layout: str, dtype: str, wdtype: str, *, rope: bool, lengths: boo
     stats = ([2, 1, 5, 4] if layout == "BSND" else [1, 10, 4], "float32")
     return [([*lead_q, 4, 32], dtype), ([*lead_k, 1, 32], dtype), ([*lead_q, 2, 16], dtype),
             ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype), ([*lead_q, 1, 3], "int32"), stats, stats, qr, kr, lq,
-            lk, ([4], "float32") if sinks else None if omit else ([0], "float32")]
+            lk, sinks_input(sinks, omit)]
 
 
 SLI = "sparse_lightning_indexer_grad_kl_loss"
@@ -444,6 +467,17 @@ def test_sli_adapters_pass_the_inputs(driver: Path, layout: str, rope: bool, len
     assert t["schedule_mode"] == 1  # SyncAll between the passes needs every core started at once
     placeheld = sli_inputs(layout, dtype, wdtype, rope=rope, lengths=lengths, omit=False)
     assert tiling(driver, SLI, placeheld, attrs) == t, "an omitted input and the placeholder tile alike"
+
+
+@pytest.mark.parametrize("omit", [True, False])
+def test_sli_adapters_read_sinks(driver: Path, omit: bool) -> None:
+    attrs = defaults(SLI, layout="TND")
+    plain = tiling(driver, SLI, sli_inputs("TND", "bfloat16", "float32", rope=True, lengths=True, omit=omit), attrs)
+    inputs = sli_inputs("TND", "bfloat16", "float32", rope=True, lengths=True, omit=omit, sinks=True)
+    assert adapter_infer(driver, SLI, inputs, attrs) == rules(SLI, inputs, attrs)
+    sunk = tiling(driver, SLI, inputs, attrs)
+    assert (plain["has_sinks"], sunk["has_sinks"]) == (0, 1)
+    assert {k: v for k, v in sunk.items() if k != "has_sinks"} == {k: v for k, v in plain.items() if k != "has_sinks"}
 
 
 def test_sli_tiling_adapter_refuses_other_dtypes(driver: Path) -> None:

@@ -1,8 +1,11 @@
 """sparse_flash_attention (forward) Ascend C kernel on the CPU twin (mixed AIC + AIV launch)
 against the float64 reference: TND/BSND, rope or not, sparse_mode 0/3, block sizes 1/16/odd,
 -1 slots at start/middle/end, empty rows, the Ascend head dims, fp16/bf16, 1/8/24 cores and
-shuffled core order. Outputs start as NaN and the twin counts writes per byte."""
+shuffled core order; with sinks (random, -inf = no sink, large positive). Outputs start as NaN and
+the twin counts writes per byte."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -77,7 +80,25 @@ def make(name: str, dtype: str, seed: int) -> tuple[Case, sfa.SfaProblem]:
 def reference(p: sfa.SfaProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     value, lens_q, lens_kv = p.reference_args()
     return ref.sparse_flash_attention(p.query, p.key, value, p.sparse_indices, p.query_rope, p.key_rope,
-                                      lens_q, lens_kv, **p.attrs)
+                                      lens_q, lens_kv, p.sinks, **p.attrs)
+
+
+def make_sinks(kind: str, n1: int, seed: int) -> np.ndarray:
+    """float32 [N1] sinks: "random" N(0, 2^2) (around the scores); "minus_inf" all -inf (no sink);
+    "large" +40 (above every score: the sink takes nearly all of each row); "mixed" cycles -inf,
+    +40 and random values over the heads."""
+    rnd = 2.0 * np.random.default_rng(seed).standard_normal(n1)
+    fixed = {"minus_inf": np.full(n1, -np.inf), "large": np.full(n1, 40.0), "random": rnd,
+             "mixed": np.choose(np.arange(n1) % 3, [np.full(n1, -np.inf), np.full(n1, 40.0), rnd])}
+    return fixed[kind].astype(np.float32)
+
+
+def sink_of_stats(p: sfa.SfaProblem, shape: tuple[int, ...]) -> np.ndarray:
+    """The sink of the head of every statistics element ([N2, T1, G] or [B, N2, S1, G]); -inf without."""
+    n2 = p.key.shape[-2]
+    sinks = np.full(p.query.shape[-2], -np.inf) if p.sinks is None else p.sinks.astype(np.float64)
+    per_group = sinks.reshape(n2, -1)
+    return np.broadcast_to(per_group[:, None, :] if len(shape) == 3 else per_group[None, :, None, :], shape)
 
 
 def check(run: twin.KernelRun, p: sfa.SfaProblem) -> None:
@@ -92,8 +113,11 @@ def check(run: twin.KernelRun, p: sfa.SfaProblem) -> None:
     assert err <= tol, f"out: relative L2 error {err:.3g} > {tol:g}"
     smax = smax.reshape(want_max.shape)
     ssum = ssum.reshape(want_sum.shape)
-    empty = want_sum == 0
-    assert (smax[empty] == 0).all() and (ssum[empty] == 0).all(), "rows without a visible key: 0 / 0"
+    empty = reference(replace(p, sinks=None))[2] == 0  # rows without a visible key
+    sink = sink_of_stats(p, want_max.shape)
+    lone = empty & (sink > -np.inf)  # only the sink: (sink, 1); no sink (or -inf): (0, 0)
+    assert (smax[lone] == sink[lone]).all() and (ssum[lone] == 1).all(), "rows with only the sink: sink / 1"
+    assert (smax[empty & ~lone] == 0).all() and (ssum[empty & ~lone] == 0).all(), "rows without a visible key: 0 / 0"
     zero_rows = np.all(want_out == 0, axis=-1)  # exactly the heads of rows without a visible key
     assert zero_rows.sum() == empty.sum() and (out[zero_rows] == 0).all(), "empty rows give out = 0"
     assert np.allclose(smax[~empty], want_max[~empty], rtol=1e-5, atol=1e-5), "softmax_max"
@@ -148,3 +172,61 @@ def test_forward_nan_propagates(dtype: str) -> None:
         assert np.isnan(ref_val).any() and (np.isnan(got) == np.isnan(ref_val)).all(), f"{what}: NaN pattern"
         ok = ~np.isnan(ref_val)
         assert rel_l2(got[ok], ref_val[ok]) <= TOLERANCES["attention"][dtype], what
+
+
+# ---------------------------------------------------------------- sinks
+SINK_CASES = ("tnd_uneven", "bsnd_mode0_n2", "bsnd_n16", "tnd_chunks")
+
+
+def with_sinks(name: str, dtype: str, kind: str, seed: int) -> sfa.SfaProblem:
+    _, p = make(name, dtype, seed)
+    p.sinks = make_sinks(kind, p.query.shape[-2], seed)
+    return p
+
+
+@pytest.mark.parametrize("kind", ["random", "mixed"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", SINK_CASES)
+def test_forward_with_sinks_matches_reference(name: str, dtype: str, kind: str) -> None:
+    # Empty rows (tnd_uneven: an empty batch, rows that see nothing) give (sink, 1) and out = 0.
+    p = with_sinks(name, dtype, kind, seed=len(name) + 1)
+    check(sfa.sparse_flash_attention(p, core_num=8), p)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_forward_with_sinks_ascend_shape(dtype: str) -> None:
+    p = with_sinks("mla_n16", dtype, "mixed", seed=5)
+    check(sfa.sparse_flash_attention(p, core_num=24), p)
+
+
+@pytest.mark.parametrize("name", ["tnd_uneven", "tnd_chunks", "key_is_value"])
+def test_forward_large_sinks_take_the_rows(name: str) -> None:
+    # A sink above every score is each row's max, and its probability is about 1.
+    p = make_variant(name, "bfloat16", 9) if name in VARIANT_CASES else make(name, "bfloat16", 9)[1]
+    p.sinks = make_sinks("large", p.query.shape[-2], 9)
+    run = sfa.sparse_flash_attention(p, core_num=8)
+    check(run, p)
+    assert (run.outputs[1] == 40.0).all() and np.allclose(run.outputs[2], 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", ["tnd_uneven", "bsnd_mode0_n2", "tnd_chunks"])
+def test_forward_minus_inf_sinks_are_no_sinks(name: str, dtype: str) -> None:
+    _, p = make(name, dtype, seed=23)
+    plain = sfa.sparse_flash_attention(p, core_num=8)
+    p.sinks = make_sinks("minus_inf", p.query.shape[-2], 0)
+    sunk = sfa.sparse_flash_attention(p, core_num=8)
+    check(sunk, p)
+    for a, b in zip(plain.outputs, sunk.outputs):
+        assert np.array_equal(a, b), "a -inf sink must give the bits of no sink"
+
+
+@pytest.mark.parametrize("name", ["tnd_uneven", "bsnd_mode0_n2"])
+def test_forward_with_sinks_same_bits_for_any_core_count_and_order(name: str) -> None:
+    p = with_sinks(name, "float16", "mixed", seed=31)
+    first = sfa.sparse_flash_attention(p, core_num=1)
+    check(first, p)
+    for cores, seed in [(8, 0), (24, 3)]:
+        run = sfa.sparse_flash_attention(p, core_num=cores, seed=seed)
+        for a, b in zip(first.outputs, run.outputs):
+            assert np.array_equal(a, b), f"{cores} cores, seed {seed}"

@@ -8,12 +8,15 @@
 * rows are balanced by visible-key work: with known lengths no AIV carries more than the mean
   plus one row of the bound min(K * bs, visible keys) + 16; without, counts differ by <= 1;
 * the UB plan fits the unified buffer; the workspace is exactly the per-AIV regions (each at
-  least the buffers the kernels address) plus the grad's delta buffer;
+  least the buffers the kernels address) plus the grad's delta buffer; with sinks, the grad adds
+  exactly its [T1, N1] sink terms and its [N1] d_sinks accumulator, the forward nothing;
 * the kernel runs (test_ascendc_sparse_flash_attention*.py) check the rest at run time: the
   twin measures exactly the planned UB, every Matmul base block is checked against L0A/L0B/L0C
   and L1, and the workspace is registered with exactly the declared size.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -122,6 +125,31 @@ def test_sfa_tiling_invariants(name: str, kernel: str, cores: int) -> None:
     assert s.workspace_bytes == s.ws_delta + delta, "workspace = per-AIV regions (+ delta) exactly"
     assert s.aiv_ws_bytes >= workspace_floor(kernel, s, d, dk, p.attrs["sparse_block_size"])
     assert s.tiling_key == twin.DTYPE_CODES["bfloat16"]
+
+
+@pytest.mark.parametrize("cores", (1, 24, 48))
+@pytest.mark.parametrize("kernel", ["forward", "grad"])
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_sfa_tiling_with_sinks(name: str, kernel: str, cores: int) -> None:
+    # Sinks change nothing but the grad's d_sinks pieces: the schedule, chunks and regions stay.
+    p = PROBLEMS[name]
+    n1 = p.query.shape[-2]
+    plain = sfa.sfa_schedule(kernel, p, cores)
+    s = sfa.sfa_schedule(kernel, replace(p, sinks=np.zeros(n1, np.float32)), cores)
+    assert np.array_equal(s.row_start, plain.row_start) and np.array_equal(s.key_row_start, plain.key_row_start)
+    same = ("used_aic", "key_chunk", "row_chunk", "ub_tile_rows", "gather_rows", "chunk_cols", "m_rows",
+            "aiv_ws_bytes", "ws_delta", "ws_sink")
+    assert all(getattr(s, f) == getattr(plain, f) for f in same)
+    if kernel == "forward":
+        assert (s.ub_bytes, s.workspace_bytes, s.sink_tile_rows) == (plain.ub_bytes, plain.workspace_bytes, 0)
+        return
+    t1 = p.query.shape[0] * (p.query.shape[1] if p.layout == "BSND" else 1)
+    assert s.ub_bytes == plain.ub_bytes + -(-n1 // 8) * 32 <= twin.ub_bytes_of(mixed=True), "+ [N1] accumulator"
+    assert s.ws_sink == plain.workspace_bytes, "the sink terms follow the delta buffer"
+    assert s.workspace_bytes == s.ws_sink + -(-(t1 * n1 * 4) // 512) * 512, "+ [T1, N1] float32 sink terms"
+    score_tile = s.ub_tile_rows * -(-s.chunk_cols // 8) * 8 * 4
+    assert 1 <= s.sink_tile_rows == min(4095, score_tile // (-(-n1 // 8) * 32)), "sink rows fill the score tile"
+    assert plain.sink_tile_rows == 0
 
 
 def test_balance_follows_causal_work() -> None:

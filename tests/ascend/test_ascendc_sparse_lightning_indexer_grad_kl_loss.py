@@ -3,7 +3,8 @@ row pass for the teacher p, softmax(I), loss, d_weights, d_query_index; key-bloc
 for d_key_index) against the float64 reference, with teacher statistics from a real forward over
 the same selected keys; fp16/bf16 inputs, weights of the same dtype or float32, TND/BSND, rope
 present or absent, -1 slots anywhere, rows with one or no visible key, the Ascend shapes; 1/8/24
-cores and the same output bits for any core count and any core execution order. Plus the pure
+cores and the same output bits for any core count and any core execution order; with sinks (the
+teacher renormalised by 1 / (N1 - sum_h P_sink); -inf = no sink, bit for bit). Plus the pure
 tiling's invariants for 1, 8, 20, 24, 40 and 48 AI cores."""
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from _indexer_cases import Case, make_case, row_weights
 from _util import TOLERANCES, rel_l2
 from ascendc_harness import twin_indexer as indexer
 from ascendc_harness import twin_lib as twin
+from test_ascendc_sparse_flash_attention import make_sinks
 
 from ms_grad_ops import reference as ref
 
@@ -21,9 +23,9 @@ LOSS_TOL = 1e-4
 CORE_COUNTS = (1, 8, 20, 24, 40, 48)
 
 
-def problem(case: Case, dtype: str, wdtype: str) -> indexer.SliProblem:
+def problem(case: Case, dtype: str, wdtype: str, sinks: np.ndarray | None = None) -> indexer.SliProblem:
     return indexer.SliProblem(dtype, wdtype, case.arrays, case.lens_q, case.lens_k,
-                              dict(scale_value=case.scale, layout=case.layout, sparse_mode=case.sparse_mode))
+                              dict(scale_value=case.scale, layout=case.layout, sparse_mode=case.sparse_mode), sinks)
 
 
 def small(seed: int, dtype: str, wdtype: str, layout: str, rope: bool = True, **kw: object) -> Case:
@@ -32,11 +34,11 @@ def small(seed: int, dtype: str, wdtype: str, layout: str, rope: bool = True, **
     return make_case(np.random.default_rng(seed), dtype, wdtype, layout, **args)
 
 
-def check(run: twin.KernelRun, case: Case, dtype: str) -> None:
+def check(run: twin.KernelRun, case: Case, dtype: str, sinks: np.ndarray | None = None) -> None:
     info = run.info
     assert info.min_writes == 1 and info.max_writes == 1, "every output byte written exactly once"
     assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.ub_bytes_of(mixed=True), "UB = the tiling's plan"
-    want = ref.sparse_lightning_indexer_grad_kl_loss(*case.ref_args(), **case.ref_kwargs())
+    want = ref.sparse_lightning_indexer_grad_kl_loss(*case.ref_args(), sinks, **case.ref_kwargs())
     tol = TOLERANCES["attention"][dtype]
     for name, got, ref_val in zip(NAMES, run.outputs[:3], want[:3]):
         assert np.isfinite(got).all(), name
@@ -81,11 +83,11 @@ def test_rows_with_one_or_no_visible_key() -> None:
     assert np.abs(d_w[0, 0]).max() < 1e-3 and np.abs(d_w[0, 3]).max() < 1e-3
 
 
-def rebuild_stats(case: Case) -> Case:
-    """Teacher statistics of the main attention over the (edited) selected keys."""
+def rebuild_stats(case: Case, sinks: np.ndarray | None = None) -> Case:
+    """Teacher statistics of the main attention over the (edited) selected keys, with ``sinks``."""
     a = case.arrays
     mx, sm = ref.attention_softmax_stats(a["query"], a["key"], a["sparse_indices"], a.get("query_rope"),
-                                         a.get("key_rope"), case.lens_q, case.lens_k, scale_value=case.scale,
+                                         a.get("key_rope"), case.lens_q, case.lens_k, sinks, scale_value=case.scale,
                                          layout=case.layout, sparse_mode=case.sparse_mode)
     a["softmax_max"] = mx.astype(np.float32).astype(np.float64)
     a["softmax_sum"] = sm.astype(np.float32).astype(np.float64)
@@ -110,6 +112,63 @@ def test_deterministic_bits_across_cores_and_orders() -> None:
     first = indexer.sparse_lightning_indexer_grad_kl_loss(p, 1, deterministic=True)
     check(first, case, "bfloat16")
     for cores, seed in ((8, 0), (24, 0), (8, 3), (24, 11)):
+        run = indexer.sparse_lightning_indexer_grad_kl_loss(p, cores, seed=seed, deterministic=True)
+        for a, b in zip(first.outputs[4:], run.outputs[4:]):
+            assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"bits differ at {cores} cores, seed {seed}"
+
+
+# ---------------------------------------------------------------- sinks
+# "mixed" sinks: -inf, +40 (above every score: P_sink about 1, the head adds about nothing to p) and
+# random ones. (With every sink far above the scores N1 - sum_h P_sink rounds to 0, in float64 too:
+# the attention puts no mass on any key, and the target is undefined.)
+def sink_run(case: Case, dtype: str, wdtype: str, kind: str, seed: int, cores: int, **attrs: object
+             ) -> tuple[twin.KernelRun, np.ndarray]:
+    sinks = make_sinks(kind, case.arrays["query"].shape[-2], seed)
+    rebuild_stats(case, sinks)
+    return indexer.sparse_lightning_indexer_grad_kl_loss(problem(case, dtype, wdtype, sinks), cores, **attrs), sinks
+
+
+@pytest.mark.parametrize("kind", ["random", "mixed"])
+@pytest.mark.parametrize("layout", ["TND", "BSND"])
+@pytest.mark.parametrize(("dtype", "wdtype"), [("float16", "float32"), ("bfloat16", "bfloat16")])
+def test_sinks_renormalise_the_teacher(layout: str, dtype: str, wdtype: str, kind: str) -> None:
+    for cores, rope in ((1, True), (8, False)):
+        case = small(cores + len(kind), dtype, wdtype, layout, rope=rope, n1=6)
+        run, sinks = sink_run(case, dtype, wdtype, kind, cores, cores)
+        check(run, case, dtype, sinks)
+
+
+def test_sinks_odd_lengths_and_empty_rows() -> None:
+    case = small(12, "bfloat16", "float32", "TND", lens_q=[1, 17, 0, 6], lens_k=[3, 21, 2, 33], k=12, drop=0.4)
+    case.arrays["sparse_indices"][5, 0] = -1  # a token without a visible key: zero gradients and loss
+    run, sinks = sink_run(case, "bfloat16", "float32", "mixed", 12, 8)
+    check(run, case, "bfloat16", sinks)
+    assert (run.outputs[0][5] == 0).all() and (run.outputs[2][5] == 0).all()
+
+
+def test_sinks_ascend_shape() -> None:
+    case = make_case(np.random.default_rng(2), "bfloat16", "float32", "TND", n1=32, d=512, dr=64, nidx=8, didx=128,
+                     k=1024, lens_q=[3, 2], lens_k=[5, 9])
+    run, sinks = sink_run(case, "bfloat16", "float32", "random", 2, 8)
+    check(run, case, "bfloat16", sinks)
+
+
+@pytest.mark.parametrize("layout", ["TND", "BSND"])
+def test_minus_inf_sinks_are_no_sinks(layout: str) -> None:
+    case = small(17, "float16", "float16", layout)
+    plain = indexer.sparse_lightning_indexer_grad_kl_loss(problem(case, "float16", "float16"), 8)
+    run, sinks = sink_run(case, "float16", "float16", "minus_inf", 0, 8)
+    check(run, case, "float16", sinks)
+    for a, b in zip(plain.outputs[4:], run.outputs[4:]):
+        assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), "a -inf sink must give the bits of no sink"
+
+
+def test_sinks_same_bits_across_cores_and_orders() -> None:
+    case = small(6, "bfloat16", "float32", "TND", lens_q=[9, 14, 5], lens_k=[40, 18, 23], k=16, drop=0.1)
+    first, sinks = sink_run(case, "bfloat16", "float32", "mixed", 6, 1, deterministic=True)
+    check(first, case, "bfloat16", sinks)
+    p = problem(case, "bfloat16", "float32", sinks)
+    for cores, seed in ((8, 0), (24, 5)):
         run = indexer.sparse_lightning_indexer_grad_kl_loss(p, cores, seed=seed, deterministic=True)
         for a, b in zip(first.outputs[4:], run.outputs[4:]):
             assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"bits differ at {cores} cores, seed {seed}"

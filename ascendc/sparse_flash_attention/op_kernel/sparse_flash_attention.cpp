@@ -9,6 +9,11 @@
 //   acc = acc * exp(m_old - m) (AIV), acc += P v (AIC, atomic add into the same core's acc)
 // and finally out = acc / l, softmax_max = m, softmax_sum = l. A row with no visible key gives
 // out = 0, softmax_max = 0, softmax_sum = 0 (docs/contract.md section 0.6).
+// With sinks (float32 [N1], one unscaled logit per query head, a key whose value is zero) the
+// running statistics of head h start at m = sinks[h], l = 1 instead of m = lowest, l = 0: the
+// chunks then rescale the sink's term like any earlier chunk's, so m and l include it, and a row
+// with no visible key gives out = 0, softmax_max = sinks[h], softmax_sum = 1. A sink of -inf
+// starts as no sink does (its term is exp(-inf) = 0): the same bits as without sinks.
 #include "kernel_operator.h"
 #include "lib/matmul_intf.h"
 
@@ -25,8 +30,8 @@ class SparseFlashAttentionKernel {
 
  public:
   __aicore__ inline void Run(GM_ADDR query, GM_ADDR key, GM_ADDR value, GM_ADDR indices, GM_ADDR query_rope,
-                             GM_ADDR key_rope, GM_ADDR lens_q, GM_ADDR lens_kv, GM_ADDR out, GM_ADDR softmax_max,
-                             GM_ADDR softmax_sum, GM_ADDR workspace,
+                             GM_ADDR key_rope, GM_ADDR lens_q, GM_ADDR lens_kv, GM_ADDR sinks, GM_ADDR out,
+                             GM_ADDR softmax_max, GM_ADDR softmax_sum, GM_ADDR workspace,
                              const mgo::tiling::SparseFlashAttentionTilingData& t) {
     t_ = t;
     const TCubeTiling score_tiling = ToCubeTiling(t.mmScore);
@@ -36,8 +41,9 @@ class SparseFlashAttentionKernel {
       return;
     }
     InitGm(query, key, value, indices, query_rope, key_rope, out, softmax_max, softmax_sum, workspace);
+    if (t.hasSinks) sinkGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(sinks), t.n1);
     geo_.Init(t, lens_q, lens_kv);
-    ub_.Init(pipe_, mgo::tiling::PlanSfaUb(false, t.gatherRows, t.ubTileRows, t.chunkCols, t.dk, t.mRows));
+    ub_.Init(pipe_, mgo::tiling::PlanSfaUb(false, t.gatherRows, t.ubTileRows, t.chunkCols, t.dk, t.mRows, 0));
     gather_.Init(ub_.gather.template Get<T>(), t.gatherRows);
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) ProcessRow(row);
@@ -81,11 +87,25 @@ class SparseFlashAttentionKernel {
                  t_.dr);
     Duplicate(Stat(kMax), kLowestFloat, t_.g);
     Duplicate(Stat(kSum), 0.0f, t_.g);
+    if (t_.hasSinks) StartWithSinks(r.g * t_.g);
 
     const SfaKeyChunkIo<T> io{kGm_, krGm_, vGm_, wsKf_, wsV_};
     const uint32_t chunks =
         GatherKeyChunks(t_, geo_, r, row, idxGm_, gather_, io, [this](uint32_t n, uint32_t i) { Chunk(n, i); });
     Finish(r, q_row0, chunks > 0);
+  }
+
+  // The sink of each head of the group (from head0) as the first term of its softmax: m = sink,
+  // l = exp(sink - sink) = 1. A -inf sink keeps the start without sink.
+  __aicore__ inline void StartWithSinks(uint32_t head0) {
+    SyncPipes<HardEvent::V_S>();
+    for (uint32_t h = 0; h < t_.g; ++h) {
+      const float sink = sinkGm_.GetValue(head0 + h);
+      if (sink < kLowestFloat) continue;  // -inf
+      Stat(kMax).SetValue(h, sink);
+      Stat(kSum).SetValue(h, 1.0f);
+    }
+    SyncPipes<HardEvent::S_V>();
   }
 
   enum StatSlot : uint32_t { kMax = 0, kSum = 1, kNewMax = 2, kRowSum = 3, kAlpha = 4 };
@@ -169,7 +189,15 @@ class SparseFlashAttentionKernel {
     const LocalTensor<T> rowh = ub_.rowH[0].template Get<T>();
     SyncPipes<HardEvent::V_S>();
     if (!any) Duplicate(rowf, 0.0f, t_.d);
-    if (!any) Duplicate(Stat(kMax), 0.0f, t_.g);  // nothing visible: out, softmax_max, softmax_sum all 0
+    // Nothing visible: out, softmax_max, softmax_sum all 0 ...
+    if (!any && !t_.hasSinks) Duplicate(Stat(kMax), 0.0f, t_.g);
+    if (!any && t_.hasSinks) {
+      // ... but heads with a sink keep (sink, 1); those with a -inf sink (l = 0) report 0 / 0.
+      for (uint32_t h = 0; h < t_.g; ++h) {
+        if (Stat(kSum).GetValue(h) == 0.0f) Stat(kMax).SetValue(h, 0.0f);
+      }
+      SyncPipes<HardEvent::S_MTE3>();
+    }
     for (uint32_t h = 0; h < t_.g; ++h) {
       if (any) {
         const float inv = 1.0f / Stat(kSum).GetValue(h);
@@ -197,7 +225,7 @@ class SparseFlashAttentionKernel {
   RowGather<T> gather_;
   GlobalTensor<T> qGm_, kGm_, vGm_, qrGm_, krGm_, outGm_;
   GlobalTensor<int32_t> idxGm_;
-  GlobalTensor<float> maxGm_, sumGm_;
+  GlobalTensor<float> maxGm_, sumGm_, sinkGm_;
   GlobalTensor<T> wsQf_, wsKf_, wsV_, wsP_;
   GlobalTensor<float> wsS_, wsAcc_;
 };
@@ -208,7 +236,8 @@ class SparseFlashAttentionKernel {
 extern "C" __global__ __aicore__ void sparse_flash_attention(GM_ADDR query, GM_ADDR key, GM_ADDR value,
                                                              GM_ADDR sparse_indices, GM_ADDR query_rope,
                                                              GM_ADDR key_rope, GM_ADDR actual_seq_lengths_query,
-                                                             GM_ADDR actual_seq_lengths_kv, GM_ADDR out,
+                                                             GM_ADDR actual_seq_lengths_kv, GM_ADDR sinks,
+                                                             GM_ADDR out,
                                                              GM_ADDR softmax_max, GM_ADDR softmax_sum,
                                                              GM_ADDR workspace, GM_ADDR tiling) {
   using mgo::tiling::DType;
@@ -219,10 +248,10 @@ extern "C" __global__ __aicore__ void sparse_flash_attention(GM_ADDR query, GM_A
   if (TILING_KEY_IS(SparseFlashAttentionTilingKey(DType::kFloat16))) {
     mgo::kernel::SparseFlashAttentionKernel<half> op;
     op.Run(query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query, actual_seq_lengths_kv,
-           out, softmax_max, softmax_sum, workspace, tiling_data);
+           sinks, out, softmax_max, softmax_sum, workspace, tiling_data);
   } else if (TILING_KEY_IS(SparseFlashAttentionTilingKey(DType::kBFloat16))) {
     mgo::kernel::SparseFlashAttentionKernel<bfloat16_t> op;
     op.Run(query, key, value, sparse_indices, query_rope, key_rope, actual_seq_lengths_query, actual_seq_lengths_kv,
-           out, softmax_max, softmax_sum, workspace, tiling_data);
+           sinks, out, softmax_max, softmax_sum, workspace, tiling_data);
   }
 }

@@ -17,6 +17,10 @@
 // `deterministic` attribute changes nothing). The price is a second S/dP computation.
 // Rows without a visible key contribute nothing; key rows nobody selects get zeros. Without
 // value (key is value) V is read from key and d_key = scale * dK + dV (one rounding), no d_value.
+// With sinks the statistics already hold the sink (the forward's), so P and dS are unchanged; the
+// row pass also writes each head's d_sinks term -P_sink * delta, P_sink = exp(sink - m) / l (0 for
+// a -inf sink), to the workspace, and after the SyncAll AIV 0 sums the terms in token order into
+// d_sinks: an order fixed by the shape, so d_sinks too has the same bits for any core count.
 #include "kernel_operator.h"
 #include "lib/matmul_intf.h"
 
@@ -40,11 +44,13 @@ struct SfaGradIo {
   GM_ADDR lens_kv;
   GM_ADDR query_rope;
   GM_ADDR key_rope;
+  GM_ADDR sinks;
   GM_ADDR d_query;
   GM_ADDR d_key;
   GM_ADDR d_value;
   GM_ADDR d_query_rope;
   GM_ADDR d_key_rope;
+  GM_ADDR d_sinks;
   GM_ADDR workspace;
 };
 
@@ -67,19 +73,21 @@ class SparseFlashAttentionGradKernel {
     }
     InitGm(io);
     geo_.Init(t, io.lens_q, io.lens_kv);
-    ub_.Init(pipe_, mgo::tiling::PlanSfaUb(true, t.gatherRows, t.ubTileRows, t.chunkCols, t.dk, t.mRows));
+    ub_.Init(pipe_, mgo::tiling::PlanSfaUb(true, t.gatherRows, t.ubTileRows, t.chunkCols, t.dk, t.mRows,
+                                           t.hasSinks ? t.n1 : 0));
     gather_.Init(ub_.gather.template Get<T>(), t.gatherRows);
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) QueryRow(row);
     SyncAll();  // every delta is in the workspace before any key pass reads it
     for (uint32_t kr = t.keyRowStart[aiv]; kr < t.keyRowStart[aiv + 1]; ++kr) KeyRow(kr);
+    if (t.hasSinks && aiv == 0) SumSinkTerms();
     mmNT_.End();
     mmNN_.End();
     mmTN_.End();
   }
 
  private:
-  enum StatSlot : uint32_t { kMax = 0, kSum = 1, kDelta = 2 };
+  enum StatSlot : uint32_t { kMax = 0, kSum = 1, kDelta = 2, kSink = 3, kSinkTerm = 4 };
 
   __aicore__ inline void InitGm(const SfaGradIo& io) {
     const uint64_t q_rows = uint64_t{t_.t1} * t_.n1;
@@ -119,6 +127,11 @@ class SparseFlashAttentionGradKernel {
     wsDk_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsDk), block_cols * t_.dk);
     wsDv_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsDv), block_cols * t_.d);
     wsDelta_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(user + t_.wsDelta), q_rows);
+    if (t_.hasSinks) {
+      sinkGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.sinks), t_.n1);
+      dSinkGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.d_sinks), t_.n1);
+      wsSink_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(user + t_.wsSink), q_rows);
+    }
   }
 
   __aicore__ inline GlobalTensor<T> Rope(const GlobalTensor<T>& g, uint64_t off) const {
@@ -138,6 +151,7 @@ class SparseFlashAttentionGradKernel {
       Stat(kMax).SetValue(h, maxGm_.GetValue(at + h));
       Stat(kSum).SetValue(h, sumGm_.GetValue(at + h));
     }
+    if (t_.hasSinks) SinkTerms(q_row0, r.g * t_.g);
 
     const SfaKeyChunkIo<T> io{kGm_, krGm_, vGm_, wsKf_, wsV_};
     const uint32_t chunks = GatherKeyChunks(t_, geo_, r, row, idxGm_, gather_, io,
@@ -167,6 +181,42 @@ class SparseFlashAttentionGradKernel {
     }
     SyncPipes<HardEvent::S_MTE3>();
     StoreF32(wsDelta_[q_row0], Stat(kDelta), t_.g);
+  }
+
+  // The d_sinks terms of the G heads of a row (first head head0): -exp(sink - m) / l * delta,
+  // 0 for a -inf sink (whose row may have l = 0) -> wsSink. An empty row has delta = 0.
+  __aicore__ inline void SinkTerms(uint64_t q_row0, uint32_t head0) {
+    const LocalTensor<float> sink = Stat(kSink);
+    const LocalTensor<float> term = Stat(kSinkTerm);
+    for (uint32_t h = 0; h < t_.g; ++h) sink.SetValue(h, sinkGm_.GetValue(head0 + h));
+    SyncPipes<HardEvent::S_V>();
+    Sub(term, sink, Stat(kMax), t_.g);
+    Exp(term, term, t_.g);
+    Div(term, term, Stat(kSum), t_.g);
+    Mul(term, term, Stat(kDelta), t_.g);
+    Muls(term, term, -1.0f, t_.g);
+    SyncPipes<HardEvent::V_S>();
+    for (uint32_t h = 0; h < t_.g; ++h) {
+      if (sink.GetValue(h) < kLowestFloat) term.SetValue(h, 0.0f);  // -inf: no sink
+    }
+    SyncPipes<HardEvent::S_MTE3>();
+    StoreF32(wsSink_[q_row0], term, t_.g);
+  }
+
+  // d_sinks = the sum over query tokens, ascending, of the rows' terms: [t1, n1] through the score
+  // tile, sinkTileRows token rows at a time, added row by row into the [n1] accumulator.
+  __aicore__ inline void SumSinkTerms() {
+    const LocalTensor<float> acc = ub_.sink.template Get<float>();
+    const LocalTensor<float> tile = ub_.score.template Get<float>();
+    const uint32_t pitch = static_cast<uint32_t>(mgo::tiling::AlignUp(t_.n1, 8));
+    Duplicate(acc, 0.0f, t_.n1);
+    for (uint32_t t0 = 0; t0 < t_.t1; t0 += t_.sinkTileRows) {
+      const uint32_t rows = t_.t1 - t0 < t_.sinkTileRows ? t_.t1 - t0 : t_.sinkTileRows;
+      SyncPipes<HardEvent::V_MTE2>();  // the previous tile is consumed
+      LoadRowsF32(tile, wsSink_[uint64_t{t0} * t_.n1], rows, t_.n1);
+      for (uint32_t i = 0; i < rows; ++i) Add(acc, acc, tile[i * pitch], t_.n1);
+    }
+    StoreF32(dSinkGm_, acc, t_.n1);
   }
 
   // One chunk of n keys of a query row: S, dP (AIC); P, dS (AIV); dqf (+)= dS kf (AIC).
@@ -364,6 +414,7 @@ class SparseFlashAttentionGradKernel {
   GlobalTensor<float> maxGm_, sumGm_;
   GlobalTensor<T> wsQf_, wsKf_, wsV_, wsDo_, wsP_, wsDs_;
   GlobalTensor<float> wsS_, wsDp_, wsAcc_, wsDk_, wsDv_, wsDelta_;
+  GlobalTensor<float> sinkGm_, dSinkGm_, wsSink_;
 };
 
 }  // namespace mgo::kernel
@@ -372,16 +423,16 @@ class SparseFlashAttentionGradKernel {
 extern "C" __global__ __aicore__ void sparse_flash_attention_grad(
     GM_ADDR query, GM_ADDR key, GM_ADDR value, GM_ADDR sparse_indices, GM_ADDR d_out, GM_ADDR out,
     GM_ADDR softmax_max, GM_ADDR softmax_sum, GM_ADDR actual_seq_lengths_query, GM_ADDR actual_seq_lengths_kv,
-    GM_ADDR query_rope, GM_ADDR key_rope, GM_ADDR d_query, GM_ADDR d_key, GM_ADDR d_value, GM_ADDR d_query_rope,
-    GM_ADDR d_key_rope, GM_ADDR workspace, GM_ADDR tiling) {
+    GM_ADDR query_rope, GM_ADDR key_rope, GM_ADDR sinks, GM_ADDR d_query, GM_ADDR d_key, GM_ADDR d_value,
+    GM_ADDR d_query_rope, GM_ADDR d_key_rope, GM_ADDR d_sinks, GM_ADDR workspace, GM_ADDR tiling) {
   using mgo::tiling::DType;
   using mgo::tiling::SparseFlashAttentionGradTilingKey;
   AscendC::SetSysWorkspace(workspace);
   REGISTER_TILING_DEFAULT(mgo::tiling::SparseFlashAttentionGradTilingData);
   GET_TILING_DATA(tiling_data, tiling);
   const mgo::kernel::SfaGradIo io{query, key, value, sparse_indices, d_out, out, softmax_max, softmax_sum,
-                                  actual_seq_lengths_query, actual_seq_lengths_kv, query_rope, key_rope, d_query,
-                                  d_key, d_value, d_query_rope, d_key_rope, workspace};
+                                  actual_seq_lengths_query, actual_seq_lengths_kv, query_rope, key_rope, sinks,
+                                  d_query, d_key, d_value, d_query_rope, d_key_rope, d_sinks, workspace};
   if (TILING_KEY_IS(SparseFlashAttentionGradTilingKey(DType::kFloat16))) {
     mgo::kernel::SparseFlashAttentionGradKernel<half> op;
     op.Run(io, tiling_data);

@@ -14,7 +14,7 @@
 namespace mgo::op_host {
 
 // float16/bfloat16 inputs, weights (and d_weights) of the same dtype or float32; optional inputs
-// may be omitted or be the zero-size placeholder.
+// (rope, lengths, sinks) may be omitted or be the zero-size placeholder.
 struct SparseLightningIndexerGradKLLossHost : SparseLightningIndexerGradKLLossDef {
   // The pure tiling's view of the shapes; TND without lengths (one sequence) is batch 0. The
   // lengths' values live on the device, so rows are balanced by count. The key pass waits for
@@ -26,7 +26,13 @@ struct SparseLightningIndexerGradKLLossHost : SparseLightningIndexerGradKLLossDe
     const size_t r = CheckTokenRank(a.layout, {&q, &k, &qi, &si}, "query/key/query_index/sparse_indices");
     const uint64_t dr = mgo::infer::is_absent(qr.shape) ? 0 : Dim(qr, r - 1);
     const mgo::tiling::SliShape s{ReadTokens(a.layout, q, k, in[Table::In::kActualSeqLengthsQuery]),
-                                  Dim(q, r - 2), Dim(q, r - 1), dr, Dim(qi, r - 2), Dim(qi, r - 1), Dim(si, r - 1)};
+                                  Dim(q, r - 2),
+                                  Dim(q, r - 1),
+                                  dr,
+                                  Dim(qi, r - 2),
+                                  Dim(qi, r - 1),
+                                  Dim(si, r - 1),
+                                  !mgo::infer::is_absent(in[Table::In::kSinks].shape)};
     const auto t = mgo::tiling::ComputeSparseLightningIndexerGradKLLossTiling(
         s, a, dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
         mgo::tiling::SeqLengths{nullptr, nullptr, 0}, CubeOf(p));

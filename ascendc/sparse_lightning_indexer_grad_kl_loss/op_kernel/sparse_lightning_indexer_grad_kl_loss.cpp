@@ -14,6 +14,10 @@
 // fixed by the shape, so the bits do not depend on the core count or on the order cores run in
 // (deterministic in every mode, which honours deterministic = true). AIV 0 then sums the per-token
 // losses in token order into loss.
+// With sinks (float32 [N1]; the statistics are the forward's, which hold the sink) each head's
+// probabilities miss its sink's share P_sink = exp(sink - max) / sum, so the teacher is scaled by
+// 1 / (N1 - sum_h P_sink) instead of 1 / N1: p sums to 1 over the token's keys again, and
+// dI = y - p stays the KL gradient. A -inf sink has P_sink = 0 (the scale of no sink).
 #include <type_traits>
 
 #include "kernel_operator.h"
@@ -40,6 +44,7 @@ struct SliGradIo {
   GM_ADDR key_rope;
   GM_ADDR lens_q;
   GM_ADDR lens_k;
+  GM_ADDR sinks;
   GM_ADDR d_query_index;
   GM_ADDR d_key_index;
   GM_ADDR d_weights;
@@ -89,6 +94,7 @@ class SparseLightningIndexerGradKernel {
       krGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.key_rope), uint64_t{t_.t2} * t_.dr);
     }
     lossGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.loss), 1);
+    if (t_.hasSinks) sinkGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.sinks), t_.n1);
     GM_ADDR user = GetUserWorkspace(io.workspace);
     aivWs_ = user + static_cast<uint64_t>(GetBlockIdx()) * t_.aivWsBytes;
     wsQf_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(aivWs_ + t_.wsQf), uint64_t{t_.n1} * t_.dk);
@@ -148,7 +154,7 @@ class SparseLightningIndexerGradKernel {
       EmptyRow(t);
       return;
     }
-    Muls(V(kP), V(kP), 1.0f / static_cast<float>(t_.n1), n);
+    Muls(V(kP), V(kP), t_.hasSinks ? SinkTeacherScale() : 1.0f / static_cast<float>(t_.n1), n);
 
     // Sx = q_index Kiᵀ [nIdx, n]; I = sum_g w_g relu(Sx[g]).
     core_.Scores(t, n);
@@ -192,6 +198,21 @@ class SparseLightningIndexerGradKernel {
       }
       SyncPipes<HardEvent::V_MTE2>();  // the next tile overwrites s
     }
+  }
+
+  // 1 / (N1 - sum_h exp(sink_h - max_h) / sum_h) for the token whose statistics are in H(kMax),
+  // H(kSum); H(kDw) is free until RowGrads.
+  __aicore__ inline float SinkTeacherScale() {
+    const LocalTensor<float> p_sink = H(kDw);
+    SyncPipes<HardEvent::V_S>();  // the last token's d_weights (vector, after MTE3) left H(kDw)
+    for (uint32_t h = 0; h < t_.n1; ++h) p_sink.SetValue(h, sinkGm_.GetValue(h));
+    SyncPipes<HardEvent::S_V>();
+    Sub(p_sink, p_sink, H(kMax), t_.n1);
+    Exp(p_sink, p_sink, t_.n1);
+    Div(p_sink, p_sink, H(kSum), t_.n1);
+    ReduceSum(Red(), p_sink, ub_.work.template Get<float>(), t_.n1);
+    SyncPipes<HardEvent::V_S>();
+    return 1.0f / (static_cast<float>(t_.n1) - Reduced());
   }
 
   // y = softmax(I) in place of I; the token's loss sum_j p (ln max(p, 1e-8) - ln max(y, 1e-8))
@@ -271,7 +292,7 @@ class SparseLightningIndexerGradKernel {
   IndexerGradUbBufs<mgo::tiling::SliUbPlan> ub_;
   GM_ADDR aivWs_ = nullptr;
   GlobalTensor<T> qGm_, kGm_, qrGm_, krGm_;
-  GlobalTensor<float> maxGm_, sumGm_, lossGm_;
+  GlobalTensor<float> maxGm_, sumGm_, lossGm_, sinkGm_;
   GlobalTensor<T> wsQf_, wsKf_;
   GlobalTensor<float> wsS_, wsDi_, wsLoss_;
 };
@@ -282,8 +303,8 @@ class SparseLightningIndexerGradKernel {
 extern "C" __global__ __aicore__ void sparse_lightning_indexer_grad_kl_loss(
     GM_ADDR query, GM_ADDR key, GM_ADDR query_index, GM_ADDR key_index, GM_ADDR weights, GM_ADDR sparse_indices,
     GM_ADDR softmax_max, GM_ADDR softmax_sum, GM_ADDR query_rope, GM_ADDR key_rope, GM_ADDR actual_seq_lengths_query,
-    GM_ADDR actual_seq_lengths_key, GM_ADDR d_query_index, GM_ADDR d_key_index, GM_ADDR d_weights, GM_ADDR loss,
-    GM_ADDR workspace, GM_ADDR tiling) {
+    GM_ADDR actual_seq_lengths_key, GM_ADDR sinks, GM_ADDR d_query_index, GM_ADDR d_key_index, GM_ADDR d_weights,
+    GM_ADDR loss, GM_ADDR workspace, GM_ADDR tiling) {
   using mgo::tiling::DType;
   using mgo::tiling::SparseLightningIndexerGradKLLossTilingKey;
   AscendC::SetSysWorkspace(workspace);
@@ -291,7 +312,8 @@ extern "C" __global__ __aicore__ void sparse_lightning_indexer_grad_kl_loss(
   GET_TILING_DATA(tiling_data, tiling);
   const mgo::kernel::SliGradIo io{query, key, query_index, key_index, weights, sparse_indices, softmax_max,
                                   softmax_sum, query_rope, key_rope, actual_seq_lengths_query,
-                                  actual_seq_lengths_key, d_query_index, d_key_index, d_weights, loss, workspace};
+                                  actual_seq_lengths_key, sinks, d_query_index, d_key_index, d_weights, loss,
+                                  workspace};
   if (TILING_KEY_IS(SparseLightningIndexerGradKLLossTilingKey(DType::kFloat16, false))) {
     mgo::kernel::SparseLightningIndexerGradKernel<half, half> op;
     op.Run(io, tiling_data);

@@ -19,10 +19,11 @@ using harness::SfaArgs;  // generated into harness_args.h with its ctypes mirror
 using harness::SparseFlashAttentionAttrArgs;
 using harness::SparseFlashAttentionGradAttrArgs;
 
-SfaShape Shape(const SfaArgs& a, Layout layout) {
+// sinks: whether the sinks input is given (a non-null pointer at the entry points).
+SfaShape Shape(const SfaArgs& a, Layout layout, bool sinks) {
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   return SfaShape{{layout, u(a.batch), u(a.s1), u(a.s2), u(a.t1), u(a.t2)}, u(a.n1), u(a.n2), u(a.d), u(a.dr),
-                  u(a.k), a.lens_int64 != 0, a.value_absent != 0};
+                  u(a.k), a.lens_int64 != 0, a.value_absent != 0, sinks};
 }
 
 CubePlatform Platform(const SfaArgs& a) {
@@ -53,6 +54,7 @@ struct HostLens {
 // The GM inputs both kernels take (absent optional ones are not registered).
 struct SharedInputs {
   const void *q, *k, *v, *idx, *qr, *kr, *lens_q, *lens_kv;
+  const float* sinks;  // null: absent
 };
 
 void RegisterShared(harness::GmScope& gm, const SfaArgs& a, Layout layout, const SharedInputs& in) {
@@ -70,6 +72,7 @@ void RegisterShared(harness::GmScope& gm, const SfaArgs& a, Layout layout, const
     gm.Input(in.lens_q, LensBytes(a), "actual_seq_lengths_query");
     gm.Input(in.lens_kv, LensBytes(a), "actual_seq_lengths_kv");
   }
+  if (in.sinks != nullptr) gm.Input(in.sinks, static_cast<uint64_t>(a.n1) * 4, "sinks");
 }
 
 template <typename Result>
@@ -83,13 +86,14 @@ void FillInfo(harness::RunInfo* info, const AscendC::twin::MixStats& stats, cons
 
 extern "C" {
 
-// The pure tiling of the forward (`fwd` given) or the grad (`grad` given). Writes the tiling's
-// scalars and per-AIV ranges (arrays of 2 * core_num + 1 entries): out = {usedAicNum, aivNum,
-// keyChunk, rowChunk, ubBytes, workspaceBytes, tilingKey, ubTileRows, gatherRows, chunkCols, mRows,
-// aivWsBytes, wsDelta}.
+// The pure tiling of the forward (`fwd` given) or the grad (`grad` given), with sinks or not.
+// Writes the tiling's scalars and per-AIV ranges (arrays of 2 * core_num + 1 entries): out =
+// {usedAicNum, aivNum, keyChunk, rowChunk, ubBytes, workspaceBytes, tilingKey, ubTileRows,
+// gatherRows, chunkCols, mRows, aivWsBytes, wsDelta, wsSink, sinkTileRows}.
 int twin_sfa_schedule(int dtype, const SfaArgs* a, const SparseFlashAttentionAttrArgs* fwd,
-                      const SparseFlashAttentionGradAttrArgs* grad, const void* lens_q, const void* lens_kv,
-                      int64_t* out, int64_t* row_start, int64_t* key_row_start, char* err, int64_t err_len) {
+                      const SparseFlashAttentionGradAttrArgs* grad, int sinks, const void* lens_q,
+                      const void* lens_kv, int64_t* out, int64_t* row_start, int64_t* key_row_start, char* err,
+                      int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const auto write = [&](const auto& tiling) -> int {
       const auto& r = tiling.result;
@@ -98,7 +102,7 @@ int twin_sfa_schedule(int dtype, const SfaArgs* a, const SparseFlashAttentionAtt
       const int64_t vals[] = {t.usedAicNum, t.aivNum, t.keyChunk, t.rowChunk, static_cast<int64_t>(r.ubBytes),
                               static_cast<int64_t>(r.workspaceBytes), static_cast<int64_t>(tiling.tilingKey),
                               t.ubTileRows, t.gatherRows, t.chunkCols, t.mRows, static_cast<int64_t>(t.aivWsBytes),
-                              static_cast<int64_t>(t.wsDelta)};
+                              static_cast<int64_t>(t.wsDelta), static_cast<int64_t>(t.wsSink), t.sinkTileRows};
       for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); ++i) out[i] = vals[i];
       for (uint32_t i = 0; i <= t.aivNum; ++i) {
         row_start[i] = t.rowStart[i];
@@ -110,31 +114,31 @@ int twin_sfa_schedule(int dtype, const SfaArgs* a, const SparseFlashAttentionAtt
     if (fwd != nullptr) {
       const auto attrs = harness::ToAttrs(*fwd);
       const HostLens lens(*a, attrs.layout, lens_q, lens_kv);
-      return write(mgo::tiling::ComputeSparseFlashAttentionTiling(Shape(*a, attrs.layout), attrs, dt, lens.view,
-                                                                  Platform(*a)));
+      return write(mgo::tiling::ComputeSparseFlashAttentionTiling(Shape(*a, attrs.layout, sinks != 0), attrs, dt,
+                                                                  lens.view, Platform(*a)));
     }
     const auto attrs = harness::ToAttrs(*grad);
     const HostLens lens(*a, attrs.layout, lens_q, lens_kv);
-    return write(mgo::tiling::ComputeSparseFlashAttentionGradTiling(Shape(*a, attrs.layout), attrs, dt, lens.view,
-                                                                    Platform(*a)));
+    return write(mgo::tiling::ComputeSparseFlashAttentionGradTiling(Shape(*a, attrs.layout, sinks != 0), attrs, dt,
+                                                                    lens.view, Platform(*a)));
   });
 }
 
 int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const SparseFlashAttentionAttrArgs* raw, const void* q,
                                 const void* k, const void* v, const int32_t* idx, const void* qr, const void* kr,
-                                const void* lens_q, const void* lens_kv, void* out, float* smax, float* ssum,
-                                harness::RunInfo* info, char* err, int64_t err_len) {
+                                const void* lens_q, const void* lens_kv, const float* sinks, void* out, float* smax,
+                                float* ssum, harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const auto attrs = harness::ToAttrs(*raw);
     const HostLens lens(*a, attrs.layout, lens_q, lens_kv);
     const auto tiling = mgo::tiling::ComputeSparseFlashAttentionTiling(
-        Shape(*a, attrs.layout), attrs, static_cast<DType>(dtype), lens.view, Platform(*a));
+        Shape(*a, attrs.layout, sinks != nullptr), attrs, static_cast<DType>(dtype), lens.view, Platform(*a));
     if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const uint64_t q_rows = static_cast<uint64_t>(a->t1 * a->n1);
     std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
     auto tiling_gm = harness::TilingBytes(tiling.result.data);
     harness::GmScope gm;
-    RegisterShared(gm, *a, attrs.layout, SharedInputs{q, k, v, idx, qr, kr, lens_q, lens_kv});
+    RegisterShared(gm, *a, attrs.layout, SharedInputs{q, k, v, idx, qr, kr, lens_q, lens_kv, sinks});
     gm.Output(out, q_rows * a->d * 2, "out");
     gm.Output(smax, q_rows * 4, "softmax_max");
     gm.Output(ssum, q_rows * 4, "softmax_sum");
@@ -147,7 +151,7 @@ int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const SparseFlashAt
           sparse_flash_attention(u8(q), u8(k), a->value_absent ? nullptr : u8(v), u8(idx),
                                  a->dr > 0 ? u8(qr) : nullptr, a->dr > 0 ? u8(kr) : nullptr,
                                  HasLens(*a, attrs.layout) ? u8(lens_q) : nullptr,
-                                 HasLens(*a, attrs.layout) ? u8(lens_kv) : nullptr, u8(out),
+                                 HasLens(*a, attrs.layout) ? u8(lens_kv) : nullptr, u8(sinks), u8(out),
                                  u8(smax), u8(ssum), ws.data(), tiling_gm.data());
         });
     FillInfo(info, stats, tiling.result);
@@ -158,21 +162,21 @@ int twin_sparse_flash_attention(int dtype, const SfaArgs* a, const SparseFlashAt
 int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const SparseFlashAttentionGradAttrArgs* raw,
                                      const void* q, const void* k, const void* v, const int32_t* idx,
                                      const void* d_out, const void* out, const float* smax, const float* ssum,
-                                     const void* lens_q, const void* lens_kv, const void* qr, const void* kr, void* dq,
-                                     void* dk, void* dv, void* dqr, void* dkr, harness::RunInfo* info, char* err,
-                                     int64_t err_len) {
+                                     const void* lens_q, const void* lens_kv, const void* qr, const void* kr,
+                                     const float* sinks, void* dq, void* dk, void* dv, void* dqr, void* dkr,
+                                     float* d_sinks, harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const auto attrs = harness::ToAttrs(*raw);
     const HostLens lens(*a, attrs.layout, lens_q, lens_kv);
     const auto tiling = mgo::tiling::ComputeSparseFlashAttentionGradTiling(
-        Shape(*a, attrs.layout), attrs, static_cast<DType>(dtype), lens.view, Platform(*a));
+        Shape(*a, attrs.layout, sinks != nullptr), attrs, static_cast<DType>(dtype), lens.view, Platform(*a));
     if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const uint64_t q_rows = static_cast<uint64_t>(a->t1 * a->n1);
     const uint64_t k_rows = static_cast<uint64_t>(a->t2 * a->n2);
     std::vector<uint8_t> ws(AscendC::twin::kSysWorkspaceBytes + tiling.result.workspaceBytes, 0xFF);
     auto tiling_gm = harness::TilingBytes(tiling.result.data);
     harness::GmScope gm;
-    RegisterShared(gm, *a, attrs.layout, SharedInputs{q, k, v, idx, qr, kr, lens_q, lens_kv});
+    RegisterShared(gm, *a, attrs.layout, SharedInputs{q, k, v, idx, qr, kr, lens_q, lens_kv, sinks});
     gm.Input(d_out, q_rows * a->d * 2, "d_out");
     gm.Input(out, q_rows * a->d * 2, "out");
     gm.Input(smax, q_rows * 4, "softmax_max");
@@ -184,6 +188,7 @@ int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const SparseFl
       gm.Output(dqr, q_rows * a->dr * 2, "d_query_rope");
       gm.Output(dkr, k_rows * a->dr * 2, "d_key_rope");
     }
+    if (sinks != nullptr) gm.Output(d_sinks, static_cast<uint64_t>(a->n1) * 4, "d_sinks");
     gm.Workspace(ws.data(), ws.size(), "workspace");
     gm.Input(tiling_gm.data(), tiling_gm.size(), "tiling");
     auto u8 = [](const void* p) { return static_cast<GM_ADDR>(const_cast<void*>(p)); };
@@ -195,9 +200,9 @@ int twin_sparse_flash_attention_grad(int dtype, const SfaArgs* a, const SparseFl
         static_cast<uint64_t>(a->seed), [&] {
           sparse_flash_attention_grad(u8(q), u8(k), value ? u8(v) : nullptr, u8(idx), u8(d_out), u8(out), u8(smax), u8(ssum),
                                       tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr,
-                                      rope ? u8(qr) : nullptr, rope ? u8(kr) : nullptr, u8(dq), u8(dk),
-                                      value ? u8(dv) : nullptr,
-                                      rope ? u8(dqr) : nullptr, rope ? u8(dkr) : nullptr, ws.data(),
+                                      rope ? u8(qr) : nullptr, rope ? u8(kr) : nullptr, u8(sinks), u8(dq),
+                                      u8(dk), value ? u8(dv) : nullptr, rope ? u8(dqr) : nullptr,
+                                      rope ? u8(dkr) : nullptr, sinks != nullptr ? u8(d_sinks) : nullptr, ws.data(),
                                       tiling_gm.data());
         });
     FillInfo(info, stats, tiling.result);

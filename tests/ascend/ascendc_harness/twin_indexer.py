@@ -82,6 +82,7 @@ class SliProblem:
     lens_q: list[int] | None
     lens_k: list[int] | None
     attrs: dict[str, object] = field(default_factory=dict)
+    sinks: np.ndarray | None = None  # float32 [N1], or None (absent)
 
     @property
     def layout(self) -> str:
@@ -116,9 +117,10 @@ def sparse_lightning_indexer_grad_kl_loss(p: SliProblem, core_num: int, seed: in
     outs = [poisoned(a["query_index"].shape), poisoned(a["key_index"].shape),
             _poisoned_as(a["weights"].shape, p.wdtype)]
     loss = np.full(1, np.nan, np.float32)
+    sinks = None if p.sinks is None else np.ascontiguousarray(p.sinks, np.float32)
     info = call("twin_sparse_lightning_indexer_grad_kl_loss", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
                 ctypes.byref(attr_args(SLI, {**p.attrs, **attrs})), *(P(ptr(x)) for x in ins), P(ptr(w)), P(ptr(idx)),
-                *(P(ptr(x)) for x in stats), ptr_or_none(ropes[0]), ptr_or_none(ropes[1]), lq, lk,
+                *(P(ptr(x)) for x in stats), ptr_or_none(ropes[0]), ptr_or_none(ropes[1]), lq, lk, ptr_or_none(sinks),
                 *(P(ptr(x)) for x in outs), P(ptr(loss)))
     del keep
     values = (from_bits(outs[0], p.dtype), from_bits(outs[1], p.dtype), _load(outs[2], p.wdtype), float(loss[0]))
@@ -172,6 +174,7 @@ class LiProblem:
     lens_q: list[int] | None
     lens_k: list[int] | None
     attrs: dict[str, object] = field(default_factory=dict)
+    sinks: np.ndarray | None = None  # float32 [N1], or None (absent)
 
     @property
     def layout(self) -> str:
@@ -261,6 +264,7 @@ class LigProblem:
     lens_q: list[int] | None
     lens_k: list[int] | None
     attrs: dict[str, object] = field(default_factory=dict)
+    sinks: np.ndarray | None = None  # float32 [N1], or None (absent)
 
     @property
     def layout(self) -> str:

@@ -32,8 +32,9 @@ from .twin_lib import (
 class SfaProblem:
     """Inputs of one sparse_flash_attention(_grad) call in the layouts of docs/contract.md section 0.2 (float arrays
     already rounded to ``dtype``); lengths cumulative (TND; None = one sequence) or None (BSND);
-    value None = key is value. ``attrs``: sparse_flash_attention's attributes by their table names
-    (the grad's others are given per call); the table's defaults for those not given."""
+    value None = key is value; sinks float32 [N1] or None (absent). ``attrs``: sparse_flash_attention's
+    attributes by their table names (the grad's others are given per call); the table's defaults for
+    those not given."""
 
     dtype: str
     query: np.ndarray
@@ -47,6 +48,7 @@ class SfaProblem:
     attrs: dict[str, object] = field(default_factory=dict)
     lens_hidden: bool = False  # TND lengths unknown to the host tiling (no value-depend input)
     lens_dtype: str = "int32"
+    sinks: np.ndarray | None = None
 
     @property
     def layout(self) -> str:
@@ -75,6 +77,9 @@ class SfaProblem:
             return value, [self.query.shape[0]], [self.key.shape[0]]
         return value, self.lens_q, self.lens_kv
 
+    def sinks_f32(self) -> np.ndarray | None:
+        return None if self.sinks is None else np.ascontiguousarray(self.sinks, np.float32)
+
     def lens_ptrs(self) -> tuple[object, object, list[np.ndarray]]:
         if self.lens_q is None or self.lens_hidden:
             return None, None, []
@@ -98,9 +103,11 @@ def sparse_flash_attention(p: SfaProblem, core_num: int, seed: int = 0) -> Kerne
     stats_shape = (args.t1 * args.n1,)
     smax = np.full(stats_shape, np.nan, np.float32)
     ssum = np.full(stats_shape, np.nan, np.float32)
+    sinks = p.sinks_f32()
     info = call("twin_sparse_flash_attention", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
                 ctypes.byref(attr_args("sparse_flash_attention", p.attrs)), *(P(ptr(a)) for a in ins), P(ptr(idx)),
-                ptr_or_none(ropes[0]), ptr_or_none(ropes[1]), lq, lkv, P(ptr(out)), P(ptr(smax)), P(ptr(ssum)))
+                ptr_or_none(ropes[0]), ptr_or_none(ropes[1]), lq, lkv, ptr_or_none(sinks), P(ptr(out)), P(ptr(smax)),
+                P(ptr(ssum)))
     del keep
     return KernelRun((from_bits(out, p.dtype), smax.astype(np.float64), ssum.astype(np.float64)), info)
 
@@ -120,6 +127,8 @@ class SfaSchedule:
     m_rows: int
     aiv_ws_bytes: int
     ws_delta: int
+    ws_sink: int
+    sink_tile_rows: int
     row_start: np.ndarray
     key_row_start: np.ndarray
 
@@ -130,17 +139,18 @@ def sfa_schedule(kernel: str, p: SfaProblem, core_num: int, ub_bytes: int = DEFA
     the grad's attributes beyond the problem's)."""
     fwd = attr_args("sparse_flash_attention", p.attrs) if kernel == "forward" else None
     grad = None if kernel == "forward" else attr_args("sparse_flash_attention_grad", {**p.attrs, **grad_attrs})
-    attrs = [None if a is None else ctypes.byref(a) for a in (fwd, grad)]
+    attrs = [None if a is None else ctypes.byref(a) for a in (fwd, grad)] + [ctypes.c_int(p.sinks is not None)]
     out, rows, keys = mixed_schedule("twin_sfa_schedule", p.dtype, p.args(core_num, 0, ub_bytes), attrs,
-                                     p.lens_ptrs(), 13, core_num, True)
+                                     p.lens_ptrs(), 15, core_num, True)
     return SfaSchedule(*(int(x) for x in out), rows, keys)
 
 
 def sparse_flash_attention_grad(p: SfaProblem, d_out: np.ndarray, out: np.ndarray, softmax_max: np.ndarray,
                                 softmax_sum: np.ndarray, core_num: int, seed: int = 0,
                                 **grad_attrs: object) -> KernelRun:
-    """(d_query, d_key, d_value, d_query_rope, d_key_rope) of the grad kernel on the twin
-    (rope gradients None without rope); ``grad_attrs``: the grad's attributes beyond the problem's."""
+    """(d_query, d_key, d_value, d_query_rope, d_key_rope, d_sinks) of the grad kernel on the twin
+    (rope gradients None without rope, d_sinks float32 [N1] or None without sinks); ``grad_attrs``: the
+    grad's attributes beyond the problem's."""
     args = p.args(core_num, seed)
     ins = [to_bits(a, p.dtype) for a in (p.query, p.key, p.key if p.value is None else p.value)]
     grads = [to_bits(d_out, p.dtype), to_bits(out, p.dtype)]
@@ -150,13 +160,16 @@ def sparse_flash_attention_grad(p: SfaProblem, d_out: np.ndarray, out: np.ndarra
     lq, lkv, keep = p.lens_ptrs()
     outs = [poisoned(p.query.shape), poisoned(p.key.shape), poisoned(p.key.shape)]
     rope_outs = [None, None] if p.query_rope is None else [poisoned(p.query_rope.shape), poisoned(p.key_rope.shape)]
+    sinks = p.sinks_f32()
+    d_sinks = None if sinks is None else np.full(sinks.shape, np.nan, np.float32)
     raw = attr_args("sparse_flash_attention_grad", {**p.attrs, **grad_attrs})
     info = call("twin_sparse_flash_attention_grad", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
                 ctypes.byref(raw), *(P(ptr(a)) for a in ins), P(ptr(idx)), *(P(ptr(a)) for a in grads),
-                *(P(ptr(a)) for a in stats), lq, lkv, ptr_or_none(ropes[0]), ptr_or_none(ropes[1]),
-                *(P(ptr(a)) for a in outs), ptr_or_none(rope_outs[0]), ptr_or_none(rope_outs[1]))
+                *(P(ptr(a)) for a in stats), lq, lkv, ptr_or_none(ropes[0]), ptr_or_none(ropes[1]), ptr_or_none(sinks),
+                *(P(ptr(a)) for a in outs), ptr_or_none(rope_outs[0]), ptr_or_none(rope_outs[1]), ptr_or_none(d_sinks))
     del keep
     values = [from_bits(o, p.dtype) for o in outs] + [None if o is None else from_bits(o, p.dtype) for o in rope_outs]
+    values.append(None if d_sinks is None else d_sinks.astype(np.float64))
     if p.value is None:  # key is value: no d_value (its poisoned buffer must stay untouched)
         assert np.all(outs[2] == NAN16), "d_value written although value is absent"
         values[2] = None

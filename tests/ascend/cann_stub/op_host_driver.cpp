@@ -33,7 +33,7 @@ void Describe(const mgo::tiling::ClaGateTilingData& t) {
 
 void Describe(const mgo::tiling::SfaTilingData& t) {
   std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " block_size=" << t.blockSize
-            << " has_rope=" << t.hasRope << " has_value=" << t.hasValue
+            << " has_rope=" << t.hasRope << " has_value=" << t.hasValue << " has_sinks=" << t.hasSinks
             << " seq_lens_int64=" << t.seqLensInt64 << " batch=" << t.batch
             << " s1=" << t.s1 << " s2=" << t.s2 << " t1=" << t.t1 << " t2=" << t.t2 << " n1=" << t.n1
             << " n2=" << t.n2 << " d=" << t.d << " dr=" << t.dr << " k=" << t.k << " scale=" << t.scaleValue
@@ -42,7 +42,7 @@ void Describe(const mgo::tiling::SfaTilingData& t) {
 
 void Describe(const mgo::tiling::SliTilingData& t) {
   std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " has_rope=" << t.hasRope
-            << " batch=" << t.batch << " s1=" << t.s1 << " s2=" << t.s2
+            << " has_sinks=" << t.hasSinks << " batch=" << t.batch << " s1=" << t.s1 << " s2=" << t.s2
             << " t1=" << t.t1 << " t2=" << t.t2 << " n1=" << t.n1 << " d=" << t.d << " dr=" << t.dr
             << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx << " k=" << t.k << " scale=" << t.scaleValue
             << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
