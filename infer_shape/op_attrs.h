@@ -103,6 +103,44 @@ struct SparseLightningIndexerGradKLLossAscend {
   };
 };
 
+// dense_lightning_indexer_softmax_lse: table::DenseLightningIndexerSoftmaxLse::Attrs, in table order (defaults: table::DenseLightningIndexerSoftmaxLse::kDefaults).
+struct DenseLightningIndexerSoftmaxLseAttrs {
+  Layout layout;
+  SparseMode sparse_mode;
+};
+
+// The sizes dense_lightning_indexer_softmax_lse's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
+struct DenseLightningIndexerSoftmaxLseAscend {
+  struct Nidx {
+    static constexpr uint64_t kMin = 1, kMax = 128;
+    static constexpr const char* kError = "Nidx (indexer heads, query_index dim -2) must be in [1, 128] on Ascend";
+  };
+};
+
+// dense_lightning_indexer_grad_kl_loss: table::DenseLightningIndexerGradKLLoss::Attrs, in table order (defaults: table::DenseLightningIndexerGradKLLoss::kDefaults).
+struct DenseLightningIndexerGradKLLossAttrs {
+  double scale_value;
+  Layout layout;
+  SparseMode sparse_mode;
+  bool deterministic;
+};
+
+// The sizes dense_lightning_indexer_grad_kl_loss's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
+struct DenseLightningIndexerGradKLLossAscend {
+  struct Nidx {
+    static constexpr uint64_t kMin = 1, kMax = 128;
+    static constexpr const char* kError = "Nidx (indexer heads, query_index dim -2) must be in [1, 128] on Ascend";
+  };
+  struct N1 {
+    static constexpr uint64_t kMin = 1, kMax = 256;
+    static constexpr const char* kError = "N1 (attention heads, query dim -2) must be in [1, 256] on Ascend";
+  };
+  struct N2 {
+    static constexpr uint64_t kMin = 1, kMax = 1;
+    static constexpr const char* kError = "N2 (key heads, key dim -2: the MLA-absorbed attention only) must be in [1, 1] on Ascend";
+  };
+};
+
 // sparse_flash_attention: table::SparseFlashAttention::Attrs, in table order (defaults: table::SparseFlashAttention::kDefaults).
 struct SparseFlashAttentionAttrs {
   double scale_value;

@@ -10,7 +10,7 @@ Standard library only: the generators load this file by path, without MindSpore.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 FLOAT32_MAX = 3.4028234663852886e38
@@ -231,6 +231,15 @@ _UNBOUNDED = Choice((INT32_MAX,), ("unbounded",))
 # The indexer heads the Ascend kernels hold in one UB vector.
 _NIDX_ASCEND = ("Ascend", SizeLimit("Nidx", "indexer heads, query_index dim -2", 1, 128))
 _K_ASCEND = ("Ascend", SizeLimit("K", "slots of sparse_indices, its last dim", 1, 16384))
+# The dense warm-up pair (CANN's DenseLightningIndexerSoftmaxLse / DenseLightningIndexerGradKLLoss): CANN's
+# kernels take only the right-down causal mask, so ours on Ascend do too; the CPU kernels take both.
+_SPARSE_MODE_CAUSAL_ASCEND = replace(_SPARSE_MODE, limits=(("Ascend", Choice((3,), ("rightDownCausal",))),))
+_DENSE_STATS = ("softmax_max_index", "softmax_sum_index")
+# The head vectors of the Ascend KL kernels (softmax_max/sum of one token) sit in UB.
+_N1_ASCEND = ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256))
+# Our dense Ascend kernels use only the cube/vector API common to A2/A3 (CANN runs its
+# DenseLightningIndexerSoftmaxLse on A2/A3 only, its grad also on 950); the twin checks them on A2/A3.
+_DENSE_SOCS = ("ascend910b", "ascend910_93")
 
 # The cla_gate kernels use only the vector API common to A2/A3/950 and size tiles from the UB: the
 # seed op's own target, Ascend 950, too.
@@ -279,6 +288,27 @@ _SPECS = (
            size_limits=(_NIDX_ASCEND, _K_ASCEND,
                         ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256))),
            cell="IndexerKLLoss"),
+    # The dense pair: lightning_indexer's logits over each full visible row (no top-k, no indices).
+    OpSpec("dense_lightning_indexer_softmax_lse", "DenseLightningIndexerSoftmaxLse",
+           ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"),
+           _DENSE_STATS, (_LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND),
+           tuple((x, x, w, lq, lk, "float32", "float32") for x, w in _INDEXER_XW for lq in INTS for lk in INTS),
+           ascend_dtypes=tuple((x, x, w, "int32", "int32", "float32", "float32") for x, w in _INDEXER_XW_ASCEND),
+           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}), size_limits=(_NIDX_ASCEND,),
+           ascend_socs=_DENSE_SOCS),
+    OpSpec("dense_lightning_indexer_grad_kl_loss", "DenseLightningIndexerGradKLLoss",
+           ("query", "key", "query_index", "key_index", "weights", "softmax_max", "softmax_sum", *_DENSE_STATS,
+            "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"),
+           ("d_query_index", "d_key_index", "d_weights", "loss"),
+           (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND, _DETERMINISTIC),
+           tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, lq, lk, x, x, w, "float32")
+                 for x, w in _INDEXER_XW for lq in INTS for lk in INTS),
+           ascend_dtypes=tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, "int32", "int32", x,
+                                x, w, "float32") for x, w in _INDEXER_XW_ASCEND),
+           optional=frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"}),
+           size_limits=(_NIDX_ASCEND, _N1_ASCEND,
+                        ("Ascend", SizeLimit("N2", "key heads, key dim -2: the MLA-absorbed attention only", 1, 1))),
+           ascend_socs=_DENSE_SOCS),
 )
 
 # sparse_flash_attention(_grad): one float dtype for all float tensors, int32 indices, float32
@@ -373,6 +403,11 @@ BACKWARD_OP = "it is a backward op itself; differentiate the forward op or its n
 NO_GRADIENT: dict[str, str] = {
     "sparse_lightning_indexer_grad_kl_loss": "it returns the loss together with its gradients; use "
                                              "nn.IndexerKLLoss, whose backward scales them by the incoming gradient",
+    "dense_lightning_indexer_softmax_lse": "its statistics are the fixed normaliser of the indexer distribution "
+                                           "that dense_lightning_indexer_grad_kl_loss differentiates through",
+    "dense_lightning_indexer_grad_kl_loss": "it returns the loss together with its gradients; use "
+                                            "nn.DenseIndexerKLLoss, whose backward scales them by the incoming "
+                                            "gradient",
 }
 """Why each op that is neither a forward of ``DERIVATIVES`` nor a grad op has no gradient."""
 
