@@ -2,10 +2,10 @@
 cube, the scores and their running max / sum of exponentials on the vector cores) against the
 float64 statistics of the index scores over each full visible row (the sparse path at top-k = S:
 the reference lightning_indexer selecting every key); fp16/bf16, weights of the input dtype or
-float32, TND/BSND (sparse_mode 3: the table's Ascend limit, as CANN), lengths with empty sequences, rows with one or no visible key (0 / 0), rows
-longer than a key chunk, odd shapes, the Ascend shapes; poisoned outputs, every output byte
-written once; the same bits for any core count and core order. Plus the pure tiling's
-invariants and refusals."""
+float32, TND/BSND (sparse_mode 3 only: the table's Ascend limit, as CANN's kernel), lengths with
+empty sequences, rows with one or no visible key (0 / 0), rows longer than a key chunk, odd
+shapes, the Ascend shapes; poisoned outputs, every output byte written once; the same bits for
+any core count and core order. Plus the pure tiling's invariants and refusals."""
 from __future__ import annotations
 
 import numpy as np

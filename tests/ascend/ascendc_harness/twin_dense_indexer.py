@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .twin_indexer import LiProblem, SliProblem, _attr, _lens_args, _load, _poisoned_as, _store, _tokens
 from .twin_args import IndexerArgs, SliArgs
+from .twin_indexer import LiProblem, SliProblem, _attr, _lens_args, _load, _poisoned_as, _store
 from .twin_lib import (
     DEFAULT_UB,
     DTYPE_CODES,
