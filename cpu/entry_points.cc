@@ -9,6 +9,8 @@
 
 #include "../infer_shape/cla_gate_backward.h"
 #include "../infer_shape/cla_gate_merge.h"
+#include "../infer_shape/dense_lightning_indexer_grad_kl_loss.h"
+#include "../infer_shape/dense_lightning_indexer_softmax_lse.h"
 #include "../infer_shape/lightning_indexer.h"
 #include "../infer_shape/lightning_indexer_grad.h"
 #include "../infer_shape/rope.h"
@@ -158,6 +160,44 @@ extern "C" int SparseLightningIndexerGradKLLoss(
     int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
     void* extra) {
   return Launch<SparseLightningIndexerGradKLLossGlue>(nparam, params, ndims, shapes, dtypes, extra);
+}
+
+// dense_lightning_indexer_softmax_lse
+struct DenseLightningIndexerSoftmaxLseGlue : mgo::table::DenseLightningIndexerSoftmaxLse {
+  static constexpr auto kRule = mgo::infer::dense_lightning_indexer_softmax_lse;
+  static constexpr auto kKernel = mgo::cpu::kernels::dense_lightning_indexer_softmax_lse;
+};
+extern "C" ShapesOf<DenseLightningIndexerSoftmaxLseGlue> DenseLightningIndexerSoftmaxLseInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
+  return InferShape<DenseLightningIndexerSoftmaxLseGlue>(ndims, shapes, extra);
+}
+extern "C" TypesOf<DenseLightningIndexerSoftmaxLseGlue> DenseLightningIndexerSoftmaxLseInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
+  return InferType<DenseLightningIndexerSoftmaxLseGlue>(types, extra);
+}
+extern "C" int DenseLightningIndexerSoftmaxLse(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
+  return Launch<DenseLightningIndexerSoftmaxLseGlue>(nparam, params, ndims, shapes, dtypes, extra);
+}
+
+// dense_lightning_indexer_grad_kl_loss
+struct DenseLightningIndexerGradKLLossGlue : mgo::table::DenseLightningIndexerGradKLLoss {
+  static constexpr auto kRule = mgo::infer::dense_lightning_indexer_grad_kl_loss;
+  static constexpr auto kKernel = mgo::cpu::kernels::dense_lightning_indexer_grad_kl_loss;
+};
+extern "C" ShapesOf<DenseLightningIndexerGradKLLossGlue> DenseLightningIndexerGradKLLossInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
+  return InferShape<DenseLightningIndexerGradKLLossGlue>(ndims, shapes, extra);
+}
+extern "C" TypesOf<DenseLightningIndexerGradKLLossGlue> DenseLightningIndexerGradKLLossInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
+  return InferType<DenseLightningIndexerGradKLLossGlue>(types, extra);
+}
+extern "C" int DenseLightningIndexerGradKLLoss(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
+  return Launch<DenseLightningIndexerGradKLLossGlue>(nparam, params, ndims, shapes, dtypes, extra);
 }
 
 // sparse_flash_attention

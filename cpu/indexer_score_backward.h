@@ -1,6 +1,6 @@
-// The backward of the lightning indexer's scores, shared by the two kernels that differentiate them:
-// `lightning_indexer_grad` (dI = d_values of the selected slots) and
-// `sparse_lightning_indexer_grad_kl_loss` (dI = y - p).
+// The backward of the lightning indexer's scores, shared by the kernels that differentiate them:
+// `lightning_indexer_grad` (dI = d_values of the selected slots), `sparse_lightning_indexer_grad_kl_loss`
+// and `dense_lightning_indexer_grad_kl_loss` (dI = y - p; the dense one over a row's keys in blocks).
 //
 // Per query row t with n selected visible keys (key rows padded to npad, a multiple of kPad, so GEMM
 // shapes repeat and oneDNN's cached bf16 primitives are reused):
@@ -37,8 +37,8 @@ struct ScoreArgs {
   int query_index, key_index, weights, d_query_index, d_weights;
 };
 
-// The ScoreArgs of `Op` (table::LightningIndexerGrad or table::SparseLightningIndexerGradKLLoss: the
-// two name these tensors alike, in different slots).
+// The ScoreArgs of `Op` (table::LightningIndexerGrad, table::SparseLightningIndexerGradKLLoss or
+// table::DenseLightningIndexerGradKLLoss: they name these tensors alike, in different slots).
 template <class Op>
 constexpr ScoreArgs score_args_of() {
   return {Op::In::kQueryIndex, Op::In::kKeyIndex, Op::In::kWeights, Op::OutParam::kDQueryIndex,
@@ -72,6 +72,7 @@ class ScoreBackward {
     if constexpr (!std::is_same_v<Op, float>) ds_op_.resize(static_cast<size_t>(nidx * kp));
     w_.resize(static_cast<size_t>(nidx));
     dw_.resize(static_cast<size_t>(nidx));
+    dw_block_.resize(static_cast<size_t>(nidx));
     dqi_.resize(static_cast<size_t>(nidx * didx));
     dk_.resize(static_cast<size_t>(kp * didx));
   }
@@ -108,9 +109,22 @@ class ScoreBackward {
   // After scores(t): d_weights[t] and d_query_index[t] from dI[0, n) (n = keys().size()); the key
   // gradient rows are added into dk_acc [T2, Didx] at keys().
   void backward(int64_t t, const float* di, float* dk_acc) {
+    accumulate(di, dk_acc, true);
+    store_row(t);
+  }
+
+  // backward() of a row whose keys come in blocks (the dense KL loss): after scores(t) over one block's
+  // keys(), adds its d_weights and d_query_index terms to the row's (`first`: the row's first block
+  // starts them) and its key gradient rows into dk_acc; store_row(t) after the last block. The blocks
+  // are summed in call order.
+  void accumulate(const float* di, float* dk_acc, bool first) {
     using gemm::Trans;
     const int64_t n = static_cast<int64_t>(keys_.size());
-    indexer_score_grads(sx_.data(), n, rows_, nidx_, di, w_.data(), dw_.data(), ds_.data());
+    indexer_score_grads(sx_.data(), n, rows_, nidx_, di, w_.data(), first ? dw_.data() : dw_block_.data(),
+                        ds_.data());
+    if (!first) {
+      for (int64_t g = 0; g < nidx_; ++g) dw_[g] += dw_block_[g];
+    }
     const Op* ds = nullptr;
     if constexpr (std::is_same_v<Op, float>) {
       ds = ds_.data();
@@ -118,14 +132,20 @@ class ScoreBackward {
       from_float(ds_.data(), ds_op_.data(), nidx_ * rows_);
       ds = ds_op_.data();
     }
-    mm(Trans::kYes, Trans::kNo, nidx_, didx_, rows_, 1.0f, ds, nidx_, kit_ptr_, didx_, 0.0f, dqi_.data(), didx_);
+    mm(Trans::kYes, Trans::kNo, nidx_, didx_, rows_, 1.0f, ds, nidx_, kit_ptr_, didx_, first ? 0.0f : 1.0f,
+       dqi_.data(), didx_);
     mm(Trans::kNo, Trans::kNo, rows_, didx_, nidx_, 1.0f, ds, nidx_, qit_.data(), didx_, 0.0f, dk_.data(), didx_);
-    store_row(t);
     for (int64_t jj = 0; jj < n; ++jj) {
       float* dst = dk_acc + keys_[jj] * didx_;
       const float* src = dk_.data() + jj * didx_;
       for (int64_t c = 0; c < didx_; ++c) dst[c] += src[c];
     }
+  }
+
+  // Stores the row's d_query_index[t] and d_weights[t] (after backward() or the last accumulate()).
+  void store_row(int64_t t) {
+    store(dqi_.data(), a_.as<X>(pos_.d_query_index) + t * nidx_ * didx_, nidx_ * didx_);
+    store(dw_.data(), a_.as<W>(pos_.d_weights) + t * nidx_, nidx_);
   }
 
   // A row without a visible selected key contributes nothing: zero d_query_index[t] and d_weights[t].
@@ -165,17 +185,12 @@ class ScoreBackward {
   }
 
  private:
-  void store_row(int64_t t) {
-    store(dqi_.data(), a_.as<X>(pos_.d_query_index) + t * nidx_ * didx_, nidx_ * didx_);
-    store(dw_.data(), a_.as<W>(pos_.d_weights) + t * nidx_, nidx_);
-  }
-
   const aot::KernelArgs& a_;
   const ScoreArgs pos_;
   const int64_t nidx_, didx_;
   std::vector<int64_t> keys_;
   std::vector<Op> qit_, kit_, ds_op_;
-  std::vector<float> sx_, ds_, w_, dw_, dqi_, dk_;
+  std::vector<float> sx_, ds_, w_, dw_, dw_block_, dqi_, dk_;
   const Op* kit_ptr_ = nullptr;
   int64_t rows_ = 0;
 };

@@ -5,10 +5,8 @@
 // (zero-size placeholders when None). Outputs: sparse_indices int32 and sparse_values float32
 // [T1, 1, K] / [B, S1, 1, K]; values are the float32 scores I (-inf in unused slots).
 //
-// Per row: I over the visible keys in blocks of kBlock keys, each block one GEMM
-// [Nidx, Didx] x [Didx, kBlock] (fixed shape, so oneDNN's bf16 primitive is reused), then the
-// ReLU-weighted head sum; selection is nth_element + sort of integer rank keys: O(S2 + K log K)
-// per row.
+// Per row: I over the visible keys (IndexScorer, lightning_indexer_common.h); selection is
+// nth_element + sort of integer rank keys: O(S2 + K log K) per row.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,8 +23,6 @@ namespace {
 using Li = mgo::table::LightningIndexer;
 using In = Li::In;
 using OutParam = Li::OutParam;
-
-constexpr int64_t kBlock = 512;
 
 // Rank key of (score, index): larger is better. Descending score with NaN ranked as -inf (below
 // every number) and -0 equal to +0, ties to the lower index: the score's bits mapped to an
@@ -54,36 +50,23 @@ void select_top_k(const float* scores, int64_t n, int64_t k, std::vector<uint64_
 
 template <typename X, typename Op, typename W>
 void run(const mgo::aot::KernelArgs& args, const mgo::cpu::RowPlan& plan, bool bsnd, int64_t k) {
-  using mgo::gemm::Trans;
+  using Scorer = mgo::cpu::IndexScorer<X, Op, W>;
   const int r = bsnd ? 4 : 3;
   const int64_t t1 = mgo::cpu::token_count(args, In::kQueryIndex, bsnd);
   const int64_t t2 = mgo::cpu::token_count(args, In::kKeyIndex, bsnd);
   const int64_t nidx = args.dim(In::kQueryIndex, r - 2);
   const int64_t didx = args.dim(In::kQueryIndex, r - 1);
   const X* qi = args.as<const X>(In::kQueryIndex);
-  const X* ki_raw = args.as<const X>(In::kKeyIndex);
   const W* weights = args.as<const W>(In::kWeights);
   int32_t* out_idx = args.as<int32_t>(OutParam::kSparseIndices);
   float* out_val = args.as<float>(OutParam::kSparseValues);
-
-  // Keys whose storage is the operand type are used in place; others are converted once.
   std::vector<Op> ki_conv;
-  const Op* ki = nullptr;
-  if constexpr (std::is_same_v<X, Op> || std::is_same_v<Op, uint16_t>) {
-    ki = reinterpret_cast<const Op*>(ki_raw);
-  } else {
-    ki_conv.resize(static_cast<size_t>(t2 * didx));
-    mgo::cpu::to_operand(ki_raw, ki_conv.data(), t2 * didx);
-    ki = ki_conv.data();
-  }
+  const Op* ki = Scorer::keys(args, In::kKeyIndex, t2 * didx, ki_conv);
 
   mgo::cpu::ParallelError error;
 #pragma omp parallel
   {
-    std::vector<Op> q_tile(static_cast<size_t>(nidx * didx));
-    std::vector<Op> k_pad(static_cast<size_t>(kBlock * didx));
-    std::vector<float> sx(static_cast<size_t>(nidx * kBlock));
-    std::vector<float> w(static_cast<size_t>(nidx));
+    Scorer scorer(nidx, didx);
     std::vector<float> scores;
     std::vector<uint64_t> top;
 #pragma omp for schedule(dynamic, 16)
@@ -91,20 +74,10 @@ void run(const mgo::aot::KernelArgs& args, const mgo::cpu::RowPlan& plan, bool b
       error.guard([&] {
       const int64_t n = plan.limit[t];
       const Op* keys = ki + plan.key_base[t] * didx;
-      mgo::cpu::to_operand(qi + t * nidx * didx, q_tile.data(), nidx * didx);
-      mgo::cpu::load(weights + t * nidx, w.data(), nidx);
+      scorer.load_row(qi + t * nidx * didx, weights + t * nidx);
       scores.resize(static_cast<size_t>(n));
-      for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
-        const int64_t cols = std::min(kBlock, n - c0);
-        const Op* b = keys + c0 * didx;
-        if (cols < kBlock) {  // partial block: zero-padded copy keeps the GEMM shape fixed
-          std::copy(b, b + cols * didx, k_pad.begin());
-          std::fill(k_pad.begin() + cols * didx, k_pad.end(), Op{});
-          b = k_pad.data();
-        }
-        mgo::cpu::mm(Trans::kNo, Trans::kYes, nidx, kBlock, didx, 1.0f, q_tile.data(), didx, b, didx, 0.0f,
-                     sx.data(), kBlock);
-        mgo::cpu::relu_weighted_sum(sx.data(), kBlock, nidx, cols, w.data(), scores.data() + c0);
+      for (int64_t c0 = 0; c0 < n; c0 += Scorer::kBlock) {
+        scorer.block(keys + c0 * didx, std::min(Scorer::kBlock, n - c0), scores.data() + c0);
       }
       select_top_k(scores.data(), n, k, top);
       int32_t* oi = out_idx + t * k;

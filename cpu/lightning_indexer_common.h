@@ -6,6 +6,7 @@
 // memory layout, and so do the statistics [B, 1, S1, N1] and [1, B*S1, N1] (N2 = 1).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -105,6 +106,58 @@ void dispatch_indexer(const aot::KernelArgs& args, int x_arg, int w_arg, Fn&& fn
     return 0;
   });
 }
+
+// The lightning indexer's logits I_j = sum_g w[g] relu(query_index[t, g] . key_index[j]) of one query row
+// over a prefix of its keys, written once for `lightning_indexer` and `dense_lightning_indexer_softmax_lse`
+// (so the dense statistics are over exactly the logits the top-k ranks). Keys come in blocks of kBlock,
+// each one GEMM [Nidx, Didx] x [Didx, kBlock] (a fixed shape, so oneDNN's bf16 primitive is reused), then
+// the ReLU-weighted head sum. One per thread; the key operands (keys()) are shared, read-only.
+template <typename X, typename Op, typename W>
+class IndexScorer {
+ public:
+  static constexpr int64_t kBlock = 512;
+
+  // Key operands of the whole launch: key_index itself when its storage is the operand type,
+  // else converted once into `storage`.
+  static const Op* keys(const aot::KernelArgs& args, int ki_arg, int64_t count, std::vector<Op>& storage) {
+    const X* raw = args.as<const X>(ki_arg);
+    if constexpr (std::is_same_v<X, Op> || std::is_same_v<Op, uint16_t>) {
+      return reinterpret_cast<const Op*>(raw);
+    } else {
+      storage.resize(static_cast<size_t>(count));
+      to_operand(raw, storage.data(), count);
+      return storage.data();
+    }
+  }
+
+  IndexScorer(int64_t nidx, int64_t didx)
+      : nidx_(nidx), didx_(didx), q_(static_cast<size_t>(nidx * didx)), k_pad_(static_cast<size_t>(kBlock * didx)),
+        sx_(static_cast<size_t>(nidx * kBlock)), w_(static_cast<size_t>(nidx)) {}
+
+  // Loads query row `qi` [Nidx, Didx] and its weights `w` [Nidx].
+  void load_row(const X* qi, const W* w) {
+    to_operand(qi, q_.data(), nidx_ * didx_);
+    load(w, w_.data(), nidx_);
+  }
+
+  // out[j] = I_j for the `cols` <= kBlock key rows at `keys` (operands, Didx each).
+  void block(const Op* keys, int64_t cols, float* out) {
+    const Op* b = keys;
+    if (cols < kBlock) {  // partial block: zero-padded copy keeps the GEMM shape fixed
+      std::copy(b, b + cols * didx_, k_pad_.begin());
+      std::fill(k_pad_.begin() + cols * didx_, k_pad_.end(), Op{});
+      b = k_pad_.data();
+    }
+    mm(gemm::Trans::kNo, gemm::Trans::kYes, nidx_, kBlock, didx_, 1.0f, q_.data(), didx_, b, didx_, 0.0f, sx_.data(),
+       kBlock);
+    relu_weighted_sum(sx_.data(), kBlock, nidx_, cols, w_.data(), out);
+  }
+
+ private:
+  const int64_t nidx_, didx_;
+  std::vector<Op> q_, k_pad_;
+  std::vector<float> sx_, w_;
+};
 
 // Token-dims product of a [tokens..., N, D] tensor (T, or B*S).
 inline int64_t token_count(const aot::KernelArgs& args, int i, bool bsnd) {

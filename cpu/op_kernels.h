@@ -18,6 +18,10 @@ void lightning_indexer(const aot::KernelArgs& args, const table::LightningIndexe
 void lightning_indexer_grad(const aot::KernelArgs& args, const table::LightningIndexerGrad::Attrs& attrs);
 void sparse_lightning_indexer_grad_kl_loss(const aot::KernelArgs& args,
                                            const table::SparseLightningIndexerGradKLLoss::Attrs& attrs);
+void dense_lightning_indexer_softmax_lse(const aot::KernelArgs& args,
+                                         const table::DenseLightningIndexerSoftmaxLse::Attrs& attrs);
+void dense_lightning_indexer_grad_kl_loss(const aot::KernelArgs& args,
+                                          const table::DenseLightningIndexerGradKLLoss::Attrs& attrs);
 void sparse_flash_attention(const aot::KernelArgs& args, const table::SparseFlashAttention::Attrs& attrs);
 void sparse_flash_attention_grad(const aot::KernelArgs& args, const table::SparseFlashAttentionGrad::Attrs& attrs);
 

@@ -1,6 +1,6 @@
-// Shape rules shared by `lightning_indexer`, `lightning_indexer_grad` and
-// `sparse_lightning_indexer_grad_kl_loss` (docs/contract.md section 4): the indexer tensors in either
-// layout and the optional inputs. The attributes are parsed and checked by their readers (op_table.h).
+// Shape rules shared by `lightning_indexer`, `lightning_indexer_grad`, `sparse_lightning_indexer_grad_kl_loss`
+// and the dense pair `dense_lightning_indexer_softmax_lse` / `dense_lightning_indexer_grad_kl_loss`
+// (docs/contract.md section 4): the indexer tensors in either layout, the statistics and the optional inputs. The attributes are parsed and checked by their readers (op_table.h).
 //
 // Optional inputs (query_rope/key_rope, actual_seq_lengths_*) reach the kernels as the absent
 // placeholder of common.h; the lengths follow the one rule of seq_lengths_rules.h.
@@ -63,6 +63,44 @@ inline void check_sparse_indices(const Checker& c, Layout l, const TensorDesc& s
   if (si.dtype != DType::kUnknown && si.dtype != DType::kInt32) {
     c.type_error(std::string("argument 'sparse_indices' must be int32, got ") + dtype_name(si.dtype));
   }
+}
+
+// `t` must be float32 (a statistics tensor).
+inline void check_float32(const Checker& c, const char* arg, const TensorDesc& t) {
+  if (t.dtype != DType::kUnknown && t.dtype != DType::kFloat32) {
+    c.type_error(std::string("argument '") + arg + "' must be float32, got " + dtype_name(t.dtype));
+  }
+}
+
+// softmax_max/softmax_sum of the main attention over the query rows of `q` [tokens..., N1, D]: float32
+// [N2, T1, G] / [B, N2, S1, G] with G = N1 / N2 (the layout sparse_flash_attention returns).
+inline void check_attention_stats(const Checker& c, Layout l, const TensorDesc& mx, const TensorDesc& sm,
+                                  const TensorDesc& q, int64_t n2) {
+  const size_t r = token_rank(l);
+  const int64_t n1 = dim_or_unknown(q, r - 2);
+  c.rank("softmax_max", mx, r);
+  if (l == Layout::kTND) {
+    c.dim("softmax_max", mx, 0, n2, "N2");
+    c.dim("softmax_max", mx, 1, dim_or_unknown(q, 0), "T1 of 'query'");
+  } else {
+    c.dim("softmax_max", mx, 0, dim_or_unknown(q, 0), "B of 'query'");
+    c.dim("softmax_max", mx, 1, n2, "N2");
+    c.dim("softmax_max", mx, 2, dim_or_unknown(q, 1), "S1 of 'query'");
+  }
+  if (n2 == 1) {
+    c.dim("softmax_max", mx, r - 1, n1, "N1 of 'query'");
+  } else if (known(n1) && known(n2) && n2 > 0) {
+    c.dim("softmax_max", mx, r - 1, n1 / n2, "G = N1 / N2 of 'query' and 'key'");
+  }
+  c.same_shape("softmax_sum", sm, "softmax_max", mx);
+  check_float32(c, "softmax_max", mx);
+  check_float32(c, "softmax_sum", sm);
+}
+
+// Shape [1, T1] / [B, 1, S1] of the indexer's per-row statistics for the query rows of `qi`.
+inline Shape index_stats_shape(Layout l, const TensorDesc& qi) {
+  if (l == Layout::kTND) return {1, dim_or_unknown(qi, 0)};
+  return {dim_or_unknown(qi, 0), 1, dim_or_unknown(qi, 1)};
 }
 
 // Output shape [tokens..., 1, K] of the sparse indices for query rows shaped like `qi`.

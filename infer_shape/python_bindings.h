@@ -15,6 +15,8 @@
 
 #include "cla_gate_backward.h"
 #include "cla_gate_merge.h"
+#include "dense_lightning_indexer_grad_kl_loss.h"
+#include "dense_lightning_indexer_softmax_lse.h"
 #include "lightning_indexer.h"
 #include "lightning_indexer_grad.h"
 #include "rope.h"
@@ -109,6 +111,31 @@ inline void bind_rules(pybind11::module_& m) {
         table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.deterministic, deterministic);
         table::SparseLightningIndexerGradKLLoss::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::sparse_lightning_indexer_grad_kl_loss(descs(s, t), a));
+      },
+      shapes, dtypes, py::arg("scale_value"), py::arg("layout"), py::arg("sparse_mode"), py::arg("deterministic"));
+  // dense_lightning_indexer_softmax_lse: infer_shape/dense_lightning_indexer_softmax_lse.h
+  m.def(
+      "dense_lightning_indexer_softmax_lse",
+      [](const Shapes& s, const DTypeNames& t, const std::string& layout, int64_t sparse_mode) {
+        table::DenseLightningIndexerSoftmaxLse::Attrs a{};
+        table::SetAttr(table::DenseLightningIndexerSoftmaxLse::kName, a.layout, layout);
+        table::SetAttr(table::DenseLightningIndexerSoftmaxLse::kName, a.sparse_mode, sparse_mode);
+        table::DenseLightningIndexerSoftmaxLse::CheckAttrs(a, table::Backend::kAny);
+        return outputs(infer::dense_lightning_indexer_softmax_lse(descs(s, t), a));
+      },
+      shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"));
+  // dense_lightning_indexer_grad_kl_loss: infer_shape/dense_lightning_indexer_grad_kl_loss.h
+  m.def(
+      "dense_lightning_indexer_grad_kl_loss",
+      [](const Shapes& s, const DTypeNames& t, double scale_value, const std::string& layout, int64_t sparse_mode,
+         bool deterministic) {
+        table::DenseLightningIndexerGradKLLoss::Attrs a{};
+        table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.scale_value, scale_value);
+        table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.layout, layout);
+        table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.sparse_mode, sparse_mode);
+        table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.deterministic, deterministic);
+        table::DenseLightningIndexerGradKLLoss::CheckAttrs(a, table::Backend::kAny);
+        return outputs(infer::dense_lightning_indexer_grad_kl_loss(descs(s, t), a));
       },
       shapes, dtypes, py::arg("scale_value"), py::arg("layout"), py::arg("sparse_mode"), py::arg("deterministic"));
   // sparse_flash_attention: infer_shape/sparse_flash_attention.h

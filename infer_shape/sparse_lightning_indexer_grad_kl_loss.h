@@ -38,18 +38,7 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   same_tokens(c, l, "query_index", qi, "query", q);
   same_tokens(c, l, "key_index", ki, "key", k);
   check_sparse_indices(c, l, si, "query", q);
-  // Statistics: [1, T1, N1] or [B, 1, S1, N1].
-  c.rank("softmax_max", mx, r);
-  if (l == Layout::kTND) {
-    c.dim("softmax_max", mx, 0, 1, "N2");
-    c.dim("softmax_max", mx, 1, dim_or_unknown(q, 0), "T1 of 'query'");
-  } else {
-    c.dim("softmax_max", mx, 0, dim_or_unknown(q, 0), "B of 'query'");
-    c.dim("softmax_max", mx, 1, 1, "N2");
-    c.dim("softmax_max", mx, 2, dim_or_unknown(q, 1), "S1 of 'query'");
-  }
-  c.dim("softmax_max", mx, r - 1, dim_or_unknown(q, r - 2), "N1 of 'query'");
-  c.same_shape("softmax_sum", sm, "softmax_max", mx);
+  check_attention_stats(c, l, mx, sm, q, 1);  // [1, T1, N1] or [B, 1, S1, N1]
   check_rope_pair(c, r, q, k, qr, kr);
   check_seq_lengths(c, l == Layout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
                     "actual_seq_lengths_key", dim_or_unknown(q, 0));
@@ -57,11 +46,6 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   c.floating("query", q);
   c.same_dtype("key", k, "query", q);
   c.same_dtype("query_index", qi, "query", q);
-  for (const auto& [name, t] : {std::pair<const char*, const TensorDesc*>{"softmax_max", &mx}, {"softmax_sum", &sm}}) {
-    if (t->dtype != DType::kUnknown && t->dtype != DType::kFloat32) {
-      c.type_error(std::string("argument '") + name + "' must be float32, got " + dtype_name(t->dtype));
-    }
-  }
   return {{qi.shape, ki.shape, w.shape, Shape{1}}, {qi.dtype, ki.dtype, w.dtype, DType::kFloat32}};
 }
 

@@ -106,6 +106,23 @@ def sparse_lightning_indexer_grad_kl_loss_bprop(query: Tensor, key: Tensor, quer
                        "gradients; use nn.IndexerKLLoss, whose backward scales them by the incoming gradient")
 
 
+def dense_lightning_indexer_softmax_lse_bprop(query_index: Tensor, key_index: Tensor, weights: Tensor,
+                                              actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor,
+                                              out: tuple, dout: tuple) -> tuple[Tensor, ...]:
+    raise RuntimeError("dense_lightning_indexer_softmax_lse has no gradient: its statistics are the fixed normaliser "
+                       "of the indexer distribution that dense_lightning_indexer_grad_kl_loss differentiates through")
+
+
+def dense_lightning_indexer_grad_kl_loss_bprop(query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor,
+                                               weights: Tensor, softmax_max: Tensor, softmax_sum: Tensor,
+                                               softmax_max_index: Tensor, softmax_sum_index: Tensor, query_rope: Tensor,
+                                               key_rope: Tensor, actual_seq_lengths_query: Tensor,
+                                               actual_seq_lengths_key: Tensor, out: tuple,
+                                               dout: tuple) -> tuple[Tensor, ...]:
+    raise RuntimeError("dense_lightning_indexer_grad_kl_loss has no gradient: it returns the loss together with its "
+                       "gradients; use nn.DenseIndexerKLLoss, whose backward scales them by the incoming gradient")
+
+
 def sparse_flash_attention_grad_bprop(query: Tensor, key: Tensor, value: Tensor, sparse_indices: Tensor, d_out: Tensor,
                                       out_: Tensor, softmax_max: Tensor, softmax_sum: Tensor,
                                       actual_seq_lengths_query: Tensor, actual_seq_lengths_kv: Tensor,
@@ -129,5 +146,7 @@ NO_GRADIENT_BPROPS: dict[str, Callable[..., tuple]] = {
     "cla_gate_backward": cla_gate_backward_bprop,
     "lightning_indexer_grad": lightning_indexer_grad_bprop,
     "sparse_lightning_indexer_grad_kl_loss": sparse_lightning_indexer_grad_kl_loss_bprop,
+    "dense_lightning_indexer_softmax_lse": dense_lightning_indexer_softmax_lse_bprop,
+    "dense_lightning_indexer_grad_kl_loss": dense_lightning_indexer_grad_kl_loss_bprop,
     "sparse_flash_attention_grad": sparse_flash_attention_grad_bprop,
 }

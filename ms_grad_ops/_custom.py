@@ -105,6 +105,8 @@ def _build(name: str, target: str, attr_items: tuple[tuple[str, object], ...]) -
     pairing = grad_op(name, attrs)
     bprop = bprop_of(name, None if pairing is None else primitive(pairing[0], **pairing[1]))
     if target == "Ascend":
+        if not spec.ascend_dtypes:  # no OpDef in the custom op package: say so before MindSpore looks it up
+            raise RuntimeError(f"{name}: no Ascend kernel yet (the table declares no Ascend dtypes); it runs on CPU")
         out_shape, out_dtype = ascend_infer(spec, attrs)
         return ops.Custom(spec.op_type, out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
                           reg_info=reg_info(spec, target, attrs), bprop=bprop)

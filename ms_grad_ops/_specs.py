@@ -308,7 +308,7 @@ _SPECS = (
            optional=frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"}),
            size_limits=(_NIDX_ASCEND, _N1_ASCEND,
                         ("Ascend", SizeLimit("N2", "key heads, key dim -2: the MLA-absorbed attention only", 1, 1))),
-           ascend_socs=_DENSE_SOCS),
+           ascend_socs=_DENSE_SOCS, cell="DenseIndexerKLLoss"),
 )
 
 # sparse_flash_attention(_grad): one float dtype for all float tensors, int32 indices, float32

@@ -216,6 +216,14 @@ def _case(op_name: str, **over: object) -> tuple:
             [("query", t((4, 2, 8))), ("key", t((6, 1, 8))), ("query_index", t((4, 2, 8))),
              ("key_index", t((6, 1, 8))), ("weights", t((4, 2))), ("sparse_indices", idx),
              ("softmax_max", t((1, 4, 2))), ("softmax_sum", t((1, 4, 2)))], dict(scale_value=0.5, layout="TND")),
+        "dense_lightning_indexer_softmax_lse": (
+            [("query_index", t((4, 2, 8))), ("key_index", t((6, 1, 8))), ("weights", t((4, 2)))],
+            dict(actual_seq_lengths_query=[4], actual_seq_lengths_key=[6], layout="TND")),
+        "dense_lightning_indexer_grad_kl_loss": (
+            [("query", t((4, 2, 8))), ("key", t((6, 1, 8))), ("query_index", t((4, 2, 8))),
+             ("key_index", t((6, 1, 8))), ("weights", t((4, 2))), ("softmax_max", t((1, 4, 2))),
+             ("softmax_sum", t((1, 4, 2))), ("softmax_max_index", t((1, 4))), ("softmax_sum_index", t((1, 4)))],
+            dict(scale_value=0.5, layout="TND")),
     }
     tensors, kwargs = tables[op_name]
     tensors = [over.pop(n, x) for n, x in tensors]
@@ -332,6 +340,7 @@ _OPTIONAL_TENSORS = {  # optional tensor arguments, given so that they can be br
     "sparse_flash_attention": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
     "sparse_flash_attention_grad": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
     "sparse_lightning_indexer_grad_kl_loss": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
+    "dense_lightning_indexer_grad_kl_loss": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
 }
 # The lengths inputs of each op: int32 or int64 in the table (indices are int32 only).
 _LENGTHS = {op: [n for i, n in enumerate(spec.inputs) if any(row[i] == "int64" for row in spec.dtypes)]
@@ -397,7 +406,7 @@ def _cell_kwargs() -> dict[str, dict]:
     from _cell_matrix import DSA_CFG
     attn = mgo.nn.DSAttention(**DSA_CFG, max_seq_len=16)
     return {"SparseFlashAttention": {"scale_value": 0.5}, "LightningIndexer": {"sparse_count": 4},
-            "IndexerKLLoss": {"scale_value": 0.5}, "DSAttention": {**DSA_CFG, "max_seq_len": 16},
+            "IndexerKLLoss": {"scale_value": 0.5}, "DenseIndexerKLLoss": {"scale_value": 0.5}, "DSAttention": {**DSA_CFG, "max_seq_len": 16},
             "ContextParallelDSAttention": {"attn": attn, "cp_size": 1}}
 
 

@@ -353,6 +353,36 @@ def _indexer_kl_loss(layout: str, dtype: str, variant: int = 0, exact_inputs: bo
     return _upstream_case(up, cell, _kl_loss, [np.asarray(scale, np.float32)], consts, check)
 
 
+def _dense_kl_loss(cell: nn.Cell, xs: tuple, ws: tuple, cs: tuple) -> tuple:
+    q, k, qi, ki, wts, qr, kr = xs
+    lq, lk = _lengths(cs, 4)
+    loss = cell(q, k, qi, ki, wts, cs[0], cs[1], cs[2], cs[3], qr, kr, lq, lk)
+    return loss.sum() * ws[0], (loss,)
+
+
+def _dense_indexer_kl_loss(layout: str, dtype: str, variant: int = 0, exact_inputs: bool = True) -> Case:
+    rng = np.random.default_rng(6)
+    n1, d, dr, nidx, didx = 4, 16, 8, 2, 8
+    _, tq, tk, cum = geometry(layout, *(([4, 5], [6, 3]), ([2, 6], [3, 7]))[variant])
+    shapes = [(*tq, n1, d), (*tk, 1, d), (*tq, nidx, didx), (*tk, 1, didx), (*tq, nidx), (*tq, n1, dr), (*tk, 1, dr)]
+    up = Upstream.make(rng, shapes, dtype)
+    q, key, qi, ki, wts, qr, kr = up.x
+    kw = {"scale_value": 1.0 / np.sqrt(d + dr), "layout": layout}
+    stats = [s.astype(np.float32) for s in (*ref.dense_attention_softmax_stats(q, key, qr, kr, *cum, **kw),
+                                            *ref.dense_lightning_indexer_softmax_lse(qi, ki, wts, *cum, layout=layout))]
+    dqi, dki, dw, loss = ref.dense_lightning_indexer_grad_kl_loss(q, key, qi, ki, wts, *stats, qr, kr, *cum, **kw)
+    scale = 3.0
+    zeros = [np.zeros(s) for s in shapes]
+    tol = TOLERANCES["attention"][dtype]
+
+    def check(aux: list[np.ndarray], grads: list[np.ndarray], before: list[np.ndarray]) -> None:
+        _close("KL loss", aux[0], np.array([loss]), tol)
+        _check_denses(up, grads, [zeros[0], zeros[1], scale * dqi, scale * dki, scale * dw, zeros[5], zeros[6]], tol)
+    cell = mgo.nn.DenseIndexerKLLoss(kw["scale_value"], layout=layout)
+    consts = [Tensor(s) for s in stats] + _lens(cum)
+    return _upstream_case(up, cell, _dense_kl_loss, [np.asarray(scale, np.float32)], consts, check)
+
+
 # DSAttention and its context-parallel form: a Dense makes x from FIN features per token; the loss
 # is sum(out * d_out) + KL_WEIGHT * indexer_loss. The float64 oracle (_dsa_oracle) checks every
 # parameter, the Dense's and the layer's, each against its gradient terms' magnitude.
@@ -447,6 +477,7 @@ BUILDERS: dict[str, Builder] = {
                                     _sparse_flash_attention),
     "LightningIndexer": Builder(("lightning_indexer", "lightning_indexer_grad"), _lightning_indexer),
     "IndexerKLLoss": Builder(("sparse_lightning_indexer_grad_kl_loss",), _indexer_kl_loss),
+    "DenseIndexerKLLoss": Builder(("dense_lightning_indexer_grad_kl_loss",), _dense_indexer_kl_loss),
     "DSAttention": Builder(("lightning_indexer", "sparse_flash_attention", "sparse_lightning_indexer_grad_kl_loss"),
                            functools.partial(_dsa_case, context_parallel=False)),
     "ContextParallelDSAttention": Builder(("lightning_indexer", "sparse_flash_attention",

@@ -133,7 +133,7 @@ def test_auto_mixed_precision_levels(cell: str, level: str) -> None:
     _step_and_check(case, train, case.inputs, net)
 
 
-# IndexerKLLoss takes its softmax statistics as network inputs here, and in GRAPH mode amp O2/O3
+# IndexerKLLoss and DenseIndexerKLLoss take their softmax statistics as network inputs here, and in GRAPH mode amp O2/O3
 # casts a network's float inputs: the Cell refuses float16 statistics (they must be float32, as
 # SparseFlashAttention returns them; fed from inside the network they are, see test_dsa_chain_amp).
 @pytest.mark.parametrize(("cell", "level"), [(c, "O2") for c in CELLS] + [(c, "O3") for c in LAYERS])
@@ -143,7 +143,7 @@ def test_build_train_network(graph: None, cell: str, level: str) -> None:
     case = BUILDERS[cell].build(_layout(cell), "bfloat16", exact_inputs=False)
     optimizer = nn.SGD(case.net.trainable_params(), learning_rate=LR)
     train = ms.amp.build_train_network(_LossOnly(case.net), optimizer, level=level, loss_scale_manager=None)
-    if cell == "IndexerKLLoss":
+    if cell in ("IndexerKLLoss", "DenseIndexerKLLoss"):
         with pytest.raises(TypeError, match="argument 'softmax_max' must be float32, got float16"):
             train(*case.inputs)
         return
