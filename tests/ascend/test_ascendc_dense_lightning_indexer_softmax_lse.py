@@ -1,7 +1,7 @@
 """dense_lightning_indexer_softmax_lse Ascend C kernel on the CPU twin (mixed launch: Sx on the
 cube, the scores and their running max / sum of exponentials on the vector cores) against the
-float64 statistics of the index scores over each full visible row (the sparse path at top-k = S:
-the reference lightning_indexer selecting every key); fp16/bf16, weights of the input dtype or
+float64 reference (itself checked against the sparse path at top-k = S: the reference
+lightning_indexer selecting every key); fp16/bf16, weights of the input dtype or
 float32, TND/BSND (sparse_mode 3 only: the table's Ascend limit, as CANN's kernel), lengths with
 empty sequences, rows with one or no visible key (0 / 0), rows longer than a key chunk, odd
 shapes, the Ascend shapes; poisoned outputs, every output byte written once; the same bits for
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _dense_cases import index_stats
 from _util import quantize
 from ascendc_harness import twin_dense_indexer as dense
 from ascendc_harness import twin_lib as twin
+
+from ms_grad_ops import reference as ref
 
 CORE_COUNTS = (1, 8, 20, 24, 40, 48)
 # float32 scores and a float32 running sum against float64: relative error of the statistics.
@@ -34,8 +35,20 @@ def problem(seed: int, dtype: str, wdtype: str, layout: str, *, mode: int = 3, l
 
 
 def reference(p: dense.DliProblem) -> tuple[np.ndarray, np.ndarray]:
-    return index_stats(p.query_index, p.key_index, p.weights, p.lens_q, p.lens_k, layout=p.layout,
-                       sparse_mode=p.attrs["sparse_mode"])
+    """The float64 reference; checked here against the sparse path at top-k = S (the reference
+    lightning_indexer selecting every visible key), whose scores it must summarise."""
+    want = ref.dense_lightning_indexer_softmax_lse(p.query_index, p.key_index, p.weights, p.lens_q, p.lens_k,
+                                                   layout=p.layout, sparse_mode=p.attrs["sparse_mode"])
+    keys = p.key_index.shape[0] if p.layout == "TND" else p.key_index.shape[1]
+    _, val = ref.lightning_indexer(p.query_index, p.key_index, p.weights, p.lens_q, p.lens_k,
+                                   sparse_count=max(keys, 1), layout=p.layout, sparse_mode=p.attrs["sparse_mode"])
+    val = val.reshape(-1, val.shape[-1])
+    seen = np.isfinite(val)
+    mx = np.where(seen.any(axis=1), np.where(seen, val, -np.inf).max(axis=1, initial=-np.inf), 0.0)
+    sm = np.where(seen, np.exp(np.where(seen, val, 0.0) - mx[:, None]), 0.0).sum(axis=1)
+    np.testing.assert_allclose(want[0].reshape(-1), mx, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(want[1].reshape(-1), sm, rtol=1e-12, atol=1e-12)
+    return want
 
 
 def check(p: dense.DliProblem, cores: int, seed: int = 0) -> twin.KernelRun:
