@@ -236,6 +236,11 @@ _K_ASCEND = ("Ascend", SizeLimit("K", "slots of sparse_indices, its last dim", 1
 # kernels take only the right-down causal mask, so ours on Ascend do too; the CPU kernels take both.
 _SPARSE_MODE_CAUSAL_ASCEND = replace(_SPARSE_MODE, limits=(("Ascend", Choice((3,), ("rightDownCausal",))),))
 _DENSE_STATS = ("softmax_max_index", "softmax_sum_index")
+# The head vectors of the Ascend KL kernels (softmax_max/sum of one token) sit in UB.
+_N1_ASCEND = ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256))
+# Our dense Ascend kernels use only the cube/vector API common to A2/A3 (CANN runs its
+# DenseLightningIndexerSoftmaxLse on A2/A3 only, its grad also on 950); the twin checks them on A2/A3.
+_DENSE_SOCS = ("ascend910b", "ascend910_93")
 
 # The cla_gate kernels use only the vector API common to A2/A3/950 and size tiles from the UB: the
 # seed op's own target, Ascend 950, too.
@@ -284,13 +289,14 @@ _SPECS = (
            size_limits=(_NIDX_ASCEND, _K_ASCEND,
                         ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256))),
            cell="IndexerKLLoss"),
-    # The dense pair: lightning_indexer's logits over each full visible row (no top-k, no indices). The
-    # Ascend OpDefs (ascend_dtypes) are declared by the commit that adds their Ascend kernels.
+    # The dense pair: lightning_indexer's logits over each full visible row (no top-k, no indices).
     OpSpec("dense_lightning_indexer_softmax_lse", "DenseLightningIndexerSoftmaxLse",
            ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"),
            _DENSE_STATS, (_LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND),
            tuple((x, x, w, lq, lk, "float32", "float32") for x, w in _INDEXER_XW for lq in INTS for lk in INTS),
-           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}), size_limits=(_NIDX_ASCEND,)),
+           ascend_dtypes=tuple((x, x, w, "int32", "int32", "float32", "float32") for x, w in _INDEXER_XW_ASCEND),
+           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}), size_limits=(_NIDX_ASCEND,),
+           ascend_socs=_DENSE_SOCS),
     OpSpec("dense_lightning_indexer_grad_kl_loss", "DenseLightningIndexerGradKLLoss",
            ("query", "key", "query_index", "key_index", "weights", "softmax_max", "softmax_sum", *_DENSE_STATS,
             "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"),
@@ -298,8 +304,12 @@ _SPECS = (
            (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND, _DETERMINISTIC),
            tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, lq, lk, x, x, w, "float32")
                  for x, w in _INDEXER_XW for lq in INTS for lk in INTS),
+           ascend_dtypes=tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, "int32", "int32", x,
+                                x, w, "float32") for x, w in _INDEXER_XW_ASCEND),
            optional=frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"}),
-           size_limits=(_NIDX_ASCEND,), cell="DenseIndexerKLLoss"),
+           size_limits=(_NIDX_ASCEND, _N1_ASCEND,
+                        ("Ascend", SizeLimit("N2", "key heads, key dim -2: the MLA-absorbed attention only", 1, 1))),
+           ascend_socs=_DENSE_SOCS, cell="DenseIndexerKLLoss"),
 )
 
 # sparse_flash_attention(_grad): one float dtype for all float tensors, int32 indices, float32

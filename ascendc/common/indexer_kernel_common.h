@@ -1,5 +1,5 @@
-// Kernel pieces shared by LightningIndexer and SparseLightningIndexerGradKLLoss. Include after
-// "kernel_operator.h", "lib/matmul_intf.h" and "sfa_kernel_common.h".
+// Kernel pieces shared by the indexer kernels (LightningIndexer, the indexer grads, the dense
+// pair). Include after "kernel_operator.h" and "lib/matmul_intf.h".
 #pragma once
 
 #include <cstdint>
@@ -65,6 +65,31 @@ __aicore__ inline void ReluKeepNan(const LocalTensor<float>& dst, const LocalTen
     if (x != x) dst.SetValue(j, x);
   }
   SyncPipes<HardEvent::S_V>();
+}
+
+// The index scores of one token over `cols` consecutive keys, I_j = sum_g w_g relu(Sx[g, j]) with
+// Sx = q_index Kiᵀ: the cube multiplies the token's [nIdx, dIdx] query_index rows by the key_index
+// rows in place into ws_sx ([nIdx, cols] float32), then the AIV sums the heads in ascending order
+// into `score` (float32, ready for V). `w`: the token's weights (float32, scalar-readable); `sx`
+// and `tmp`: [cols] scratch. Shared by LightningIndexer and the dense indexer ops.
+template <typename Mm, typename T>
+__aicore__ inline void IndexScores(Mm& mm, const GlobalTensor<T>& qi_rows, const GlobalTensor<T>& ki_rows,
+                                   const GlobalTensor<float>& ws_sx, uint32_t n_idx, uint32_t d_idx, uint32_t cols,
+                                   const LocalTensor<float>& w, const LocalTensor<float>& score,
+                                   const LocalTensor<float>& sx, const LocalTensor<float>& tmp) {
+  mm.SetOrgShape(n_idx, cols, d_idx, d_idx);
+  mm.SetSingleShape(n_idx, cols, d_idx);
+  mm.SetTensorA(qi_rows);
+  mm.SetTensorB(ki_rows, true);
+  mm.IterateAll(ws_sx);
+  Duplicate(score, 0.0f, cols);
+  for (uint32_t g = 0; g < n_idx; ++g) {
+    LoadRowsF32(sx, ws_sx[uint64_t{g} * cols], 1, cols);
+    ReluKeepNan(tmp, sx, cols);
+    Muls(tmp, tmp, w.GetValue(g), cols);
+    Add(score, score, tmp, cols);
+    SyncPipes<HardEvent::V_MTE2>();  // the next head's row overwrites sx
+  }
 }
 
 }  // namespace mgo::kernel

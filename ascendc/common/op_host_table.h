@@ -20,6 +20,8 @@
 #include "../../infer_shape/lightning_indexer.h"
 #include "../../infer_shape/lightning_indexer_grad.h"
 #include "../../infer_shape/sparse_lightning_indexer_grad_kl_loss.h"
+#include "../../infer_shape/dense_lightning_indexer_softmax_lse.h"
+#include "../../infer_shape/dense_lightning_indexer_grad_kl_loss.h"
 #include "../../infer_shape/sparse_flash_attention.h"
 #include "../../infer_shape/sparse_flash_attention_grad.h"
 
@@ -152,6 +154,51 @@ struct SparseLightningIndexerGradKLLossDef {
        ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_FLOAT,
        ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_BF16,
+       ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
+  }};
+  static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};
+};
+
+// dense_lightning_indexer_softmax_lse
+struct DenseLightningIndexerSoftmaxLseDef {
+  using Table = mgo::table::DenseLightningIndexerSoftmaxLse;
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in,
+                                       const Table::Attrs& a) {
+    return mgo::infer::dense_lightning_indexer_softmax_lse(in, a);
+  }
+  // Columns over query_index, key_index, weights, actual_seq_lengths_query,
+  // actual_seq_lengths_key, softmax_max_index, softmax_sum_index.
+  static constexpr std::array<std::array<ge::DataType, 7>, 4> kDtypes{{
+      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT},
+      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT},
+      {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT},
+      {ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT},
+  }};
+  static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};
+};
+
+// dense_lightning_indexer_grad_kl_loss
+struct DenseLightningIndexerGradKLLossDef {
+  using Table = mgo::table::DenseLightningIndexerGradKLLoss;
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in,
+                                       const Table::Attrs& a) {
+    return mgo::infer::dense_lightning_indexer_grad_kl_loss(in, a);
+  }
+  // Columns over query, key, query_index, key_index, weights, softmax_max, softmax_sum,
+  // softmax_max_index, softmax_sum_index, query_rope, key_rope, actual_seq_lengths_query,
+  // actual_seq_lengths_key, d_query_index, d_key_index, d_weights, loss.
+  static constexpr std::array<std::array<ge::DataType, 17>, 4> kDtypes{{
+      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT,
+       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT},
+      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT,
+       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT16,
+       ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT},
+      {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT,
+       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_BF16,
+       ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
+      {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT,
+       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_BF16,
        ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
   }};
   static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};

@@ -41,20 +41,10 @@ def test_cpu_primitive_declares_the_spec(name: str) -> None:
 ASCEND_OPS = sorted(name for name, spec in OP_SPECS.items() if spec.ascend_dtypes)
 
 
-# Registered for Ascend by the commit that adds their Ascend kernels (issue 30, branch i30ad).
-CPU_ONLY_OPS = {"dense_lightning_indexer_softmax_lse", "dense_lightning_indexer_grad_kl_loss"}
-
-
 def test_every_operator_is_registered_for_ascend() -> None:
-    # One op per operator (no variants): all but the CPU-only ones have an Ascend reg_info.
-    assert len(OP_SPECS) == 11 and set(OP_SPECS) - set(ASCEND_OPS) == CPU_ONLY_OPS
+    # One op per operator (no variants): all eleven have an Ascend reg_info.
+    assert len(OP_SPECS) == 11 and set(OP_SPECS) == set(ASCEND_OPS)
     assert all(spec.optional <= set(spec.inputs) for spec in OP_SPECS.values())
-
-
-@pytest.mark.parametrize("name", sorted(CPU_ONLY_OPS))
-def test_an_op_without_ascend_kernel_says_so_on_ascend(name: str) -> None:
-    with pytest.raises(RuntimeError, match=rf"^{name}: no Ascend kernel yet"):
-        _custom._build(name, "Ascend", tuple(_attrs(OP_SPECS[name]).items()))
 
 
 @pytest.mark.parametrize("name", ASCEND_OPS)
@@ -116,6 +106,15 @@ INFER_CASES = {
          [8, 1, 16], [2], [2], [4]],
         [[6, 2, 16], [8, 1, 16], [6, 2], [1]],
         [X, X, X, X, X, "int32", "float32", "float32", X, X, "int32", "int32", "float32"], [X, X, X, "float32"]),
+    "dense_lightning_indexer_softmax_lse": ({"layout": "TND", "sparse_mode": 3},
+                                            [[6, 4, 32], [8, 1, 32], [6, 4], [2], [2]], [[1, 6], [1, 6]],
+                                            [X, X, "float32", "int32", "int32"], ["float32", "float32"]),
+    "dense_lightning_indexer_grad_kl_loss": (
+        {"scale_value": 0.5, "layout": "TND", "sparse_mode": 3, "deterministic": True},
+        [[6, 4, 32], [8, 1, 32], [6, 2, 16], [8, 1, 16], [6, 2], [1, 6, 4], [1, 6, 4], [1, 6], [1, 6], [6, 4, 16],
+         [8, 1, 16], [2], [2]],
+        [[6, 2, 16], [8, 1, 16], [6, 2], [1]],
+        [X, X, X, X, X, "float32", "float32", "float32", "float32", X, X, "int32", "int32"], [X, X, X, "float32"]),
     "sparse_flash_attention": ({"scale_value": 0.125, "sparse_block_size": 2, "layout": "BSND", "sparse_mode": 0},
                                *_sfa("BSND"), [X, X, X, "int32", X, X, "int32", "int32", "float32"],
                                [X, "float32", "float32"]),

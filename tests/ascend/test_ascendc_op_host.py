@@ -20,7 +20,7 @@ from ms_grad_ops._specs import OP_SPECS
 ASCENDC = ROOT / "ascendc"
 OPS = ("rope", "rope_grad", "cla_gate_merge", "cla_gate_backward", "sparse_flash_attention",
        "sparse_flash_attention_grad", "sparse_lightning_indexer_grad_kl_loss", "lightning_indexer",
-       "lightning_indexer_grad")
+       "lightning_indexer_grad", "dense_lightning_indexer_softmax_lse", "dense_lightning_indexer_grad_kl_loss")
 GE_DTYPES = {"DT_FLOAT16": "float16", "DT_BF16": "bfloat16", "DT_FLOAT": "float32", "DT_INT32": "int32",
              "DT_INT64": "int64"}
 ATTR_TYPES = {"String": "str", "Int": "int", "Float": "float", "Bool": "bool", "ListInt": "listInt"}
@@ -560,6 +560,83 @@ def test_lightning_indexer_grad_tiling_refuses_other_dtypes(driver: Path) -> Non
     assert out == "failed" and err.endswith("the kernel takes float16 or bfloat16 inputs only")
 
 
+DLI, DLIG = "dense_lightning_indexer_softmax_lse", "dense_lightning_indexer_grad_kl_loss"
+
+
+def dense_inputs(op: str, layout: str, dtype: str, wdtype: str, *, rope: bool = True, lengths: bool = True,
+                 omit: bool = True, n2: int = 1) -> list[Input]:
+    """Inputs of the dense pair: B = 2, S1 = 5, S2 = 7 (TND: T1 = 10, T2 = 14), Nidx = 2, Didx = 16;
+    the grad's main attention N1 = 4, N2 = n2, D = 32, Dr = 16."""
+    lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
+    absent: Input = None if omit else ([0], dtype)
+    lq, lk = (([2], "int32"), ([2], "int32")) if lengths else (None if omit else ([0], "int32"),) * 2
+    index = [([*lead_q, 2, 16], dtype), ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype)]
+    if op == DLI:
+        return [*index, lq, lk]
+    g = 4 // n2
+    qr, kr = (([*lead_q, 4, 16], dtype), ([*lead_k, n2, 16], dtype)) if rope else (absent, absent)
+    stats = ([2, n2, 5, g] if layout == "BSND" else [n2, 10, g], "float32")
+    index_stats = ([2, 1, 5] if layout == "BSND" else [1, 10], "float32")
+    return [([*lead_q, 4, 32], dtype), ([*lead_k, n2, 32], dtype), *index, stats, stats, index_stats, index_stats,
+            qr, kr, lq, lk]
+
+
+@pytest.mark.parametrize("op", [DLI, DLIG])
+@pytest.mark.parametrize("layout, rope, lengths", SFA_CASES)
+@pytest.mark.parametrize("dtype, wdtype", [("float16", "float16"), ("bfloat16", "float32")])
+def test_dense_adapters_pass_the_inputs(driver: Path, op: str, layout: str, rope: bool, lengths: bool, dtype: str,
+                                        wdtype: str) -> None:
+    attrs = defaults(op, layout=layout, **({"scale_value": 0.25, "deterministic": True} if op == DLIG else {}))
+    inputs = dense_inputs(op, layout, dtype, wdtype, rope=rope, lengths=lengths)
+    assert adapter_infer(driver, op, inputs, attrs) == tuple(rules(op, inputs, attrs))
+    t = tiling(driver, op, inputs, attrs)
+    as_bsnd = layout == "BSND" or not lengths  # TND without lengths: one sequence, BSND with B = 1
+    batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
+    expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n_idx": 2,
+                "d_idx": 16, "sparse_mode": 3}
+    if op == DLIG:
+        expected |= {"n1": 4, "d": 32, "dr": 16 if rope else 0, "has_rope": int(rope), "scale": 0.25}
+    assert {key: t[key] for key in expected} == expected
+    assert carried(t, attrs) == as_printed(attrs), "the tiling data carries every attribute for the kernel"
+    assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype] + (10 if wdtype == "float32" else 0)
+    assert t["block_dim"] == t["used_aic"] >= 1
+    assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
+    assert t["schedule_mode"] == int(op == DLIG), "only the grad's SyncAll needs every core started at once"
+    placeheld = dense_inputs(op, layout, dtype, wdtype, rope=rope, lengths=lengths, omit=False)
+    assert tiling(driver, op, placeheld, attrs) == t, "an omitted input and the placeholder tile alike"
+
+
+@pytest.mark.parametrize("op", [DLI, DLIG])
+@pytest.mark.parametrize("step", ["shape", "dtype", "tiling"])
+def test_dense_pair_takes_only_the_causal_mask_on_ascend(driver: Path, op: str, step: str) -> None:
+    # CANN's dense kernels take sparse_mode 3 only; the table says so (its Ascend limit), and the
+    # op_host refuses 0 from InferShape on in the one wording of every layer.
+    inputs = dense_inputs(op, "TND", "float16", "float16")
+    sent = inputs if step != "dtype" else [None if x is None else ([-2], x[1]) for x in inputs]
+    out, err = run_adapter(driver, op, step, sent, defaults(op, layout="TND", sparse_mode=0))
+    assert out == "failed"
+    assert err == (f"[ms_grad_ops] {OP_SPECS[op].op_type}: {op}: attribute 'sparse_mode' must be one of "
+                   "3 (rightDownCausal) on Ascend, got 0")
+
+
+def test_dense_grad_tiling_refuses_mha_on_ascend(driver: Path) -> None:
+    # N2 = N1 (CANN's plain MHA main attention) passes the shape rule; the Ascend kernel is the
+    # MLA-absorbed one (N2 = 1), and the tiling refuses the rest with the table's size limit.
+    inputs = dense_inputs(DLIG, "TND", "bfloat16", "bfloat16", n2=4)
+    attrs = defaults(DLIG, layout="TND")
+    assert adapter_infer(driver, DLIG, inputs, attrs) == tuple(rules(DLIG, inputs, attrs))
+    out, err = run_adapter(driver, DLIG, "tiling", inputs, attrs)
+    assert out == "failed"
+    assert err.endswith("N2 (key heads, key dim -2: the MLA-absorbed attention only) must be in [1, 1] on Ascend")
+
+
+@pytest.mark.parametrize("op", [DLI, DLIG])
+def test_dense_tiling_refuses_other_dtypes(driver: Path, op: str) -> None:
+    out, err = run_adapter(driver, op, "tiling", dense_inputs(op, "TND", "float32", "float32"),
+                           defaults(op, layout="TND"))
+    assert out == "failed" and err.endswith("the kernel takes float16 or bfloat16 inputs only")
+
+
 @pytest.mark.parametrize("mode, key", [("atb", 1), ("vjp", 11)])
 def test_rope_grad_tiling_adapter_reads_mode(driver: Path, mode: str, key: int) -> None:
     t = tiling(driver, "rope_grad", adapter_cases()[1][1], defaults("rope_grad", mode=mode))
@@ -616,6 +693,10 @@ LENGTHS_CASES = {
                                "actual_seq_lengths_key"),
     SLI: (lambda lq, lk: sli_inputs("BSND", "bfloat16", "float32", rope=True, lengths=False)[:10] + [lq, lk, None],
           "actual_seq_lengths_key"),
+    DLI: (lambda lq, lk: dense_inputs(DLI, "BSND", "float16", "float16", lengths=False)[:3] + [lq, lk],
+          "actual_seq_lengths_key"),
+    DLIG: (lambda lq, lk: dense_inputs(DLIG, "BSND", "bfloat16", "float32", lengths=False)[:11] + [lq, lk],
+           "actual_seq_lengths_key"),
 }
 
 

@@ -126,23 +126,8 @@ class LightningIndexerKernel {
 
   // I over keys [key0, key0 + cols) of the token into Chunk(0).
   __aicore__ inline void Scores(uint32_t t, uint64_t key0, uint32_t cols) {
-    mm_.SetOrgShape(t_.nIdx, cols, t_.dIdx, t_.dIdx);
-    mm_.SetSingleShape(t_.nIdx, cols, t_.dIdx);
-    mm_.SetTensorA(qiGm_[uint64_t{t} * t_.nIdx * t_.dIdx]);
-    mm_.SetTensorB(kiGm_[key0 * t_.dIdx], true);
-    mm_.IterateAll(wsSx_);
-    const LocalTensor<float> score = Chunk(0);
-    const LocalTensor<float> sx = Chunk(1);
-    const LocalTensor<float> tmp = Chunk(2);
-    const LocalTensor<float> w = w_.template Get<float>();
-    Duplicate(score, 0.0f, cols);
-    for (uint32_t g = 0; g < t_.nIdx; ++g) {
-      LoadRowsF32(sx, wsSx_[uint64_t{g} * cols], 1, cols);
-      ReluKeepNan(tmp, sx, cols);
-      Muls(tmp, tmp, w.GetValue(g), cols);
-      Add(score, score, tmp, cols);
-      SyncPipes<HardEvent::V_MTE2>();  // the next head's row overwrites sx
-    }
+    IndexScores(mm_, qiGm_[uint64_t{t} * t_.nIdx * t_.dIdx], kiGm_[key0 * t_.dIdx], wsSx_, t_.nIdx, t_.dIdx, cols,
+                w_.template Get<float>(), Chunk(0), Chunk(1), Chunk(2));
   }
 
   // Merges list `cur` (count entries) with the chunk's `groups` sorted groups (cols valid keys)

@@ -117,6 +117,40 @@ inline mgo::table::SparseLightningIndexerGradKLLoss::Attrs ToAttrs(const SparseL
   return a;
 }
 
+// The attributes of one dense_lightning_indexer_softmax_lse call, raw (mgo::table::DenseLightningIndexerSoftmaxLse::Attrs once read).
+struct DenseLightningIndexerSoftmaxLseAttrArgs {
+  const char* layout;
+  int64_t sparse_mode;
+};
+
+// As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
+inline mgo::table::DenseLightningIndexerSoftmaxLse::Attrs ToAttrs(const DenseLightningIndexerSoftmaxLseAttrArgs& raw) {
+  mgo::table::DenseLightningIndexerSoftmaxLse::Attrs a{};
+  mgo::table::SetAttr(mgo::table::DenseLightningIndexerSoftmaxLse::kName, a.layout, std::string(raw.layout));
+  mgo::table::SetAttr(mgo::table::DenseLightningIndexerSoftmaxLse::kName, a.sparse_mode, raw.sparse_mode);
+  mgo::table::DenseLightningIndexerSoftmaxLse::CheckAttrs(a, mgo::table::Backend::kAscend);
+  return a;
+}
+
+// The attributes of one dense_lightning_indexer_grad_kl_loss call, raw (mgo::table::DenseLightningIndexerGradKLLoss::Attrs once read).
+struct DenseLightningIndexerGradKLLossAttrArgs {
+  double scale_value;
+  const char* layout;
+  int64_t sparse_mode;
+  bool deterministic;
+};
+
+// As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
+inline mgo::table::DenseLightningIndexerGradKLLoss::Attrs ToAttrs(const DenseLightningIndexerGradKLLossAttrArgs& raw) {
+  mgo::table::DenseLightningIndexerGradKLLoss::Attrs a{};
+  mgo::table::SetAttr(mgo::table::DenseLightningIndexerGradKLLoss::kName, a.scale_value, raw.scale_value);
+  mgo::table::SetAttr(mgo::table::DenseLightningIndexerGradKLLoss::kName, a.layout, std::string(raw.layout));
+  mgo::table::SetAttr(mgo::table::DenseLightningIndexerGradKLLoss::kName, a.sparse_mode, raw.sparse_mode);
+  mgo::table::SetAttr(mgo::table::DenseLightningIndexerGradKLLoss::kName, a.deterministic, raw.deterministic);
+  mgo::table::DenseLightningIndexerGradKLLoss::CheckAttrs(a, mgo::table::Backend::kAscend);
+  return a;
+}
+
 // The attributes of one sparse_flash_attention call, raw (mgo::table::SparseFlashAttention::Attrs once read).
 struct SparseFlashAttentionAttrArgs {
   double scale_value;

@@ -101,6 +101,26 @@ class SparseLightningIndexerGradKLLossAttrArgs(ctypes.Structure):
     ]
 
 
+class DenseLightningIndexerSoftmaxLseAttrArgs(ctypes.Structure):
+    """The attributes of one dense_lightning_indexer_softmax_lse call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("layout", ctypes.c_char_p),
+        ("sparse_mode", ctypes.c_int64),
+    ]
+
+
+class DenseLightningIndexerGradKLLossAttrArgs(ctypes.Structure):
+    """The attributes of one dense_lightning_indexer_grad_kl_loss call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("scale_value", ctypes.c_double),
+        ("layout", ctypes.c_char_p),
+        ("sparse_mode", ctypes.c_int64),
+        ("deterministic", ctypes.c_bool),
+    ]
+
+
 class SparseFlashAttentionAttrArgs(ctypes.Structure):
     """The attributes of one sparse_flash_attention call, raw (a choice by its name, as bytes)."""
 

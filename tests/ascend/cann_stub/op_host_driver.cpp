@@ -60,6 +60,20 @@ void Describe(const mgo::tiling::LigTilingData& t) {
             << " k=" << t.k << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
 }
 
+void Describe(const mgo::tiling::DliTilingData& t) {
+  std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " batch=" << t.batch << " s1=" << t.s1
+            << " s2=" << t.s2 << " t1=" << t.t1 << " t2=" << t.t2 << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx
+            << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
+}
+
+void Describe(const mgo::tiling::DlgTilingData& t) {
+  std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " has_rope=" << t.hasRope
+            << " batch=" << t.batch << " s1=" << t.s1 << " s2=" << t.s2
+            << " t1=" << t.t1 << " t2=" << t.t2 << " n1=" << t.n1 << " d=" << t.d << " dr=" << t.dr
+            << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx << " scale=" << t.scaleValue
+            << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
+}
+
 const char* GeName(ge::DataType t) {
   switch (t) {
     case ge::DT_FLOAT16: return "ge::DT_FLOAT16";
@@ -195,6 +209,10 @@ int main() {
       PrintTiling<tiling::LiTilingData, table::LightningIndexer>(ctx);
     } else if (op == "LightningIndexerGrad") {
       PrintTiling<tiling::LigTilingData, table::LightningIndexerGrad>(ctx);
+    } else if (op == "DenseLightningIndexerSoftmaxLse") {
+      PrintTiling<tiling::DliTilingData, table::DenseLightningIndexerSoftmaxLse>(ctx);
+    } else if (op == "DenseLightningIndexerGradKLLoss") {
+      PrintTiling<tiling::DlgTilingData, table::DenseLightningIndexerGradKLLoss>(ctx);
     } else if (op == "SparseFlashAttention") {
       PrintTiling<tiling::SparseFlashAttentionTilingData, table::SparseFlashAttention>(ctx);
     } else {

@@ -1,0 +1,514 @@
+// DenseLightningIndexerGradKLLoss as a mixed kernel: the AIVs do the element-wise work, the AIC
+// of each core multiplies (high-level Matmul, float32 accumulation). The sparse KL loss of
+// SparseLightningIndexerGradKLLoss (docs/contract.md section 4.2) over every visible key of each
+// token instead of its selected ones, with y from the given index statistics:
+//   p_j = (1/N1) sum_h exp(scale S[h, j] - max_h) / sum_h, S = cat(q, q_rope) cat(k, k_rope)ᵀ;
+//   I_j = sum_g w_g relu(Sx[g, j]), Sx = q_index k_indexᵀ; y_j = exp(I_j - max_index) / sum_index;
+//   loss = sum_t sum_j p (ln max(p, 1e-8) - ln max(y, 1e-8)); dI = y - p;
+//   d_weights[t, g] = sum_j dI_j relu(Sx[g, j]); dS = dI w [Sx > 0];
+//   d_query_index[t] = dS Ki; d_key_index[j] = sum_(t, g) dS[t, g, j] q_index[t, g].
+// N2 = 1 (key [.., 1, D]): the visible keys of a token are a prefix of its batch's keys, so every
+// operand is read in place and nothing of size S x S exists anywhere.
+//
+// Row pass (query tokens, tiling.rowStart): per chunk of keyChunk visible keys, S (+ the rope
+// product, accumulated) and Sx on the cube; p, y, the chunk's loss, dI, d_weights and dS on the
+// AIV; d_query_index += dS Ki on the cube (float32 accumulator per token). Key pass (key blocks of
+// 16 key tokens, tiling.keyBlockStart): the owner walks the query tokens that see a key of its
+// block in ascending order, tokChunk at a time, recomputes S, Sx, p, y, dI against the block and
+// accumulates d_key_index += Coefᵀ Qi (Coef = dI w [Sx > 0], 0 on hidden keys) in its own float32
+// block accumulator. SyncAll, then AIV 0 sums the per-token losses in token order. Every sum has
+// one owner and an order the shape fixes: the bits do not depend on the core count or the order
+// cores run in (deterministic = true is honoured; false gives the same result). relu and [Sx > 0]
+// keep NaN as in the sparse kernel; unlike it, a NaN in query_index reaches the other keys of a
+// block in the key pass (no NaN-as-zero copy of the rows read in place).
+#include <type_traits>
+
+#include "kernel_operator.h"
+#include "lib/matmul_intf.h"
+
+#include "../../common/indexer_kernel_common.h"
+#include "../dense_lightning_indexer_grad_kl_loss_tiling.h"
+
+namespace mgo::kernel {
+
+using mgo::tiling::DlgTilingData;
+
+struct DlgIo {
+  // One per line: GM_ADDR is the macro `__gm__ uint8_t*`, so `GM_ADDR a, b;` makes only a a pointer.
+  GM_ADDR query;
+  GM_ADDR key;
+  GM_ADDR query_index;
+  GM_ADDR key_index;
+  GM_ADDR weights;
+  GM_ADDR softmax_max;
+  GM_ADDR softmax_sum;
+  GM_ADDR softmax_max_index;
+  GM_ADDR softmax_sum_index;
+  GM_ADDR query_rope;
+  GM_ADDR key_rope;
+  GM_ADDR lens_q;
+  GM_ADDR lens_k;
+  GM_ADDR d_query_index;
+  GM_ADDR d_key_index;
+  GM_ADDR d_weights;
+  GM_ADDR loss;
+  GM_ADDR workspace;
+};
+
+inline constexpr float kDlgLogFloor = 1e-8f;
+
+// T: query/key/index dtype (half or bfloat16_t); W: weights and d_weights (T or float).
+template <typename T, typename W>
+class DenseLightningIndexerGradKernel {
+  using A = MatmulType<TPosition::GM, CubeFormat::ND, T>;
+  using AT = MatmulType<TPosition::GM, CubeFormat::ND, T, true>;
+  using C = MatmulType<TPosition::GM, CubeFormat::ND, float>;
+  using Plan = mgo::tiling::DlgUbPlan;
+
+ public:
+  __aicore__ inline void Run(const DlgIo& io, const DlgTilingData& t) {
+    t_ = t;
+    const TCubeTiling nt = ToCubeTiling(t.mmNT);
+    const TCubeTiling nn = ToCubeTiling(t.mmNN);
+    const TCubeTiling tn = ToCubeTiling(t.mmTN);
+    REGIST_MATMUL_OBJ(&pipe_, GetSysWorkSpacePtr(), mmNT_, &nt, mmNN_, &nn, mmTN_, &tn);
+    if ASCEND_IS_AIC {
+      return;
+    }
+    InitGm(io);
+    geo_.Init(IndexerGeometry(t.layout, t.sparseMode, t.batch, t.s1, t.s2, t.t1, t.t2, t.n1), io.lens_q, io.lens_k);
+    InitUb();
+    const auto aiv = static_cast<uint32_t>(GetBlockIdx());
+    for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) QueryRow(row);
+    for (uint32_t u = t.keyBlockStart[aiv]; u < t.keyBlockStart[aiv + 1]; ++u) KeyBlock(u);
+    SyncAll();  // every per-token loss is in the workspace
+    if (aiv == 0) Loss();
+    mmNT_.End();
+    mmNN_.End();
+    mmTN_.End();
+  }
+
+ private:
+  __aicore__ inline void InitGm(const DlgIo& io) {
+    const uint64_t q_rows = uint64_t{t_.t1} * t_.n1;
+    const uint64_t qi_elems = uint64_t{t_.t1} * t_.nIdx * t_.dIdx;
+    qGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.query), q_rows * t_.d);
+    kGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.key), uint64_t{t_.t2} * t_.d);
+    if (t_.hasRope) {
+      qrGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.query_rope), q_rows * t_.dr);
+      krGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.key_rope), uint64_t{t_.t2} * t_.dr);
+    }
+    qiGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.query_index), qi_elems);
+    kiGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.key_index), uint64_t{t_.t2} * t_.dIdx);
+    wGm_.SetGlobalBuffer(reinterpret_cast<__gm__ W*>(io.weights), uint64_t{t_.t1} * t_.nIdx);
+    maxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.softmax_max), q_rows);
+    sumGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.softmax_sum), q_rows);
+    maxIdxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.softmax_max_index), t_.t1);
+    sumIdxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.softmax_sum_index), t_.t1);
+    dqiGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_query_index), qi_elems);
+    dkiGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_key_index), uint64_t{t_.t2} * t_.dIdx);
+    dwGm_.SetGlobalBuffer(reinterpret_cast<__gm__ W*>(io.d_weights), uint64_t{t_.t1} * t_.nIdx);
+    lossGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.loss), 1);
+    GM_ADDR user = GetUserWorkspace(io.workspace);
+    GM_ADDR ws = user + static_cast<uint64_t>(GetBlockIdx()) * t_.aivWsBytes;
+    wsS_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsS), uint64_t{t_.n1} * t_.keyChunk);
+    wsSx_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsSx), uint64_t{t_.nIdx} * t_.keyChunk);
+    wsDs_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsDs), uint64_t{t_.nIdx} * t_.keyChunk);
+    wsDq_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsDq), uint64_t{t_.nIdx} * t_.dIdx);
+    wsSk_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsSk), uint64_t{t_.mMain} * t_.keyBlock);
+    wsSxk_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsSxk), uint64_t{t_.mKey} * t_.keyBlock);
+    wsCoef_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsCoef), uint64_t{t_.mKey} * t_.keyBlock);
+    wsDkb_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsDkb), uint64_t{t_.keyBlock} * t_.dIdx);
+    wsLoss_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(user + t_.wsLoss), t_.t1);
+  }
+
+  // Allocates exactly the buffers PlanDlgUb counts.
+  __aicore__ inline void InitUb() {
+    const Plan p = mgo::tiling::PlanDlgUb(t_, std::is_same_v<W, float>);
+    for (auto& v : vec_) pipe_.InitBuffer(v, p.vecBytes);
+    pipe_.InitBuffer(vec16_, p.vec16Bytes);
+    pipe_.InitBuffer(tile_, p.tileBytes);
+    pipe_.InitBuffer(tileX_, p.tileXBytes);
+    pipe_.InitBuffer(tile16_, p.tile16Bytes);
+    for (auto& h : head_) pipe_.InitBuffer(h, p.headBytes);
+    pipe_.InitBuffer(wRaw_, p.wBytes);
+    pipe_.InitBuffer(rowF_, p.rowFBytes);
+    pipe_.InitBuffer(rowH_, p.rowHBytes);
+    pipe_.InitBuffer(work_, p.workBytes);
+    pipe_.InitBuffer(red_, Plan::kRedBytes);
+  }
+
+  enum Vec : uint32_t { kP = 0, kI = 1, kSx = 2, kTmp = 3, kA = 4, kB = 5 };
+  enum Head : uint32_t { kMax = 0, kSum = 1, kW = 2, kDw = 3 };
+  // Not const: TBuf::Get is a non-const member in the real API (kernel_tpipe.h).
+  __aicore__ inline LocalTensor<float> V(Vec v) { return vec_[v].template Get<float>(); }
+  __aicore__ inline LocalTensor<float> H(Head h) { return head_[h].template Get<float>(); }
+  __aicore__ inline LocalTensor<float> Red() { return red_.template Get<float>(); }
+  __aicore__ inline LocalTensor<float> Work() { return work_.template Get<float>(); }
+
+  // The statistics and weights of token t: softmax_max/sum heads (N2 = 1: offset t * n1 in both
+  // layouts), weights as float32; returns (max_index, sum_index) in *mi, *si.
+  __aicore__ inline void LoadToken(uint32_t t, float* mi, float* si) {
+    const uint64_t at = uint64_t{t} * t_.n1;
+    for (uint32_t h = 0; h < t_.n1; ++h) {
+      H(kMax).SetValue(h, maxGm_.GetValue(at + h));
+      H(kSum).SetValue(h, sumGm_.GetValue(at + h));
+    }
+    *mi = maxIdxGm_.GetValue(t);
+    *si = sumIdxGm_.GetValue(t);
+    LoadWeightsF32(wRaw_.template Get<W>(), wGm_[uint64_t{t} * t_.nIdx], H(kW), t_.nIdx);
+  }
+
+  // S = cat(q, q_rope) cat(k, k_rope)ᵀ for `m` query rows from q_row and `n` key rows from k_row
+  // into ws ([m, n] float32): the rope product accumulates onto the main one.
+  __aicore__ inline void MainScores(uint64_t q_row, uint32_t m, uint64_t k_row, uint32_t n,
+                                    const GlobalTensor<float>& ws) {
+    mmNT_.SetOrgShape(m, n, t_.d, t_.d);
+    mmNT_.SetSingleShape(m, n, t_.d);
+    mmNT_.SetTensorA(qGm_[q_row * t_.d]);
+    mmNT_.SetTensorB(kGm_[k_row * t_.d], true);
+    mmNT_.IterateAll(ws);
+    if (!t_.hasRope) return;
+    mmNT_.SetOrgShape(m, n, t_.dr, t_.dr);
+    mmNT_.SetSingleShape(m, n, t_.dr);
+    mmNT_.SetTensorA(qrGm_[q_row * t_.dr]);
+    mmNT_.SetTensorB(krGm_[k_row * t_.dr], true);
+    mmNT_.IterateAll(ws, 1);
+  }
+
+  // p += P_h over n columns for head rows [h0, h0 + rows) of an S tile (row pitch `pitch`):
+  // P_h = exp(scale S - max_h) / sum_h. `e` is scratch.
+  __aicore__ inline void AddHeads(const LocalTensor<float>& p, const LocalTensor<float>& s, uint32_t pitch,
+                                  uint32_t h0, uint32_t rows, uint32_t n) {
+    const LocalTensor<float> e = V(kA);
+    for (uint32_t i = 0; i < rows; ++i) {
+      Muls(e, s[i * pitch], t_.scaleValue, n);
+      Adds(e, e, -H(kMax).GetValue(h0 + i), n);
+      Exp(e, e, n);
+      Muls(e, e, 1.0f / H(kSum).GetValue(h0 + i), n);
+      Add(p, p, e, n);
+    }
+  }
+
+  // y = exp(I - mi) / si in place of I (n columns).
+  __aicore__ inline void IndexSoftmax(const LocalTensor<float>& i_score, float mi, float si, uint32_t n) {
+    Adds(i_score, i_score, -mi, n);
+    Exp(i_score, i_score, n);
+    Muls(i_score, i_score, 1.0f / si, n);
+  }
+
+  // ---------------------------------------------------------------- row pass
+  __aicore__ inline void QueryRow(uint32_t t) {
+    const SfaRow r = geo_.Row(t);
+    const uint32_t n = r.limit < 0 ? 0 : static_cast<uint32_t>(r.limit + 1);
+    if (n == 0) {
+      EmptyRow(t);
+      return;
+    }
+    float mi = 0.0f;
+    float si = 0.0f;
+    LoadToken(t, &mi, &si);
+    for (uint32_t g = 0; g < t_.nIdx; ++g) H(kDw).SetValue(g, 0.0f);
+    float loss = 0.0f;
+    for (uint32_t c0 = 0; c0 < n; c0 += t_.keyChunk) {
+      const uint32_t cols = n - c0 < t_.keyChunk ? n - c0 : t_.keyChunk;
+      loss += RowChunk(t, r.kv0 + c0, cols, c0 == 0, mi, si);
+    }
+    WriteWeightsGrad(t);
+    WriteRows(wsDq_, true, t_.nIdx, uint64_t{t} * t_.nIdx, dqiGm_);
+    const LocalTensor<float> red = Red();
+    red.SetValue(0, loss);
+    SyncPipes<HardEvent::V_MTE3>();
+    SyncPipes<HardEvent::S_MTE3>();
+    DataCopyPad(wsLoss_[t], red, DataCopyExtParams{1, 4, 0, 0, 0});
+    PipeBarrier<PIPE_ALL>();  // the next token rewrites red (scalar and V after MTE3)
+  }
+
+  // Keys [key0, key0 + cols) of token t; returns the chunk's loss.
+  __aicore__ inline float RowChunk(uint32_t t, uint64_t key0, uint32_t cols, bool first, float mi, float si) {
+    // Teacher p over the chunk.
+    MainScores(uint64_t{t} * t_.n1, t_.n1, key0, cols, wsS_);
+    const LocalTensor<float> p = V(kP);
+    const LocalTensor<float> s = tile_.template Get<float>();
+    const uint32_t pitch = static_cast<uint32_t>(mgo::tiling::AlignUp(cols, 8));
+    Duplicate(p, 0.0f, cols);
+    for (uint32_t h0 = 0; h0 < t_.n1; h0 += t_.tileRows) {
+      const uint32_t rows = t_.n1 - h0 < t_.tileRows ? t_.n1 - h0 : t_.tileRows;
+      LoadRowsF32(s, wsS_[uint64_t{h0} * cols], rows, cols);
+      AddHeads(p, s, pitch, h0, rows, cols);
+      SyncPipes<HardEvent::V_MTE2>();  // the next tile overwrites s
+    }
+    Muls(p, p, 1.0f / static_cast<float>(t_.n1), cols);
+
+    // y from I and the index statistics; the loss; dI = y - p.
+    const LocalTensor<float> y = V(kI);
+    IndexScores(mmNT_, qiGm_[uint64_t{t} * t_.nIdx * t_.dIdx], kiGm_[key0 * t_.dIdx], wsSx_, t_.nIdx, t_.dIdx, cols,
+                H(kW), y, V(kSx), V(kTmp));
+    IndexSoftmax(y, mi, si, cols);
+    const float loss = ChunkLoss(p, y, cols);
+    Sub(y, y, p, cols);
+
+    // d_weights, dS (16-bit, per head row) and d_query_index (+)= dS Ki.
+    const LocalTensor<float> di = y;
+    const LocalTensor<float> sx = V(kSx);
+    const LocalTensor<float> tmp = V(kTmp);
+    const LocalTensor<T> ds16 = vec16_.template Get<T>();
+    for (uint32_t g = 0; g < t_.nIdx; ++g) {
+      LoadRowsF32(sx, wsSx_[uint64_t{g} * cols], 1, cols);
+      ReluKeepNan(tmp, sx, cols);
+      Mul(tmp, tmp, di, cols);
+      ReduceSum(Red(), tmp, Work(), cols);
+      Muls(tmp, di, H(kW).GetValue(g), cols);
+      SyncPipes<HardEvent::V_S>();
+      H(kDw).SetValue(g, H(kDw).GetValue(g) + Red().GetValue(0));
+      for (uint32_t j = 0; j < cols; ++j) tmp.SetValue(j, tmp.GetValue(j) * ReluStep(sx.GetValue(j)));
+      SyncPipes<HardEvent::S_V>();
+      Cast(ds16, tmp, RoundMode::CAST_RINT, cols);
+      StoreRows16(wsDs_[uint64_t{g} * cols], ds16, 1, cols);
+      SyncPipes<HardEvent::V_MTE2>();
+    }
+    mmNN_.SetOrgShape(t_.nIdx, t_.dIdx, cols, cols);
+    mmNN_.SetSingleShape(t_.nIdx, t_.dIdx, cols);
+    mmNN_.SetTensorA(wsDs_);
+    mmNN_.SetTensorB(kiGm_[key0 * t_.dIdx]);
+    mmNN_.IterateAll(wsDq_, first ? 0 : 1);
+    return loss;
+  }
+
+  // sum_j p (ln max(p, 1e-8) - ln max(y, 1e-8)) over n columns.
+  __aicore__ inline float ChunkLoss(const LocalTensor<float>& p, const LocalTensor<float>& y, uint32_t n) {
+    const LocalTensor<float> a = V(kA);
+    const LocalTensor<float> b = V(kB);
+    const LocalTensor<float> nan_of_y = V(kTmp);
+    Maxs(a, p, kDlgLogFloor, n);
+    Ln(a, a, n);
+    Maxs(b, y, kDlgLogFloor, n);
+    Ln(b, b, n);
+    // + (y - y): 0 for a finite y, NaN for a NaN y, which the documented Maxs leaves unspecified.
+    Sub(nan_of_y, y, y, n);
+    Add(b, b, nan_of_y, n);
+    Sub(a, a, b, n);
+    Mul(a, a, p, n);
+    ReduceSum(Red(), a, Work(), n);
+    SyncPipes<HardEvent::V_S>();
+    return Red().GetValue(0);
+  }
+
+  // A token without a visible key: zero d_weights and d_query_index rows, loss 0.
+  __aicore__ inline void EmptyRow(uint32_t t) {
+    for (uint32_t g = 0; g < t_.nIdx; ++g) H(kDw).SetValue(g, 0.0f);
+    WriteWeightsGrad(t);
+    WriteRows(wsDq_, false, t_.nIdx, uint64_t{t} * t_.nIdx, dqiGm_);
+    const LocalTensor<float> red = Red();
+    red.SetValue(0, 0.0f);
+    SyncPipes<HardEvent::V_MTE3>();
+    SyncPipes<HardEvent::S_MTE3>();
+    DataCopyPad(wsLoss_[t], red, DataCopyExtParams{1, 4, 0, 0, 0});
+    PipeBarrier<PIPE_ALL>();
+  }
+
+  // ---------------------------------------------------------------- key pass
+  // Key block u: global key tokens [u * keyBlock, ...), possibly spanning batches.
+  __aicore__ inline void KeyBlock(uint32_t u) {
+    const uint64_t g0 = uint64_t{u} * t_.keyBlock;
+    const uint32_t nb = static_cast<uint32_t>(t_.t2 - g0 < t_.keyBlock ? t_.t2 - g0 : t_.keyBlock);
+    uint32_t chunks = 0;
+    const uint32_t b_first = geo_.BatchOf(g0, true);
+    const uint32_t b_last = geo_.BatchOf(g0 + nb - 1, true);
+    for (uint32_t b = b_first; b <= b_last; ++b) {
+      BlockBatch bb{};
+      bb.g0 = g0;
+      bb.nb = nb;
+      geo_.Batch(b, &bb.q0, &bb.s1Len, &bb.kv0, &bb.s2Len);
+      const uint64_t lo = g0 > bb.kv0 ? g0 : bb.kv0;
+      const uint64_t hi = g0 + nb < bb.kv0 + bb.s2Len ? g0 + nb : bb.kv0 + bb.s2Len;
+      if (lo >= hi || bb.s1Len == 0) continue;
+      // The first local query that sees local key lo - kv0: limit(s1) = s1 + S2 - S1 (causal).
+      int64_t first = 0;
+      if (t_.sparseMode == static_cast<uint32_t>(mgo::table::SparseMode::kRightDownCausal)) {
+        first = static_cast<int64_t>(lo - bb.kv0) + bb.s1Len - bb.s2Len;
+        first = first < 0 ? 0 : first;
+      }
+      for (uint32_t s1 = static_cast<uint32_t>(first); s1 < bb.s1Len; s1 += t_.tokChunk) {
+        const uint32_t rows = bb.s1Len - s1 < t_.tokChunk ? bb.s1Len - s1 : t_.tokChunk;
+        KeyChunk(bb, s1, rows, chunks++);
+      }
+    }
+    WriteRows(wsDkb_, chunks > 0, nb, g0, dkiGm_);
+  }
+
+  // One batch's share of a key block: the block's global keys [g0, g0 + nb), the batch's tokens.
+  struct BlockBatch {
+    uint64_t g0;
+    uint32_t nb;
+    uint64_t q0;
+    uint32_t s1Len;
+    uint64_t kv0;
+    uint32_t s2Len;
+  };
+
+  // Loads `rows` rows of `cols` (<= keyBlock) float32 from GM into UB rows of pitch keyBlock.
+  __aicore__ inline void LoadBlockRows(const LocalTensor<float>& dst, const GlobalTensor<float>& src, uint32_t rows,
+                                       uint32_t cols) {
+    const uint32_t row_blocks = static_cast<uint32_t>(mgo::tiling::AlignUp(cols, 8) / 8);
+    const uint32_t gap = t_.keyBlock / 8 - row_blocks;
+    DataCopyPad(dst, src,
+                DataCopyExtParams{static_cast<uint16_t>(rows), static_cast<uint32_t>(cols * 4), 0, gap, 0},
+                DataCopyPadExtParams<float>{false, 0, 0, 0.0f});
+    SyncPipes<HardEvent::MTE2_V>();
+    SyncPipes<HardEvent::MTE2_S>();
+  }
+
+  // Local queries [s1, s1 + rows) of batch bb against the block: Coef -> d_key_index block.
+  __aicore__ inline void KeyChunk(const BlockBatch& bb, uint32_t s1, uint32_t rows, uint32_t index) {
+    const uint64_t t0 = bb.q0 + s1;
+    const uint32_t nb = bb.nb;
+    const uint32_t kb = t_.keyBlock;
+    MainScores(t0 * t_.n1, rows * t_.n1, bb.g0, nb, wsSk_);
+    mmNT_.SetOrgShape(rows * t_.nIdx, nb, t_.dIdx, t_.dIdx);
+    mmNT_.SetSingleShape(rows * t_.nIdx, nb, t_.dIdx);
+    mmNT_.SetTensorA(qiGm_[t0 * t_.nIdx * t_.dIdx]);
+    mmNT_.SetTensorB(kiGm_[bb.g0 * t_.dIdx], true);
+    mmNT_.IterateAll(wsSxk_);
+    const LocalTensor<float> s = tile_.template Get<float>();
+    const LocalTensor<float> x = tileX_.template Get<float>();
+    LoadBlockRows(s, wsSk_, rows * t_.n1, nb);
+    LoadBlockRows(x, wsSxk_, rows * t_.nIdx, nb);
+    const LocalTensor<float> p = V(kP);
+    const LocalTensor<float> y = V(kI);
+    const LocalTensor<float> tmp = V(kTmp);
+    for (uint32_t i = 0; i < rows; ++i) {
+      float mi = 0.0f;
+      float si = 0.0f;
+      LoadToken(static_cast<uint32_t>(t0 + i), &mi, &si);
+      Duplicate(p, 0.0f, nb);
+      AddHeads(p, s[i * t_.n1 * kb], kb, 0, t_.n1, nb);
+      Muls(p, p, 1.0f / static_cast<float>(t_.n1), nb);
+      Duplicate(y, 0.0f, nb);
+      for (uint32_t g = 0; g < t_.nIdx; ++g) {
+        ReluKeepNan(tmp, x[(i * t_.nIdx + g) * kb], nb);
+        Muls(tmp, tmp, H(kW).GetValue(g), nb);
+        Add(y, y, tmp, nb);
+      }
+      IndexSoftmax(y, mi, si, nb);
+      Sub(y, y, p, nb);
+      SyncPipes<HardEvent::V_S>();
+      // Coef over the block's columns, in place of Sx: dI w [Sx > 0] on visible keys, else 0.
+      const int64_t limit = geo_.Limit(s1 + i, bb.s1Len, bb.s2Len);
+      for (uint32_t c = 0; c < kb; ++c) {
+        const uint64_t key = bb.g0 + c;
+        const bool seen = c < nb && key >= bb.kv0 && key < bb.kv0 + bb.s2Len &&
+                          static_cast<int64_t>(key - bb.kv0) <= limit;
+        const float di = seen ? y.GetValue(c) : 0.0f;
+        for (uint32_t g = 0; g < t_.nIdx; ++g) {
+          const uint32_t at = (i * t_.nIdx + g) * kb + c;
+          x.SetValue(at, seen ? di * H(kW).GetValue(g) * ReluStep(x.GetValue(at)) : 0.0f);
+        }
+      }
+      SyncPipes<HardEvent::S_V>();
+    }
+    const uint32_t m = rows * t_.nIdx;
+    const LocalTensor<T> coef16 = tile16_.template Get<T>();
+    Cast(coef16, x, RoundMode::CAST_RINT, m * kb);
+    StoreRows16(wsCoef_, coef16, m, nb);
+    SyncPipes<HardEvent::V_MTE2>();
+    mmTN_.SetOrgShape(nb, t_.dIdx, m, m);
+    mmTN_.SetSingleShape(nb, t_.dIdx, m);
+    mmTN_.SetTensorA(wsCoef_, true);
+    mmTN_.SetTensorB(qiGm_[t0 * t_.nIdx * t_.dIdx]);
+    mmTN_.IterateAll(wsDkb_, index > 0 ? 1 : 0);
+  }
+
+  // ---------------------------------------------------------------- outputs
+  // d_weights row t from H(kDw) (scalar-written), in W.
+  __aicore__ inline void WriteWeightsGrad(uint32_t t) {
+    SyncPipes<HardEvent::S_V>();
+    SyncPipes<HardEvent::S_MTE3>();
+    const DataCopyExtParams one{1, static_cast<uint32_t>(t_.nIdx * sizeof(W)), 0, 0, 0};
+    if constexpr (std::is_same_v<W, float>) {
+      SyncPipes<HardEvent::V_MTE3>();
+      DataCopyPad(dwGm_[uint64_t{t} * t_.nIdx], H(kDw), one);
+    } else {
+      const LocalTensor<W> raw = wRaw_.template Get<W>();
+      Cast(raw, H(kDw), RoundMode::CAST_RINT, t_.nIdx);
+      SyncPipes<HardEvent::V_MTE3>();
+      DataCopyPad(dwGm_[uint64_t{t} * t_.nIdx], raw, one);
+    }
+    PipeBarrier<PIPE_ALL>();  // the next token rewrites dw and the weights buffer
+  }
+
+  // Output rows row0 + i (i < rows, dIdx wide) = acc row i cast to T; zeros when !any.
+  __aicore__ inline void WriteRows(const GlobalTensor<float>& acc, bool any, uint32_t rows, uint64_t row0,
+                                   const GlobalTensor<T>& out) {
+    const LocalTensor<float> row_f = rowF_.template Get<float>();
+    const LocalTensor<T> row_h = rowH_.template Get<T>();
+    if (!any) Duplicate(row_f, 0.0f, t_.dIdx);
+    for (uint32_t i = 0; i < rows; ++i) {
+      if (any) {
+        DataCopy(row_f, acc[uint64_t{i} * t_.dIdx], t_.dIdx);
+        SyncPipes<HardEvent::MTE2_V>();
+      }
+      Cast(row_h, row_f, RoundMode::CAST_RINT, t_.dIdx);
+      SyncPipes<HardEvent::V_MTE3>();
+      DataCopy(out[(row0 + i) * t_.dIdx], row_h, t_.dIdx);
+      SyncPipes<HardEvent::MTE3_V>();
+      SyncPipes<HardEvent::MTE3_MTE2>();
+    }
+  }
+
+  // loss = sum over tokens (ascending) of the per-token losses, float32.
+  __aicore__ inline void Loss() {
+    float acc = 0.0f;
+    for (uint32_t t = 0; t < t_.t1; ++t) acc += wsLoss_.GetValue(t);
+    const LocalTensor<float> red = Red();
+    red.SetValue(0, acc);
+    SyncPipes<HardEvent::V_MTE3>();
+    SyncPipes<HardEvent::S_MTE3>();
+    DataCopyPad(lossGm_, red, DataCopyExtParams{1, 4, 0, 0, 0});
+  }
+
+  DlgTilingData t_{};
+  TPipe pipe_;
+  Matmul<A, AT, C> mmNT_;
+  Matmul<A, A, C> mmNN_;
+  Matmul<AT, A, C> mmTN_;
+  SfaGeometry geo_;
+  TBuf<TPosition::VECCALC> vec_[Plan::kVecs], vec16_, tile_, tileX_, tile16_, head_[Plan::kHeads], wRaw_, rowF_,
+      rowH_, work_, red_;
+  GlobalTensor<T> qGm_, kGm_, qrGm_, krGm_, qiGm_, kiGm_, dqiGm_, dkiGm_;
+  GlobalTensor<W> wGm_, dwGm_;
+  GlobalTensor<float> maxGm_, sumGm_, maxIdxGm_, sumIdxGm_, lossGm_;
+  GlobalTensor<T> wsDs_, wsCoef_;
+  GlobalTensor<float> wsS_, wsSx_, wsDq_, wsSk_, wsSxk_, wsDkb_, wsLoss_;
+};
+
+}  // namespace mgo::kernel
+
+// Argument order: inputs (absent optional inputs are null), outputs, workspace, tiling.
+extern "C" __global__ __aicore__ void dense_lightning_indexer_grad_kl_loss(
+    GM_ADDR query, GM_ADDR key, GM_ADDR query_index, GM_ADDR key_index, GM_ADDR weights, GM_ADDR softmax_max,
+    GM_ADDR softmax_sum, GM_ADDR softmax_max_index, GM_ADDR softmax_sum_index, GM_ADDR query_rope, GM_ADDR key_rope,
+    GM_ADDR actual_seq_lengths_query, GM_ADDR actual_seq_lengths_key, GM_ADDR d_query_index, GM_ADDR d_key_index,
+    GM_ADDR d_weights, GM_ADDR loss, GM_ADDR workspace, GM_ADDR tiling) {
+  using mgo::tiling::DenseLightningIndexerGradKLLossTilingKey;
+  using mgo::tiling::DType;
+  AscendC::SetSysWorkspace(workspace);
+  REGISTER_TILING_DEFAULT(mgo::tiling::DlgTilingData);
+  GET_TILING_DATA(tiling_data, tiling);
+  const mgo::kernel::DlgIo io{query, key, query_index, key_index, weights, softmax_max, softmax_sum,
+                              softmax_max_index, softmax_sum_index, query_rope, key_rope, actual_seq_lengths_query,
+                              actual_seq_lengths_key, d_query_index, d_key_index, d_weights, loss, workspace};
+  if (TILING_KEY_IS(DenseLightningIndexerGradKLLossTilingKey(DType::kFloat16, false))) {
+    mgo::kernel::DenseLightningIndexerGradKernel<half, half> op;
+    op.Run(io, tiling_data);
+  } else if (TILING_KEY_IS(DenseLightningIndexerGradKLLossTilingKey(DType::kFloat16, true))) {
+    mgo::kernel::DenseLightningIndexerGradKernel<half, float> op;
+    op.Run(io, tiling_data);
+  } else if (TILING_KEY_IS(DenseLightningIndexerGradKLLossTilingKey(DType::kBFloat16, false))) {
+    mgo::kernel::DenseLightningIndexerGradKernel<bfloat16_t, bfloat16_t> op;
+    op.Run(io, tiling_data);
+  } else if (TILING_KEY_IS(DenseLightningIndexerGradKLLossTilingKey(DType::kBFloat16, true))) {
+    mgo::kernel::DenseLightningIndexerGradKernel<bfloat16_t, float> op;
+    op.Run(io, tiling_data);
+  }
+}
