@@ -147,10 +147,11 @@ class DSAttention(nn.Cell):
             under DeepSeek-V4's name ``attn_sink`` by ``load_deepseek_state_dict`` /
             ``deepseek_state_dict``.
         dense_warmup: the dense warm-up path (above): None (default) = when ``index_topk >=
-            max_seq_len`` and no ``attn_sink`` (every key of every sequence the layer takes is selected; a static choice, so GRAPH mode and
-            dynamic shapes keep one graph), True = always (the indexer trains on the dense attention whatever
-            ``index_topk``), False = never (the top-k path, as before). The dense pair has no sinks (nor has
-            CANN's): ``attn_sink=True`` with ``dense_warmup=True`` is a ``ValueError``.
+            max_seq_len`` and no ``attn_sink`` (every key of every sequence the layer takes is
+            selected; a static choice, so GRAPH mode and dynamic shapes keep one graph), True =
+            always (the indexer trains on the dense attention whatever ``index_topk``), False = never
+            (the top-k path, as before). The dense pair has no sinks (nor has CANN's):
+            ``attn_sink=True`` with ``dense_warmup=True`` is a ``ValueError``.
     """
 
     def __init__(self, dim: int, n_heads: int, q_lora_rank: int, kv_lora_rank: int, qk_nope_head_dim: int,
