@@ -96,3 +96,13 @@ def test_dense_warmup_with_a_small_top_k_trains_on_the_dense_target() -> None:
     small, full = _layer("TND", True, topk=3), _layer("TND", False, topk=MAX_SEQ_LEN)
     small.load_deepseek_state_dict(full.deepseek_state_dict())
     np.testing.assert_allclose(small(x, lengths)[1].asnumpy(), full(x, lengths)[1].asnumpy(), rtol=1e-5)
+
+
+def test_attn_sink_takes_the_top_k_path() -> None:
+    """The dense pair takes no sinks (nor does CANN's): with attn_sink the default switch keeps the top-k
+    path even at index_topk >= max_seq_len, and asking for the dense path is a ValueError."""
+    args = {**CFG, "index_topk": MAX_SEQ_LEN, "max_seq_len": MAX_SEQ_LEN, **EXTRA, "attn_sink": True}
+    sink = mgo.nn.DSAttention(**args)
+    assert not sink.dense_warmup and sink.attn_sink is not None
+    with pytest.raises(ValueError, match="DSAttention: attn_sink=True needs the top-k path"):
+        mgo.nn.DSAttention(**args, dense_warmup=True)
