@@ -43,7 +43,7 @@ struct SliTilingData {
   uint32_t layout;
   uint32_t sparseMode;
   uint32_t hasRope;
-  uint32_t hasSinks;    // sinks [N1] given: the teacher is renormalised by 1 / (N1 - sum_h P_sink)
+  uint32_t hasSinks;    // sinks [N1] given: the teacher is renormalised over the keys
   uint32_t batch;
   uint32_t s1;
   uint32_t s2;

@@ -4,7 +4,8 @@ for d_key_index) against the float64 reference, with teacher statistics from a r
 the same selected keys; fp16/bf16 inputs, weights of the same dtype or float32, TND/BSND, rope
 present or absent, -1 slots anywhere, rows with one or no visible key, the Ascend shapes; 1/8/24
 cores and the same output bits for any core count and any core execution order; with sinks (the
-teacher renormalised by 1 / (N1 - sum_h P_sink); -inf = no sink, bit for bit). Plus the pure
+teacher renormalised over the keys, finite for sinks far above the logits; -inf = no sink, bit for
+bit). Plus the pure
 tiling's invariants for 1, 8, 20, 24, 40 and 48 AI cores."""
 from __future__ import annotations
 
@@ -120,9 +121,9 @@ def test_deterministic_bits_across_cores_and_orders() -> None:
 
 
 # ---------------------------------------------------------------- sinks
-# "mixed" sinks: -inf, +40 (above every score: P_sink about 1, the head adds about nothing to p) and
-# random ones. (With every sink far above the scores N1 - sum_h P_sink rounds to 0, in float64 too:
-# the attention puts no mass on any key, and the target is undefined.)
+# "mixed" sinks: -inf, +40 and random ones; "large": +40 on every head (each head's keys share about
+# e^-40 of its row). CANN's float32 1 / (N1 - sum_h P_sink) cancels to 0 there; the kernel's shifted
+# form keeps the teacher the reference's.
 def sink_run(case: Case, dtype: str, wdtype: str, kind: str, seed: int, cores: int, **attrs: object
              ) -> tuple[twin.KernelRun, np.ndarray]:
     sinks = make_sinks(kind, case.arrays["query"].shape[-2], seed)
@@ -130,7 +131,7 @@ def sink_run(case: Case, dtype: str, wdtype: str, kind: str, seed: int, cores: i
     return indexer.sparse_lightning_indexer_grad_kl_loss(problem(case, dtype, wdtype, sinks), cores, **attrs), sinks
 
 
-@pytest.mark.parametrize("kind", ["random", "mixed"])
+@pytest.mark.parametrize("kind", ["random", "mixed", "large"])
 @pytest.mark.parametrize("layout", ["TND", "BSND"])
 @pytest.mark.parametrize(("dtype", "wdtype"), [("float16", "float32"), ("bfloat16", "bfloat16")])
 def test_sinks_renormalise_the_teacher(layout: str, dtype: str, wdtype: str, kind: str) -> None:
@@ -138,6 +139,19 @@ def test_sinks_renormalise_the_teacher(layout: str, dtype: str, wdtype: str, kin
         case = small(cores + len(kind), dtype, wdtype, layout, rope=rope, n1=6)
         run, sinks = sink_run(case, dtype, wdtype, kind, cores, cores)
         check(run, case, dtype, sinks)
+
+
+@pytest.mark.parametrize(("dtype", "wdtype"), [("float16", "float16"), ("bfloat16", "float32")])
+def test_sinks_far_above_every_logit(dtype: str, wdtype: str) -> None:
+    """Sinks of 1e4 (every key's P about e^-1e4: zero in float32 and float64) and a head whose sink
+    is 20 below the others: the teacher is the keys' softmax pooled over the heads, finite, as in
+    the reference; CANN's form gives 1 / 0 here."""
+    case = small(21, dtype, wdtype, "TND", n1=5, lens_q=[6, 9], lens_k=[11, 9], k=10)
+    sinks = np.array([1e4, 1e4, 1e4 - 20.0, 1e4, 1e4], np.float32)
+    rebuild_stats(case, sinks)
+    run = indexer.sparse_lightning_indexer_grad_kl_loss(problem(case, dtype, wdtype, sinks), 8)
+    check(run, case, dtype, sinks)
+    assert np.abs(run.outputs[0]).max() > 0, "the gradients are not all zero"
 
 
 def test_sinks_odd_lengths_and_empty_rows() -> None:

@@ -15,9 +15,13 @@
 // (deterministic in every mode, which honours deterministic = true). AIV 0 then sums the per-token
 // losses in token order into loss.
 // With sinks (float32 [N1]; the statistics are the forward's, which hold the sink) each head's
-// probabilities miss its sink's share P_sink = exp(sink - max) / sum, so the teacher is scaled by
-// 1 / (N1 - sum_h P_sink) instead of 1 / N1: p sums to 1 over the token's keys again, and
-// dI = y - p stays the KL gradient. A -inf sink has P_sink = 0 (the scale of no sink).
+// probabilities miss its sink's share, so the teacher is renormalised to sum to 1 over the token's
+// keys (CANN's 1 / (N1 - sum_h P_sink), contract 4.2): p_j = sum_h P[h, j] / sum_{h, j'} P[h, j'].
+// CANN's float32 N1 - sum_h P_sink cancels to 0 once a sink is some 17 above the logits; here the
+// sum is formed from log P[h, j] - log P_ref = scale S[h, j] - (max_h - min_h' max_h') - ln sum_h,
+// exponentiated after subtracting the token's running maximum (p rescaled when it grows), so every
+// finite sink gives a finite teacher equal to the reference's. Only the statistics carry the sinks;
+// their values decide whether the path is taken: all sinks -inf is no sink, bit for bit.
 #include <type_traits>
 
 #include "kernel_operator.h"
@@ -94,7 +98,11 @@ class SparseLightningIndexerGradKernel {
       krGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.key_rope), uint64_t{t_.t2} * t_.dr);
     }
     lossGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.loss), 1);
-    if (t_.hasSinks) sinkGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.sinks), t_.n1);
+    if (t_.hasSinks) {
+      sinkGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.sinks), t_.n1);
+      // A sink >= the lowest float: neither -inf nor NaN (as the reference's sinks > -inf).
+      for (uint32_t h = 0; h < t_.n1; ++h) renormalise_ = renormalise_ || sinkGm_.GetValue(h) >= kLowestFloat;
+    }
     GM_ADDR user = GetUserWorkspace(io.workspace);
     aivWs_ = user + static_cast<uint64_t>(GetBlockIdx()) * t_.aivWsBytes;
     wsQf_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(aivWs_ + t_.wsQf), uint64_t{t_.n1} * t_.dk);
@@ -124,14 +132,18 @@ class SparseLightningIndexerGradKernel {
   }
   __aicore__ inline LocalTensor<float> Red() { return ub_.red.template Get<float>(); }
   __aicore__ inline float Reduced() { return Red().GetValue(0); }
+  static constexpr int32_t kRedFloats = 8;  // the 32-byte reduce buffer
 
   // ---------------------------------------------------------------- row pass
   __aicore__ inline void QueryRow(uint32_t t) {
     const SfaRow r = geo_.Row(t);
     const uint64_t q0 = uint64_t{t} * t_.n1;
     const uint64_t at = geo_.StatsOffset(r);
+    float min_max = 0.0f;
     for (uint32_t h = 0; h < t_.n1; ++h) {
-      H(kMax).SetValue(h, maxGm_.GetValue(at + h));
+      const float mx = maxGm_.GetValue(at + h);
+      min_max = h == 0 || mx < min_max ? mx : min_max;
+      H(kMax).SetValue(h, mx);
       H(kSum).SetValue(h, sumGm_.GetValue(at + h));
     }
     core_.LoadWeights(t, H(kW));
@@ -139,6 +151,7 @@ class SparseLightningIndexerGradKernel {
     gather.Copy(wsQf_, qGm_[q0 * t_.d], Rope(qrGm_, q0 * t_.dr), t_.d, t_.n1, t_.d, t_.dr);
     SyncPipes<HardEvent::S_V>();
     Duplicate(V(kP), 0.0f, t_.kPad);
+    if (renormalise_) HeadLogOffsets(min_max);
 
     uint32_t filled = 0;
     const uint32_t n = core_.GatherKeyIndexRows(t, r, [&](uint32_t, uint64_t k_row, uint32_t col) {
@@ -154,7 +167,7 @@ class SparseLightningIndexerGradKernel {
       EmptyRow(t);
       return;
     }
-    Muls(V(kP), V(kP), t_.hasSinks ? SinkTeacherScale() : 1.0f / static_cast<float>(t_.n1), n);
+    Muls(V(kP), V(kP), renormalise_ ? 1.0f / TeacherSum(n) : 1.0f / static_cast<float>(t_.n1), n);
 
     // Sx = q_index Kiᵀ [nIdx, n]; I = sum_g w_g relu(Sx[g]).
     core_.Scores(t, n);
@@ -175,7 +188,7 @@ class SparseLightningIndexerGradKernel {
   }
 
   // Teacher p over keys [col0, col0 + c) of the token: S = Qf Kfᵀ (AIC), then per head
-  // P = exp(scale S - max) / sum summed into p (AIV).
+  // P = exp(scale S - max) / sum summed into p (AIV); with sinks the shifted form (ShiftedTile).
   __aicore__ inline void TeacherChunk(uint32_t col0, uint32_t c) {
     mmNT_.SetOrgShape(t_.n1, c, t_.dk, t_.dk);
     mmNT_.SetSingleShape(t_.n1, c, t_.dk);
@@ -189,30 +202,72 @@ class SparseLightningIndexerGradKernel {
     for (uint32_t h0 = 0; h0 < t_.n1; h0 += t_.tileRows) {
       const uint32_t rows = t_.n1 - h0 < t_.tileRows ? t_.n1 - h0 : t_.tileRows;
       LoadRowsF32(s, wsS_[uint64_t{h0} * c], rows, c);
-      for (uint32_t i = 0; i < rows; ++i) {
-        Muls(e, s[i * pitch], t_.scaleValue, c);
-        Adds(e, e, -H(kMax).GetValue(h0 + i), c);
-        Exp(e, e, c);
-        Muls(e, e, 1.0f / H(kSum).GetValue(h0 + i), c);
-        Add(p, p, e, c);
+      if (renormalise_) {
+        ShiftedTile(s, pitch, h0, rows, col0, c);
+      } else {
+        for (uint32_t i = 0; i < rows; ++i) {
+          Muls(e, s[i * pitch], t_.scaleValue, c);
+          Adds(e, e, -H(kMax).GetValue(h0 + i), c);
+          Exp(e, e, c);
+          Muls(e, e, 1.0f / H(kSum).GetValue(h0 + i), c);
+          Add(p, p, e, c);
+        }
       }
       SyncPipes<HardEvent::V_MTE2>();  // the next tile overwrites s
     }
   }
 
-  // 1 / (N1 - sum_h exp(sink_h - max_h) / sum_h) for the token whose statistics are in H(kMax),
-  // H(kSum); H(kDw) is free until RowGrads.
-  __aicore__ inline float SinkTeacherScale() {
-    const LocalTensor<float> p_sink = H(kDw);
-    SyncPipes<HardEvent::V_S>();  // the last token's d_weights (vector, after MTE3) left H(kDw)
-    for (uint32_t h = 0; h < t_.n1; ++h) p_sink.SetValue(h, sinkGm_.GetValue(h));
-    SyncPipes<HardEvent::S_V>();
-    Sub(p_sink, p_sink, H(kMax), t_.n1);
-    Exp(p_sink, p_sink, t_.n1);
-    Div(p_sink, p_sink, H(kSum), t_.n1);
-    ReduceSum(Red(), p_sink, ub_.work.template Get<float>(), t_.n1);
+  // With sinks: H(kSum) <- the per-head log offset (max_h - min_max) + ln sum_h. The common
+  // min_max cancels in the renormalisation; leaving it out keeps a sink's large max (1e4) out of the
+  // float32 exponents, where its rounding (5e-4 at 1e4) would perturb every key's weight.
+  __aicore__ inline void HeadLogOffsets(float min_max) {
+    Ln(H(kSum), H(kSum), t_.n1);
+    Adds(H(kMax), H(kMax), -min_max, t_.n1);
+    Add(H(kSum), H(kSum), H(kMax), t_.n1);
+    SyncPipes<HardEvent::V_S>();  // TeacherChunk reads the offsets as scalars
+    shifted_ = false;
+  }
+
+  // Head rows [h0, h0 + rows) of the S tile `s` (row pitch `pitch`) for keys [col0, col0 + c):
+  // e = scale S - offset_h in place; p += exp(e - shift), shift the token's running maximum of e.
+  // When a tile raises it, the p accumulated so far ([0, col0 + c)) is rescaled by exp(old - new).
+  __aicore__ inline void ShiftedTile(const LocalTensor<float>& s, uint32_t pitch, uint32_t h0, uint32_t rows,
+                                     uint32_t col0, uint32_t c) {
+    const LocalTensor<float> work = ub_.work.template Get<float>();
+    float top = shift_;
+    bool seen = shifted_;
+    for (uint32_t i = 0; i < rows; ++i) {
+      const LocalTensor<float> e = s[i * pitch];
+      Muls(e, e, t_.scaleValue, c);
+      Adds(e, e, -H(kSum).GetValue(h0 + i), c);
+      ReduceMax(Red(), e, work, c);
+      SyncPipes<HardEvent::V_S>();
+      const float m = Reduced();
+      if (!seen || m > top) top = m;  // a NaN maximum is skipped here and reaches p through exp
+      seen = true;
+    }
+    if (shifted_ && top > shift_) {
+      Duplicate(Red(), shift_ - top, kRedFloats);
+      Exp(Red(), Red(), kRedFloats);
+      SyncPipes<HardEvent::V_S>();
+      Muls(V(kP), V(kP), Reduced(), col0 + c);
+    }
+    if (!shifted_ || top > shift_) shift_ = top;
+    shifted_ = true;
+    const LocalTensor<float> p = V(kP)[col0];
+    const LocalTensor<float> x = V(kTmp1);
+    for (uint32_t i = 0; i < rows; ++i) {
+      Adds(x, s[i * pitch], -shift_, c);
+      Exp(x, x, c);
+      Add(p, p, x, c);
+    }
+  }
+
+  // sum_j p_j over the token's n keys (the shifted form's normaliser).
+  __aicore__ inline float TeacherSum(uint32_t n) {
+    ReduceSum(Red(), V(kP), ub_.work.template Get<float>(), n);
     SyncPipes<HardEvent::V_S>();
-    return 1.0f / (static_cast<float>(t_.n1) - Reduced());
+    return Reduced();
   }
 
   // y = softmax(I) in place of I; the token's loss sum_j p (ln max(p, 1e-8) - ln max(y, 1e-8))
@@ -295,6 +350,9 @@ class SparseLightningIndexerGradKernel {
   GlobalTensor<float> maxGm_, sumGm_, lossGm_, sinkGm_;
   GlobalTensor<T> wsQf_, wsKf_;
   GlobalTensor<float> wsS_, wsDi_, wsLoss_;
+  bool renormalise_ = false;  // some sink above -inf: the shifted, renormalised teacher
+  bool shifted_ = false;      // the token's running shift is set
+  float shift_ = 0.0f;
 };
 
 }  // namespace mgo::kernel
