@@ -92,4 +92,21 @@ __aicore__ inline void IndexScores(Mm& mm, const GlobalTensor<T>& qi_rows, const
   }
 }
 
+// The main attention's head probabilities summed into the teacher: p += P_h over n columns for
+// head rows [h0, h0 + rows) of an S tile (row pitch `pitch`), P_h = exp(scale S - max_h) / sum_h
+// with the head statistics `max`/`sum` (scalar-readable). `e`: [n] scratch. Shared by the sparse
+// and the dense KL-loss kernels.
+__aicore__ inline void AddHeadProbs(const LocalTensor<float>& p, const LocalTensor<float>& s, uint32_t pitch,
+                                    uint32_t h0, uint32_t rows, uint32_t n, float scale,
+                                    const LocalTensor<float>& max, const LocalTensor<float>& sum,
+                                    const LocalTensor<float>& e) {
+  for (uint32_t i = 0; i < rows; ++i) {
+    Muls(e, s[i * pitch], scale, n);
+    Adds(e, e, -max.GetValue(h0 + i), n);
+    Exp(e, e, n);
+    Muls(e, e, 1.0f / sum.GetValue(h0 + i), n);
+    Add(p, p, e, n);
+  }
+}
+
 }  // namespace mgo::kernel

@@ -3,13 +3,13 @@ slots anywhere, and teacher statistics from the float64 reference of the main at
 the same selected keys (float32, as a forward kernel would hand them over)."""
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 
 import numpy as np
 from _util import quantize
 
 from ms_grad_ops import reference as ref
+from ms_grad_ops.reference.lightning_indexer import _prepare, _visible
 
 
 @dataclass
@@ -105,15 +105,14 @@ def unreached(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """(query rows with no visible selected key ``[T1]``, key rows no query row selects visibly ``[T2]``),
     from the case's indices, lengths and mask alone (TND order): the rows whose gradients nothing
     reaches. A row whose gradient merely cancels (one visible key: y = p = 1) is reached."""
-    li = importlib.import_module("ms_grad_ops.reference.lightning_indexer")  # the package exports the function
     a = case.arrays
-    t1, rows = li._prepare(case.layout, a["query_index"], a["key_index"], case.lens_q, case.lens_k, case.sparse_mode)
+    t1, rows = _prepare(case.layout, a["query_index"], a["key_index"], case.lens_q, case.lens_k, case.sparse_mode)
     si = a["sparse_indices"].reshape(t1, -1)
     t2 = a["key_index"].reshape(-1, a["key_index"].shape[-1]).shape[0]
     hit = np.zeros(t2, bool)
     no_key = np.ones(t1, bool)
     for t in range(t1):
-        keys = li._visible(rows, si, t)
+        keys = _visible(rows, si, t)
         hit[keys] = True
         no_key[t] = keys.size == 0
     return no_key, ~hit

@@ -176,18 +176,10 @@ class DenseLightningIndexerGradKernel {
     mmNT_.IterateAll(ws, 1);
   }
 
-  // p += P_h over n columns for head rows [h0, h0 + rows) of an S tile (row pitch `pitch`):
-  // P_h = exp(scale S - max_h) / sum_h. `e` is scratch.
+  // p += P_h over n columns for head rows [h0, h0 + rows) of an S tile (row pitch `pitch`).
   __aicore__ inline void AddHeads(const LocalTensor<float>& p, const LocalTensor<float>& s, uint32_t pitch,
                                   uint32_t h0, uint32_t rows, uint32_t n) {
-    const LocalTensor<float> e = V(kA);
-    for (uint32_t i = 0; i < rows; ++i) {
-      Muls(e, s[i * pitch], t_.scaleValue, n);
-      Adds(e, e, -H(kMax).GetValue(h0 + i), n);
-      Exp(e, e, n);
-      Muls(e, e, 1.0f / H(kSum).GetValue(h0 + i), n);
-      Add(p, p, e, n);
-    }
+    AddHeadProbs(p, s, pitch, h0, rows, n, t_.scaleValue, H(kMax), H(kSum), V(kA));
   }
 
   // y = exp(I - mi) / si in place of I (n columns).

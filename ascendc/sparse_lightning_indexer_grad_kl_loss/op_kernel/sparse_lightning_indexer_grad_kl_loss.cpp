@@ -205,13 +205,7 @@ class SparseLightningIndexerGradKernel {
       if (renormalise_) {
         ShiftedTile(s, pitch, h0, rows, col0, c);
       } else {
-        for (uint32_t i = 0; i < rows; ++i) {
-          Muls(e, s[i * pitch], t_.scaleValue, c);
-          Adds(e, e, -H(kMax).GetValue(h0 + i), c);
-          Exp(e, e, c);
-          Muls(e, e, 1.0f / H(kSum).GetValue(h0 + i), c);
-          Add(p, p, e, c);
-        }
+        AddHeadProbs(p, s, pitch, h0, rows, c, t_.scaleValue, H(kMax), H(kSum), e);
       }
       SyncPipes<HardEvent::V_MTE2>();  // the next tile overwrites s
     }
