@@ -2,6 +2,12 @@
 // with OP_ADD against this stub) on one case read from stdin and prints the result on stdout.
 // Included after the op_host sources by tests/ascend/test_ascendc_op_host.py, which compiles it once.
 //
+// The context as CANN's builders would make it, set by the environment (the same knobs as the
+// real-library driver of scripts/check_ascend_host.py): MGO_SOC (SoC_version, default Ascend910B1),
+// MGO_TILING_BYTES (tiling buffer capacity, default 65536), MGO_WORKSPACES (workspace sizes the
+// context has room for, default 1), MGO_OUTPUTS (outputs the contexts are built with, default the
+// OpDef's).
+//
 // stdin: <OpType> def                   (the registered OpDef, printed as the C++ that declares it)
 //    or: <OpType> <shape|dtype|tiling>
 //        <n_attrs> { <index> <s|i|f|b> <value> }
@@ -11,6 +17,7 @@
 //   dtype:  ok <n_outputs> { <ge dtype> }
 //   tiling: ok block_dim=.. tiling_key=.. workspace=.. schedule_mode=.. <tiling data fields>
 //           [attr.<name>=<value> for every attribute the tiling data carries (a choice by its name)]
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -171,26 +178,34 @@ void ReadCase(gert::ExtendedKernelContext& ctx) {
   }
 }
 
+size_t EnvSize(const char* name, size_t fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::stoul(v) : fallback;
+}
+
 }  // namespace
 
 int main() {
   std::string op, pass;
   std::cin >> op >> pass;
   const ops::OpDef def = ops::StubRegistry().at(op)();
+  const size_t outputs = EnvSize("MGO_OUTPUTS", def.outputs_.size());
   if (pass == "def") {
     PrintDef(op, def);
   } else if (pass == "shape") {
     gert::InferShapeContext ctx;
+    ctx.out_.resize(outputs);
     ReadCase(ctx);
     if (def.infer_shape_(&ctx) != ge::GRAPH_SUCCESS) return std::cout << "failed\n", 0;
     std::cout << "ok " << ctx.out_.size();
     for (const auto& s : ctx.out_) {
       std::cout << " " << s.GetDimNum();
-      for (int64_t d : s.Dims()) std::cout << " " << d;
+      for (size_t d = 0; d < s.GetDimNum(); ++d) std::cout << " " << s.GetDim(d);
     }
     std::cout << "\n";
   } else if (pass == "dtype") {
     gert::InferDataTypeContext ctx;
+    ctx.out_.assign(outputs, ge::DT_UNDEFINED);
     ReadCase(ctx);
     if (def.infer_dtype_(&ctx) != ge::GRAPH_SUCCESS) return std::cout << "failed\n", 0;
     std::cout << "ok " << ctx.out_.size();
@@ -198,6 +213,11 @@ int main() {
     std::cout << "\n";
   } else {
     gert::TilingContext ctx;
+    const char* soc = std::getenv("MGO_SOC");
+    ctx.platform_ = platform_ascendc::FindSoc(soc != nullptr && *soc != '\0' ? soc : "Ascend910B1");
+    if (ctx.platform_ == nullptr) return std::cerr << "unknown SoC " << soc << "\n", 2;
+    ctx.tiling_capacity_ = EnvSize("MGO_TILING_BYTES", 65536);
+    ctx.workspace_capacity_ = EnvSize("MGO_WORKSPACES", 1);
     ReadCase(ctx);
     if (def.aicore_.tiling_(&ctx) != ge::GRAPH_SUCCESS) return std::cout << "failed\n", 0;
     using namespace mgo;  // NOLINT: the table and tiling types below
