@@ -261,7 +261,7 @@ ge::graphStatus Tiling(gert::TilingContext* ctx) {
     using Data = decltype(plan.data);
     // nullptr when the context's tiling buffer is smaller than the struct.
     *Present(ctx->template GetTilingData<Data>(), "the tiling buffer is smaller than the tiling data",
-             (std::to_string(sizeof(Data)) + " bytes").c_str()) = plan.data;
+             ("(" + std::to_string(sizeof(Data)) + " bytes)").c_str()) = plan.data;
     Succeeded(ctx->SetBlockDim(plan.blockDim), "the tiling context took no block dim", "");
     Succeeded(ctx->SetTilingKey(plan.tilingKey), "the tiling context took no tiling key", "");
     if (plan.allCoresAtOnce) {  // else a SyncAll can wait for cores never started

@@ -214,4 +214,12 @@ inline void PrintTiling(const std::string& op, const void* bytes, uint32_t block
   std::cout << "\n";
 }
 
+// What the op_host's QueryPlatform read (op_host_platform.h).
+template <typename Platform>
+void PrintPlatform(const Platform& p) {
+  std::cout << "ok aiv=" << p.aivNum << " aic=" << p.aicNum << " ub=" << p.ubBytes << " l1=" << p.l1Bytes
+            << " l0a=" << p.l0aBytes << " l0b=" << p.l0bBytes << " l0c=" << p.l0cBytes
+            << " sys_workspace=" << p.sysWorkspace << "\n";
+}
+
 }  // namespace mgo::host_check

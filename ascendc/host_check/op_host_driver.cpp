@@ -14,8 +14,9 @@
 // tests/ascend/test_ascendc_op_host.py runs the same cases on both, with the same context knobs:
 // MGO_SOC (default Ascend910B1), MGO_TILING_BYTES (default: the max_tiling_data_size the op
 // registered, 2048 from OP_ADD), MGO_WORKSPACES (default 1), MGO_OUTPUTS (default the OpDef's).
-// One more pass, "registered": "ok <InferShape> <InferDataType> <Tiling> <TilingParse>", 1 where
-// the registry holds the function.
+// Two more passes: "registered" prints "ok <InferShape> <InferDataType> <Tiling> <TilingParse>", 1
+// where the registry holds the function; "platform" (no case) prints what the op_host's
+// QueryPlatform reads from the SoC's platform (ok aiv= aic= ub= l1= l0a= l0b= l0c= sys_workspace=).
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -34,6 +35,7 @@
 #include "register/op_def_registry.h"
 #include "register/op_impl_registry_base.h"
 
+#include "../common/op_host_platform.h"
 #include "driver_print.h"
 
 namespace {
@@ -158,17 +160,35 @@ int InferDataType(const std::string& op, const gert::OpImplRegistry::OpImplFunct
   return 0;
 }
 
+// The SoC's platform as CANN's PlatformInfoManager loads it from the SoC's .ini.
+bool LoadPlatform(fe::PlatFormInfos& platform) {
+  fe::OptionalInfos optional;
+  auto& manager = fe::PlatformInfoManager::Instance();
+  return manager.InitializePlatformInfo() == 0U &&
+         manager.GetPlatformInfos(mgo::host_check::EnvSoc(), platform, optional) == 0U;
+}
+
+int Platform(const std::string& op) {
+  fe::PlatFormInfos platform;
+  if (!LoadPlatform(platform)) return Failed(("PlatformInfoManager has no SoC " + mgo::host_check::EnvSoc()).c_str());
+  const int placeholder = 0;
+  gert::Tensor in(gert::StorageShape(), gert::StorageFormat(), ge::DT_FLOAT16);  // Build refuses 0 inputs
+  gert::Tensor out(gert::StorageShape(), gert::StorageFormat(), ge::DT_FLOAT16);
+  gert::OpTilingContextBuilder b;
+  auto holder = b.OpType(op.c_str()).OpName(op.c_str()).IONum(1, 1).InputTensors({&in}).OutputTensors({&out})
+                    .CompileInfo(&placeholder).PlatformInfo(&platform).Build();
+  gert::TilingContext* ctx = holder.GetContext();
+  if (ctx == nullptr) return Failed("OpTilingContextBuilder::Build returned no context");
+  mgo::host_check::PrintPlatform(mgo::op_host::QueryPlatform(ctx));
+  return 0;
+}
+
 int Tiling(const std::string& op, const gert::OpImplRegistry::OpImplFunctionsV2& f, const Case& c,
            size_t outputs) {
   if (f.tiling == nullptr) return Failed("no Tiling registered (OP_TILING_LIB)");
   if (f.tiling_parse == nullptr) return Failed("no TilingParse registered (OP_TILING_LIB)");
-  const std::string soc = mgo::host_check::EnvSoc();
   fe::PlatFormInfos platform;
-  fe::OptionalInfos optional;
-  auto& manager = fe::PlatformInfoManager::Instance();
-  if (manager.InitializePlatformInfo() != 0U || manager.GetPlatformInfos(soc, platform, optional) != 0U) {
-    return Failed(("PlatformInfoManager has no SoC " + soc).c_str());
-  }
+  if (!LoadPlatform(platform)) return Failed(("PlatformInfoManager has no SoC " + mgo::host_check::EnvSoc()).c_str());
   const auto in = Tensors(c);
   std::vector<std::unique_ptr<gert::Tensor>> out;
   for (size_t o = 0; o < outputs; ++o) {
@@ -207,6 +227,7 @@ int main() {
     PrintDef(op);
     return 0;
   }
+  if (pass == "platform") return Platform(op);
   if (pass == "registered") {
     std::cout << "ok " << (f->infer_shape != nullptr) << " " << (f->infer_datatype != nullptr) << " "
               << (f->tiling != nullptr) << " " << (f->tiling_parse != nullptr) << "\n";

@@ -6,8 +6,8 @@
 //
 // The context as CANN's builders would make it, set by the environment (the same knobs as the
 // real driver): MGO_SOC (SoC_version, default Ascend910B1), MGO_TILING_BYTES (tiling buffer
-// capacity, default 65536), MGO_WORKSPACES (workspace sizes the context has room for, default 1),
-// MGO_OUTPUTS (outputs the contexts are built with, default the OpDef's).
+// capacity, default 2048: what OP_ADD registers), MGO_WORKSPACES (workspace sizes the context has
+// room for, default 1), MGO_OUTPUTS (outputs the contexts are built with, default the OpDef's).
 //
 // stdin: <OpType> def                   (the registered OpDef, printed as the C++ that declares it)
 //    or: <OpType> <shape|dtype|tiling>
@@ -18,6 +18,8 @@
 //   dtype:  ok <n_outputs> { <ge dtype> }
 //   tiling: ok block_dim=.. tiling_key=.. workspace=.. schedule_mode=.. <tiling data fields>
 //           [attr.<name>=<value> for every attribute the tiling data carries (a choice by its name)]
+// or, for "<OpType> platform" (no case): ok aiv=.. aic=.. ub=.. l1=.. l0a=.. l0b=.. l0c=.. sys_workspace=..
+//   (what the op_host's QueryPlatform reads from the SoC's platform).
 #include <iostream>
 #include <map>
 #include <string>
@@ -72,6 +74,15 @@ int main() {
     PrintDef(op, def);
     return 0;
   }
+  const std::string soc = mgo::host_check::EnvSoc();
+  fe::PlatFormInfos* const platform = platform_ascendc::FindSoc(soc.c_str());
+  if (platform == nullptr) return std::cerr << "unknown SoC " << soc << "\n", 2;
+  if (pass == "platform") {
+    gert::TilingContext ctx;
+    ctx.platform_ = platform;
+    mgo::host_check::PrintPlatform(mgo::op_host::QueryPlatform(&ctx));
+    return 0;
+  }
   const mgo::host_check::Case c = mgo::host_check::ReadCase(std::cin);
   if (pass == "shape") {
     gert::InferShapeContext ctx;
@@ -94,10 +105,8 @@ int main() {
     std::cout << "\n";
   } else {
     gert::TilingContext ctx;
-    const std::string soc = mgo::host_check::EnvSoc();
-    ctx.platform_ = platform_ascendc::FindSoc(soc.c_str());
-    if (ctx.platform_ == nullptr) return std::cerr << "unknown SoC " << soc << "\n", 2;
-    ctx.tiling_capacity_ = EnvSize("MGO_TILING_BYTES", 65536);
+    ctx.platform_ = platform;
+    ctx.tiling_capacity_ = EnvSize("MGO_TILING_BYTES", 2048);  // OP_ADD registers 2048 bytes
     ctx.workspace_capacity_ = EnvSize("MGO_WORKSPACES", 1);
     Fill(ctx, c);
     if (def.aicore_.tiling_(&ctx) != ge::GRAPH_SUCCESS) return std::cout << "failed\n", 0;
