@@ -187,7 +187,7 @@ class TilingContext : public ExtendedKernelContext {
 
 namespace ops {
 
-enum Option { REQUIRED, OPTIONAL };
+enum Option { IGNORE = 0, OPTIONAL = 1, REQUIRED = 2, DYNAMIC = 3, VIRTUAL = 4 };
 
 using InferShapeFn = ge::graphStatus (*)(gert::InferShapeContext*);
 using InferDataTypeFn = ge::graphStatus (*)(gert::InferDataTypeContext*);
