@@ -91,6 +91,19 @@ typename Op::Table::Attrs ReadAttrs(const gert::RuntimeAttrs* attrs) {
   return r;
 }
 
+// A context getter's result: `p` unless it is nullptr (CANN's getters return nullptr when the
+// context is too small for what is asked), which throws "<what> <name>".
+template <typename T>
+T* Present(T* p, const char* what, const char* name) {
+  if (p == nullptr) throw std::invalid_argument(std::string(what) + (*name ? " " : "") + name);
+  return p;
+}
+
+// A context setter's status: throws "<what> <name>" unless it succeeded.
+inline void Succeeded(ge::graphStatus status, const char* what, const char* name) {
+  if (status != ge::GRAPH_SUCCESS) throw std::invalid_argument(std::string(what) + (*name ? " " : "") + name);
+}
+
 // ---------------------------------------------------------------- inputs by IR index
 // An omitted OPTIONAL input, as the rules see it: the zero-size 1-D placeholder the Python layer
 // passes for None (infer_shape's is_absent), so both routes give the same result.
@@ -102,7 +115,10 @@ std::vector<mgo::infer::Shape> ReadShapes(Ctx* ctx) {
   std::vector<mgo::infer::Shape> shapes(Op::Table::kOptional.size());
   for (size_t i = 0; i < shapes.size(); ++i) {
     const auto* s = Op::Table::kOptional[i] ? ctx->GetOptionalInputShape(i) : ctx->GetRequiredInputShape(i);
-    if (s == nullptr && !Op::Table::kOptional[i]) throw std::invalid_argument("a required input is missing");
+    if (s == nullptr && !Op::Table::kOptional[i]) {
+      throw std::invalid_argument(std::string("the context has no shape for required input ") +
+                                  Op::Table::kInputNames[i]);
+    }
     shapes[i] = s == nullptr ? AbsentInput().shape : FromGe(*s);
   }
   return shapes;
@@ -114,7 +130,10 @@ std::vector<mgo::infer::TensorDesc> InputDescs(gert::TilingContext* ctx) {
   const std::vector<mgo::infer::Shape> shapes = ReadShapes<Op>(ctx);
   std::vector<mgo::infer::TensorDesc> in(shapes.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    const auto* desc = Op::Table::kOptional[i] ? ctx->GetOptionalInputDesc(i) : ctx->GetRequiredInputDesc(i);
+    const auto* desc = Op::Table::kOptional[i] ? ctx->GetOptionalInputDesc(i)
+                                               : Present(ctx->GetRequiredInputDesc(i),
+                                                         "the context has no desc for required input",
+                                                         Op::Table::kInputNames[i]);
     in[i] = desc == nullptr ? AbsentInput() : mgo::infer::TensorDesc{shapes[i], FromGe(desc->GetDataType())};
   }
   return in;
@@ -143,19 +162,6 @@ std::vector<mgo::infer::TensorDesc> InputDtypes(gert::InferDataTypeContext* ctx)
     }
   }
   return in;
-}
-
-// A context getter's result: `p` unless it is nullptr (CANN's getters return nullptr when the
-// context is too small for what is asked), which throws "<what> <name>".
-template <typename T>
-T* Present(T* p, const char* what, const char* name) {
-  if (p == nullptr) throw std::invalid_argument(std::string(what) + (*name ? " " : "") + name);
-  return p;
-}
-
-// A context setter's status: throws "<what> <name>" unless it succeeded.
-inline void Succeeded(ge::graphStatus status, const char* what, const char* name) {
-  if (status != ge::GRAPH_SUCCESS) throw std::invalid_argument(std::string(what) + (*name ? " " : "") + name);
 }
 
 // Runs `step`; an exception (the rules' ValueError/TypeError, a missing attribute) is logged

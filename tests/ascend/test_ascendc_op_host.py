@@ -865,3 +865,11 @@ def test_a_context_too_small_fails_the_launch_naming_the_op(driver: Path, step: 
     out, err = run_adapter(driver, "rope", step, inputs, defaults("rope"), **env)
     assert out == "failed" and err == f"[ms_grad_ops] Rope: {error}"
     assert run_adapter(driver, "rope", step, inputs, defaults("rope"))[0].startswith("ok "), "the full context works"
+
+
+@pytest.mark.parametrize(("step", "error"), [("shape", "the context has no shape for required input q_seq_len"),
+                                             ("tiling", "the context has no shape for required input q_seq_len")])
+def test_a_missing_required_input_is_named(driver: Path, step: str, error: str) -> None:
+    # A context built with one IR input too few: its getters return nullptr for it.
+    out, err = run_adapter(driver, "rope", step, ROPE_INPUTS[:4], defaults("rope"))
+    assert out == "failed" and err == f"[ms_grad_ops] Rope: {error}"
