@@ -2,10 +2,10 @@
 // engine's contexts into calls of an op's pure rules (infer_shape/<op>.h) and pure tiling
 // (ascendc/<op>/<op>_tiling.h), so an op's op_host source only declares what differs.
 //
-// NOT COMPILED WITH CANN IN THIS REPOSITORY'S CI (no CANN toolkit here); scripts/build_ascend.sh
-// compiles it where ASCEND_HOME_PATH is set. tests/ascend/test_ascendc_op_host.py holds every op_host
-// source to ms_grad_ops/_specs.py by parsing, and compiles and runs the adapters against
-// tests/ascend/cann_stub (the documented API subset used here, not CANN).
+// CI (no CANN toolkit) compiles and runs it against tests/ascend/cann_stub, a stand-in no looser
+// than CANN's API (tests/ascend/test_ascendc_op_host.py, which also holds every op_host source to
+// ms_grad_ops/_specs.py); scripts/check_ascend_host.py against CANN's real host libraries built from
+// their open sources, on real SoC platforms; scripts/build_ascend.sh where ASCEND_HOME_PATH is set.
 //
 // An op is a struct `Op` (the op's hand-written `<OpType>Host` of ascendc/<op>/op_host/<op>.cpp,
 // derived from its generated `<OpType>Def` of op_host_table.h, which gives Table and Infer):
@@ -91,6 +91,19 @@ typename Op::Table::Attrs ReadAttrs(const gert::RuntimeAttrs* attrs) {
   return r;
 }
 
+// A context getter's result: `p` unless it is nullptr (CANN's getters return nullptr when the
+// context is too small for what is asked), which throws "<what> <name>".
+template <typename T>
+T* Present(T* p, const char* what, const char* name) {
+  if (p == nullptr) throw std::invalid_argument(std::string(what) + (*name ? " " : "") + name);
+  return p;
+}
+
+// A context setter's status: throws "<what> <name>" unless it succeeded.
+inline void Succeeded(ge::graphStatus status, const char* what, const char* name) {
+  if (status != ge::GRAPH_SUCCESS) throw std::invalid_argument(std::string(what) + (*name ? " " : "") + name);
+}
+
 // ---------------------------------------------------------------- inputs by IR index
 // An omitted OPTIONAL input, as the rules see it: the zero-size 1-D placeholder the Python layer
 // passes for None (infer_shape's is_absent), so both routes give the same result.
@@ -102,7 +115,10 @@ std::vector<mgo::infer::Shape> ReadShapes(Ctx* ctx) {
   std::vector<mgo::infer::Shape> shapes(Op::Table::kOptional.size());
   for (size_t i = 0; i < shapes.size(); ++i) {
     const auto* s = Op::Table::kOptional[i] ? ctx->GetOptionalInputShape(i) : ctx->GetRequiredInputShape(i);
-    if (s == nullptr && !Op::Table::kOptional[i]) throw std::invalid_argument("a required input is missing");
+    if (s == nullptr && !Op::Table::kOptional[i]) {
+      throw std::invalid_argument(std::string("the context has no shape for required input ") +
+                                  Op::Table::kInputNames[i]);
+    }
     shapes[i] = s == nullptr ? AbsentInput().shape : FromGe(*s);
   }
   return shapes;
@@ -114,7 +130,10 @@ std::vector<mgo::infer::TensorDesc> InputDescs(gert::TilingContext* ctx) {
   const std::vector<mgo::infer::Shape> shapes = ReadShapes<Op>(ctx);
   std::vector<mgo::infer::TensorDesc> in(shapes.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    const auto* desc = Op::Table::kOptional[i] ? ctx->GetOptionalInputDesc(i) : ctx->GetRequiredInputDesc(i);
+    const auto* desc = Op::Table::kOptional[i] ? ctx->GetOptionalInputDesc(i)
+                                               : Present(ctx->GetRequiredInputDesc(i),
+                                                         "the context has no desc for required input",
+                                                         Op::Table::kInputNames[i]);
     in[i] = desc == nullptr ? AbsentInput() : mgo::infer::TensorDesc{shapes[i], FromGe(desc->GetDataType())};
   }
   return in;
@@ -163,7 +182,8 @@ ge::graphStatus InferShape(gert::InferShapeContext* ctx) {
   return Guarded(Op::Table::kOpType, [ctx] {
     const mgo::infer::InferResult r = Op::Infer(InputShapes<Op>(ctx), ReadAttrs<Op>(ctx->GetAttrs()));
     for (size_t i = 0; i < r.shapes.size(); ++i) {
-      gert::Shape* out = ctx->GetOutputShape(i);
+      gert::Shape* out = Present(ctx->GetOutputShape(i), "the InferShape context has no shape for output",
+                                 Op::Table::kOutputNames[i]);
       out->SetDimNum(r.shapes[i].size());
       for (size_t d = 0; d < r.shapes[i].size(); ++d) out->SetDim(d, r.shapes[i][d]);
     }
@@ -175,7 +195,10 @@ template <typename Op>
 ge::graphStatus InferDataType(gert::InferDataTypeContext* ctx) {
   return Guarded(Op::Table::kOpType, [ctx] {
     const mgo::infer::InferResult r = Op::Infer(InputDtypes<Op>(ctx), ReadAttrs<Op>(ctx->GetAttrs()));
-    for (size_t i = 0; i < r.dtypes.size(); ++i) ctx->SetOutputDataType(i, ToGe(r.dtypes[i]));
+    for (size_t i = 0; i < r.dtypes.size(); ++i) {
+      Succeeded(ctx->SetOutputDataType(i, ToGe(r.dtypes[i])), "the InferDataType context took no dtype for output",
+                Op::Table::kOutputNames[i]);
+    }
     return ge::GRAPH_SUCCESS;
   });
 }
@@ -241,11 +264,17 @@ ge::graphStatus Tiling(gert::TilingContext* ctx) {
     const Platform platform = QueryPlatform(ctx);
     const auto plan = Op::Tile(in, dtype, attrs, platform);
     if (!plan.ok) throw std::invalid_argument(plan.error);
-    *ctx->template GetTilingData<decltype(plan.data)>() = plan.data;
-    ctx->SetBlockDim(plan.blockDim);
-    ctx->SetTilingKey(plan.tilingKey);
-    if (plan.allCoresAtOnce) ctx->SetScheduleMode(1);  // else a SyncAll can wait for cores never started
-    ctx->GetWorkspaceSizes(1)[0] = platform.sysWorkspace + plan.userWorkspaceBytes;
+    using Data = decltype(plan.data);
+    // nullptr when the context's tiling buffer is smaller than the struct.
+    *Present(ctx->template GetTilingData<Data>(), "the tiling buffer is smaller than the tiling data",
+             ("(" + std::to_string(sizeof(Data)) + " bytes)").c_str()) = plan.data;
+    Succeeded(ctx->SetBlockDim(plan.blockDim), "the tiling context took no block dim", "");
+    Succeeded(ctx->SetTilingKey(plan.tilingKey), "the tiling context took no tiling key", "");
+    if (plan.allCoresAtOnce) {  // else a SyncAll can wait for cores never started
+      Succeeded(ctx->SetScheduleMode(1), "the tiling context took no schedule mode", "");
+    }
+    *Present(ctx->GetWorkspaceSizes(1), "the tiling context has no room for", "1 workspace size") =
+        platform.sysWorkspace + plan.userWorkspaceBytes;
     return ge::GRAPH_SUCCESS;
   });
 }

@@ -1,19 +1,19 @@
 // CANN-only conversions under the op_host adapter (op_host_adapter.h): graph-engine dtypes and
-// shapes to and from the project's infer_shape/ types, error logging, and the SoC's cores and
-// memory sizes.
+// shapes to and from the project's infer_shape/ types, and error logging. The SoC's cores and
+// memory sizes: op_host_platform.h.
 //
-// NOT COMPILED IN THIS REPOSITORY'S CI: it needs the CANN toolkit headers (register/, tiling/),
-// which are not installed here. scripts/build_ascend.sh compiles it where ASCEND_HOME_PATH is
-// set. Keep it thin: every decision lives in the pure, tested headers it calls.
+// CI compiles it against tests/ascend/cann_stub; scripts/check_ascend_host.py against CANN's real
+// host headers and libraries (built from their open sources); scripts/build_ascend.sh where
+// ASCEND_HOME_PATH is set. Keep it thin: every decision lives in the pure, tested headers it calls.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 
 #include "register/op_def_registry.h"
-#include "tiling/platform/platform_ascendc.h"
 
 #include "../../infer_shape/common.h"
+#include "op_host_platform.h"
 #include "tiling_common.h"
 
 namespace mgo::op_host {
@@ -42,8 +42,12 @@ inline ge::DataType ToGe(mgo::infer::DType t) {
   }
 }
 
+// gert::Shape has no unknown-rank query: CANN writes an unknown rank as the one dim -2, as its own
+// ops test it (GetDimNum() == 1 && GetDim(0) == -2).
+inline bool IsUnknownRank(const gert::Shape& s) { return s.GetDimNum() == 1 && s.GetDim(0) == mgo::infer::kUnknownRank; }
+
 inline mgo::infer::Shape FromGe(const gert::Shape& s) {
-  if (s.IsUnknownRank()) return {mgo::infer::kUnknownRank};
+  if (IsUnknownRank(s)) return {mgo::infer::kUnknownRank};
   mgo::infer::Shape out(s.GetDimNum());
   for (size_t i = 0; i < out.size(); ++i) out[i] = s.GetDim(i);
   return out;
@@ -60,29 +64,6 @@ inline bool KernelDtype(mgo::infer::DType t, mgo::tiling::DType* out) {
   else if (t == mgo::infer::DType::kBFloat16) *out = mgo::tiling::DType::kBFloat16;
   else return false;
   return true;
-}
-
-// Core counts and per-core memory sizes of the SoC the op is being compiled for.
-struct Platform {
-  uint32_t aivNum;  // vector cores: the block dim of a vector-only kernel
-  uint32_t aicNum;  // cube cores: the block dim of a mixed (1 AIC + 2 AIV) kernel
-  uint64_t ubBytes;
-  uint64_t l1Bytes;
-  uint64_t l0aBytes;
-  uint64_t l0bBytes;
-  uint64_t l0cBytes;
-  uint32_t sysWorkspace;
-};
-
-inline Platform QueryPlatform(gert::TilingContext* ctx) {
-  const auto ascendc = platform_ascendc::PlatformAscendC(ctx->GetPlatformInfo());
-  Platform p{ascendc.GetCoreNumAiv(), ascendc.GetCoreNumAic(), 0, 0, 0, 0, 0, ascendc.GetLibApiWorkSpaceSize()};
-  ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::UB, p.ubBytes);
-  ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::L1, p.l1Bytes);
-  ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::L0_A, p.l0aBytes);
-  ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::L0_B, p.l0bBytes);
-  ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::L0_C, p.l0cBytes);
-  return p;
 }
 
 }  // namespace mgo::op_host

@@ -1,6 +1,6 @@
 // What every op_host of a sequence op (the attention and indexer ops) shares: the token geometry
 // the pure tilings take (seq_tiling_common.h), read from a query-side and a key-side input in the
-// op's layout, and the platform as a mixed tiling takes it.
+// op's layout (the platform as a mixed tiling takes it: CubeOf, op_host_platform.h).
 // CANN-only like op_host_adapter.h; tests/ascend/test_ascendc_op_host.py runs it against tests/ascend/cann_stub.
 #pragma once
 
@@ -40,11 +40,6 @@ inline size_t CheckTokenRank(mgo::table::Layout layout, std::initializer_list<co
     }
   }
   return r;
-}
-
-// The platform as the mixed tilings take it.
-inline mgo::tiling::CubePlatform CubeOf(const Platform& p) {
-  return {p.aicNum, p.ubBytes, p.l1Bytes, p.l0aBytes, p.l0bBytes, p.l0cBytes};
 }
 
 }  // namespace mgo::op_host

@@ -206,7 +206,7 @@ inline TilingResult<Data> ComputeSfaTiling(SfaKernel kernel, const SfaShape& sha
   const auto cols = [&] { return t.keyChunk > block_cols ? t.keyChunk : block_cols; };
   const uint32_t sink_heads = grad && s.sinksPresent ? t.n1 : 0;
   const auto plan = [&] { return PlanSfaUb(grad, t.gatherRows, tile_rows, cols(), t.dk, m_rows, sink_heads); };
-  while (plan().Total() > MixUbBudget(p)) {
+  while (plan().Total() > p.ubBytes) {
     if (t.keyChunk > 128) {
       t.keyChunk /= 2;
     } else if (tile_rows > 8) {

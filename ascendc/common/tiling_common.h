@@ -18,7 +18,6 @@ enum class DType : uint32_t { kFloat16 = 0, kBFloat16 = 1 };
 
 inline constexpr uint32_t kElemBytes16 = 2;  // both supported I/O types are 16-bit
 inline constexpr uint64_t kUbAlignBytes = 32;
-inline constexpr uint64_t kDefaultUbBytes = 192 * 1024;  // Atlas A2 vector core UB
 
 __aicore__ inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -71,21 +70,21 @@ inline constexpr uint32_t kCubeAlign = 16;           // cube fractal edge (16 x 
 // Sizes of one AI core's memories and the AIC count (the blockDim of a mixed launch).
 struct CubePlatform {
   uint32_t aicNum;
-  uint64_t ubBytes;   // per AIV
-  uint64_t l1Bytes;   // per AIC
+  uint64_t ubBytes;   // per AIV, as the platform reports it: the budget of a mixed kernel's AIV
+  uint64_t l1Bytes;   // per AIC, likewise
   uint64_t l0aBytes;
   uint64_t l0bBytes;
   uint64_t l0cBytes;
 };
-// Atlas A2 (910B): 24 AIC / 48 AIV, UB 192 KiB, L1 512 KiB, L0A/L0B 64 KiB, L0C 128 KiB.
-inline constexpr CubePlatform kAtlasA2Platform{24, 192 * 1024, 512 * 1024, 64 * 1024, 64 * 1024, 128 * 1024};
-
-// A mixed kernel may not fill all the UB the platform reports: the framework keeps its last 256
-// bytes (the Matmul client's message; Atlas A2/A3: ASC_UB_SIZE = 192 KiB - 256).
-inline constexpr uint64_t kMixUbReservedBytes = 256;
-__aicore__ inline constexpr uint64_t MixUbBudget(const CubePlatform& p) {
-  return p.ubBytes > kMixUbReservedBytes ? p.ubBytes - kMixUbReservedBytes : 0;
-}
+// What CANN's platform reports on Ascend910B1 (and 910_93): 24 AIC / 48 AIV, UB and L1 256 bytes
+// below the ini's 192 KiB / 512 KiB (GetCoreMemSize keeps the Matmul client's message there on
+// 910B/910_93: ASC_UB_SIZE = 192 KiB - 256, the UB a mixed kernel may fill), L0A/L0B 64 KiB, L0C
+// 128 KiB. The op_host takes the real values from the platform (op_host_platform.h); this is the
+// default of the CPU harnesses.
+inline constexpr uint64_t kPlatformReservedBytes = 256;
+inline constexpr CubePlatform kAtlasA2Platform{24,        192 * 1024 - kPlatformReservedBytes,
+                                               512 * 1024 - kPlatformReservedBytes,
+                                               64 * 1024, 64 * 1024, 128 * 1024};
 
 // The platform's checks every mixed tiling makes first; nullptr when it can be tiled.
 inline const char* CheckCubePlatform(const CubePlatform& p) {

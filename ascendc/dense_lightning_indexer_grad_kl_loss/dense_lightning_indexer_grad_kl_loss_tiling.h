@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "../common/indexer_grad_tiling_common.h"
 
@@ -182,7 +183,7 @@ inline TilingResult<DlgTilingData> ComputeDlgTiling(const DlgShape& shape,
   // UB: shrink the row-pass chunk, then the S tile rows, until the plan fits.
   t.keyChunk = static_cast<uint32_t>(AlignUp(keys < kDlgMaxKeyChunk ? keys : kDlgMaxKeyChunk, kCubeAlign));
   t.tileRows = t.n1 < 64 ? t.n1 : 64;
-  while (PlanDlgUb(t, weights_f32).Total() > MixUbBudget(p)) {
+  while (PlanDlgUb(t, weights_f32).Total() > p.ubBytes) {
     if (t.keyChunk > 64) {
       t.keyChunk /= 2;
     } else if (t.tileRows > 8) {

@@ -97,7 +97,7 @@ inline TilingResult<DliTilingData> ComputeDliTiling(const IndexerShape& shape,
   const uint64_t keys = s.t2 == 0 ? 1 : s.t2;
   SplitQueryRows(s, 1, RowWork{a.sparse_mode, keys}, lens, t.aivNum, t.rowStart);
   t.keyChunk = static_cast<uint32_t>(AlignUp(keys < kDliMaxKeyChunk ? keys : kDliMaxKeyChunk, kCubeAlign));
-  while (PlanDliUb(t, weights_f32).Total() > MixUbBudget(p)) {
+  while (PlanDliUb(t, weights_f32).Total() > p.ubBytes) {
     if (t.keyChunk <= kCubeAlign) {
       r.error = "these dims do not fit in the unified buffer";
       return r;

@@ -109,7 +109,7 @@ inline TilingResult<LiTilingData> ComputeLiTiling(const IndexerShape& shape, con
   SplitQueryRows(s, 1, RowWork{a.sparse_mode, s.t2 == 0 ? 1 : s.t2}, lens, t.aivNum, t.rowStart);
   const uint64_t keys = s.t2 == 0 ? 1 : s.t2;
   t.keyChunk = static_cast<uint32_t>(AlignUp(keys < kLiMaxKeyChunk ? keys : kLiMaxKeyChunk, kLiSortGroup));
-  while (PlanLiUb(t, weights_f32).Total() > MixUbBudget(p)) {
+  while (PlanLiUb(t, weights_f32).Total() > p.ubBytes) {
     if (t.keyChunk <= kLiSortGroup) {
       r.error = "sparse_count does not fit in the unified buffer";
       return r;

@@ -112,7 +112,7 @@ inline TilingResult<LigTilingData> ComputeLigTiling(const LigShape& shape, const
 
   // UB: only the gather tile can shrink; the per-token vectors hold all K slots.
   t.gatherRows = 16;
-  while (PlanLigUb(t, weights_f32).Total() > MixUbBudget(p)) {
+  while (PlanLigUb(t, weights_f32).Total() > p.ubBytes) {
     if (t.gatherRows == 1) {
       r.error = "K slots or these dims do not fit in the unified buffer";
       return r;

@@ -159,7 +159,7 @@ inline TilingResult<SliTilingData> ComputeSliTiling(const SliShape& shape,
   t.keyChunk = static_cast<uint32_t>(AlignUp(shape.k < kSliMaxKeyChunk ? shape.k : kSliMaxKeyChunk, kCubeAlign));
   t.tileRows = t.n1 < 64 ? t.n1 : 64;
   t.gatherRows = 16;
-  while (PlanSliUb(t, weights_f32).Total() > MixUbBudget(p)) {
+  while (PlanSliUb(t, weights_f32).Total() > p.ubBytes) {
     if (t.keyChunk > 128) {
       t.keyChunk /= 2;
     } else if (t.tileRows > 8) {

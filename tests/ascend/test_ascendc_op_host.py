@@ -1,19 +1,27 @@
 """The Ascend op_host OpDefs and kernel entry points use exactly the names, order, attributes
-and dtypes of ms_grad_ops._specs.OP_SPECS, the table the MindSpore reg_info is built from.
+and dtypes of ms_grad_ops._specs.OP_SPECS, the table the MindSpore reg_info is built from, and the
+op_host adapters run as the pure rules and tilings say.
 
-The op_host sources need the CANN toolkit (absent here), so they are compiled against
-tests/ascend/cann_stub and the OpDefs they register are compared with the table, and the rest is checked
-by parsing: a renamed input in either place fails this test instead of failing on a device.
+Every case runs on two builds of the same op_host sources: against tests/ascend/cann_stub (the
+stand-in, always) and on CANN's real host libraries built from their open sources by
+scripts/check_ascend_host.py (when CANN_METADEF, CANN_RUNTIME, ASC_DEVKIT and LIBBOUNDSCHECK name
+the checkouts; skipped otherwise: CI has none). The OpDefs they register are compared with the
+table; the rest is checked by parsing: a renamed input in either place fails this test instead of
+failing on a device.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
-from _paths import ROOT
+from _paths import ROOT, SCRIPTS
 
 from ms_grad_ops._specs import OP_SPECS
 
@@ -34,8 +42,7 @@ KERNEL = re.compile(r'extern "C" __global__ __aicore__ void (\w+)\(([^)]*)\)')
 def opdef(driver: Path, op: str) -> dict[str, object]:
     # The OpDef the compiled op_host source registers (common/op_host_def.h over the generated
     # <op>_def.h), printed by the stub driver in the syntax of a hand-written OpDef.
-    src = subprocess.run([str(driver)], input=f"{OP_SPECS[op].op_type} def", capture_output=True, text=True,
-                         timeout=30, check=True).stdout
+    src, _ = run_driver(driver, f"{OP_SPECS[op].op_type} def")
     params = PARAM.findall(src)
     cls = re.search(r"class (\w+) : public OpDef", src)
     added = re.search(r"OP_ADD\((\w+)\);", src)
@@ -200,11 +207,25 @@ ATTR_KINDS = {"str": "s", "int": "i", "float": "f", "bool": "b"}
 SYS_WORKSPACE = 16 * 1024 * 1024  # what the stub platform reports
 
 
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
+CANN_ENV = ("CANN_METADEF", "CANN_RUNTIME", "ASC_DEVKIT", "LIBBOUNDSCHECK")
+NO_CANN = ("the real-library driver needs checkouts of hicann/metadef, hicann/runtime, mirror-cann/asc-devkit and "
+           "openeuler-mirror/libboundscheck (CANN_METADEF, CANN_RUNTIME, ASC_DEVKIT, LIBBOUNDSCHECK) and protobuf "
+           "(libprotobuf-dev, protobuf-compiler); CI has none")
+
+
+def host_check() -> ModuleType:
+    """scripts/check_ascend_host.py, which builds the real-library driver."""
+    spec = importlib.util.spec_from_file_location("check_ascend_host", SCRIPTS / "check_ascend_host.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve the module's annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def stand_in_driver(out: Path) -> Path:
     cxx = shutil.which("g++")
     assert cxx, "g++ is required"
-    out = tmp_path_factory.mktemp("op_host")
     stub = Path(__file__).resolve().parent / "cann_stub"
     unit = out / "driver.cpp"  # every op_host source in one program, as CANN links them
     unit.write_text("".join(f'#include "{ASCENDC / op / "op_host" / op}.cpp"\n' for op in OPS)
@@ -215,10 +236,41 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "driver"
 
 
+def real_driver() -> Path:
+    """The driver on CANN's real libraries (built by the script; its libraries cached)."""
+    if not all(os.environ.get(v) for v in CANN_ENV) or shutil.which("protoc") is None:
+        pytest.skip(NO_CANN)
+    hc = host_check()
+    sources = hc.Sources(*(Path(os.environ[v]).resolve() for v in CANN_ENV))
+    build = Path(os.environ.get("MGO_HOST_CHECK_DIR") or hc.default_build_dir())
+    return hc.build_driver(sources, build)
+
+
+@pytest.fixture(scope="module", params=["stand-in", "CANN"])
+def driver(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The op_host sources built against the stand-in, or on CANN's real host libraries."""
+    return stand_in_driver(tmp_path_factory.mktemp("op_host")) if request.param == "stand-in" else real_driver()
+
+
+def is_real(driver: Path) -> bool:
+    return driver.parent.name == "bin"  # check_ascend_host.py's <build>/bin/driver
+
+
+def ours(stderr: str) -> str:
+    """What the op_host logged: the real libraries' own error lines ([CANN] ...) left out."""
+    return "\n".join(ln for ln in stderr.splitlines() if not ln.startswith("[CANN]")).strip()
+
+
+def run_driver(driver: Path, stdin: str, **env: str) -> tuple[str, str]:
+    result = subprocess.run([str(driver)], input=stdin, capture_output=True, text=True, timeout=60, check=True,
+                            env={**os.environ, **env})
+    return result.stdout.strip(), ours(result.stderr)
+
+
 Input = tuple[list[int], str] | None  # (shape, dtype), None = omitted OPTIONAL input
 
 
-def run_adapter(driver: Path, op: str, step: str, inputs: list[Input], attrs: dict[str, object]) -> tuple[str, str]:
+def case_words(op: str, step: str, inputs: list[Input], attrs: dict[str, object]) -> str:
     spec = OP_SPECS[op]
     words = [spec.op_type, step, str(len(spec.attrs))]
     for i, a in enumerate(spec.attrs):
@@ -228,9 +280,12 @@ def run_adapter(driver: Path, op: str, step: str, inputs: list[Input], attrs: di
     for x in inputs:
         shape, dtype = x if x is not None else ([0], "float16")
         words += ["0" if x is None else "1", str(GE_CODES[dtype]), str(len(shape)), *map(str, shape)]
-    result = subprocess.run([str(driver)], input=" ".join(words), capture_output=True, text=True, timeout=30,
-                            check=True)
-    return result.stdout.strip(), result.stderr.strip()
+    return " ".join(words)
+
+
+def run_adapter(driver: Path, op: str, step: str, inputs: list[Input], attrs: dict[str, object],
+                **env: str) -> tuple[str, str]:
+    return run_driver(driver, case_words(op, step, inputs, attrs), **env)
 
 
 def rules(op: str, inputs: list[Input], attrs: dict[str, object]) -> tuple[list, list]:
@@ -651,10 +706,9 @@ def test_missing_attribute_is_a_clear_failure(driver: Path) -> None:
     words = [spec.op_type, "shape", "0", str(len(inputs))]
     for shape, dtype in inputs:
         words += ["1", str(GE_CODES[dtype]), str(len(shape)), *map(str, shape)]
-    result = subprocess.run([str(driver)], input=" ".join(words), capture_output=True, text=True, timeout=30,
-                            check=True)
-    assert result.stdout.strip() == "failed"
-    assert result.stderr.strip() == "[ms_grad_ops] ClaGateBackward: attribute 'input_attn_layout' is missing"
+    out, err = run_driver(driver, " ".join(words))
+    assert out == "failed"
+    assert err == "[ms_grad_ops] ClaGateBackward: attribute 'input_attn_layout' is missing"
 
 
 LI_INPUTS: list[Input] = [([10, 2, 16], "float16"), ([14, 1, 16], "float16"), ([10, 2], "float16"), None, None]
@@ -717,3 +771,105 @@ def test_tiling_refuses_bsnd_lengths(driver: Path, op: str, given: str) -> None:
                    "the batch as TND with cumulative lengths")
     # Without lengths the same call tiles.
     assert tiling(driver, op, make(None, None), attrs)["block_dim"] >= 1
+
+
+# ---------------------------------------------------------------- what CANN's contexts and platform do
+# The runtime .ini values of the SoCs the op_host is tiled for (hicann/runtime
+# src/platform/platform_config; test_stand_in_socs_are_the_ini_files compares them with the files):
+# Short_SoC_version, NpuArch, cube_core_cnt, vector_core_cnt, ub_size, l1_size, l0_a/b/c_size.
+SOC_INI = {
+    "Ascend910B1": ("Ascend910B", 2201, 24, 48, 196608, 524288, 65536, 65536, 131072),
+    "Ascend910B4": ("Ascend910B", 2201, 20, 40, 196608, 524288, 65536, 65536, 131072),
+    "Ascend910_9392": ("Ascend910_93", 2201, 24, 48, 196608, 524288, 65536, 65536, 131072),
+    "Ascend950PR_9599": ("Ascend950", 3510, 36, 72, 253952, 524288, 65536, 65536, 262144),
+}
+INI_KEYS = ("Short_SoC_version", "NpuArch", "cube_core_cnt", "vector_core_cnt", "ub_size", "l1_size", "l0_a_size",
+            "l0_b_size", "l0_c_size")
+
+
+def expected_platform(soc: str) -> dict[str, int]:
+    """What PlatformAscendC reports (asc-devkit platform_ascendc.cpp): the ini's values, UB and L1
+    256 bytes less on Ascend910B and Ascend910_93 (the Matmul client's reserve), a 16 MiB library
+    workspace on NPU archs 2201 and 3510."""
+    short, arch, aic, aiv, ub, l1, l0a, l0b, l0c = SOC_INI[soc]
+    reserve = 256 if short in ("Ascend910B", "Ascend910_93") else 0
+    return {"aiv": aiv, "aic": aic, "ub": ub - reserve, "l1": l1 - reserve, "l0a": l0a, "l0b": l0b, "l0c": l0c,
+            "sys_workspace": 16 * 1024 * 1024 if arch in (2201, 3510) else 2 * 1024 * 1024}
+
+
+@pytest.mark.parametrize("soc", sorted(SOC_INI))
+def test_the_platform_the_tilings_get_is_the_socs(driver: Path, soc: str) -> None:
+    # QueryPlatform (common/op_host_platform.h) on the SoC's platform: core counts per SoC, never a
+    # constant, and the UB / L1 the real platform reports (196352 / 524032 on 910B and 910_93).
+    out, err = run_driver(driver, "Rope platform", MGO_SOC=soc)
+    assert out.startswith("ok "), err
+    assert {k: int(v) for k, v in (w.split("=") for w in out.split()[1:])} == expected_platform(soc)
+
+
+@pytest.mark.parametrize("soc", sorted(SOC_INI))
+@pytest.mark.parametrize("op", ["cla_gate_merge", "sparse_flash_attention"])
+def test_the_block_dim_is_the_socs_core_count(driver: Path, soc: str, op: str) -> None:
+    # More rows than any SoC has cores: a vector kernel takes every AIV, a mixed one every AIC.
+    if op == "cla_gate_merge":
+        inputs: list[Input] = [([500, 3, 128], "float16")] * 2 + [([500, 3], "float16")] * 2
+        attrs, cores = defaults(op), expected_platform(soc)["aiv"]
+    else:
+        inputs = [([400, 4, 32], "bfloat16"), ([500, 2, 32], "bfloat16"), ([500, 2, 32], "bfloat16"),
+                  ([400, 2, 3], "int32"), None, None, ([2], "int32"), ([2], "int32"), None]
+        attrs, cores = defaults(op, layout="TND", sparse_mode=0), expected_platform(soc)["aic"]
+    out, err = run_adapter(driver, op, "tiling", inputs, attrs, MGO_SOC=soc)
+    assert out.startswith("ok "), err
+    assert f" block_dim={cores} " in out
+
+
+def test_stand_in_socs_are_the_ini_files() -> None:
+    # The stand-in's SoC table (cann_stub/tiling/platform/platform_ascendc.h) and SOC_INI hold the
+    # values of runtime's .ini files.
+    table = (Path(__file__).resolve().parent / "cann_stub" / "tiling" / "platform" / "platform_ascendc.h").read_text()
+    rows = re.findall(r'\{"(\w+)", "(\w+)", (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)\}', table)
+    assert {soc: (short, *map(int, rest)) for soc, short, *rest in rows} == SOC_INI
+    runtime = os.environ.get("CANN_RUNTIME")
+    if not runtime:
+        pytest.skip("CANN_RUNTIME not set: the stand-in's SoCs are compared with runtime's .ini files only then")
+    for soc, values in SOC_INI.items():
+        ini, = [p for d in ("cann", "cann-dev") for p in (Path(runtime) / "src/platform/platform_config" / d).glob(
+            f"{soc}.ini")]
+        found = dict(ln.split("=", 1) for ln in ini.read_text().splitlines() if "=" in ln)
+        assert tuple(found[k] for k in INI_KEYS) == tuple(map(str, values)), soc
+
+
+def test_all_three_registration_paths_are_filled(driver: Path) -> None:
+    # OP_ADD's three expansions, linked as CANN links them: InferShape and InferDataType
+    # (OP_PROTO_LIB), Tiling and TilingParse (OP_TILING_LIB) in gert::OpImplRegistry.
+    if not is_real(driver):
+        pytest.skip("the stand-in has one OP_ADD expansion (OpDef only); the real libraries have three")
+    for op in OPS:
+        assert run_driver(driver, f"{OP_SPECS[op].op_type} registered") == ("ok 1 1 1 1", ""), op
+
+
+ROPE_INPUTS: list[Input] = [([6, 256], "float16")] * 2 + [([16, 128], "float16")] * 2 + [([2], "int32")]
+
+
+@pytest.mark.parametrize(("step", "env", "error"), [
+    # GetTilingData<T>() is nullptr when the buffer is smaller than T (RopeTilingData: 36 bytes).
+    ("tiling", {"MGO_TILING_BYTES": "35"}, "the tiling buffer is smaller than the tiling data (36 bytes)"),
+    # GetWorkspaceSizes(1) is nullptr when the context has room for none.
+    ("tiling", {"MGO_WORKSPACES": "0"}, "the tiling context has no room for 1 workspace size"),
+    # GetOutputShape(1) is nullptr, SetOutputDataType(1, ..) fails, in a context of one output.
+    ("shape", {"MGO_OUTPUTS": "1"}, "the InferShape context has no shape for output k_embed"),
+    ("dtype", {"MGO_OUTPUTS": "1"}, "the InferDataType context took no dtype for output k_embed"),
+])
+def test_a_context_too_small_fails_the_launch_naming_the_op(driver: Path, step: str, env: dict[str, str],
+                                                             error: str) -> None:
+    inputs = ROPE_INPUTS if step != "dtype" else [([-2], dtype) for _, dtype in ROPE_INPUTS]
+    out, err = run_adapter(driver, "rope", step, inputs, defaults("rope"), **env)
+    assert out == "failed" and err == f"[ms_grad_ops] Rope: {error}"
+    assert run_adapter(driver, "rope", step, inputs, defaults("rope"))[0].startswith("ok "), "the full context works"
+
+
+@pytest.mark.parametrize(("step", "error"), [("shape", "the context has no shape for required input q_seq_len"),
+                                             ("tiling", "the context has no shape for required input q_seq_len")])
+def test_a_missing_required_input_is_named(driver: Path, step: str, error: str) -> None:
+    # A context built with one IR input too few: its getters return nullptr for it.
+    out, err = run_adapter(driver, "rope", step, ROPE_INPUTS[:4], defaults("rope"))
+    assert out == "failed" and err == f"[ms_grad_ops] Rope: {error}"

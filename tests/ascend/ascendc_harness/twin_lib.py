@@ -27,9 +27,10 @@ ROUND_MODES = ("CAST_NONE", "CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND"
 # takes one; its UB, L1 and L0 capacities and arch-specific rules follow (twin/twin_arch.h).
 ARCH_A2 = 2201
 ARCH_950 = 3510
-# The UB GetCoreMemSize(UB) reports on Atlas A2/A3 (ub_size in the SoC's platform ini): the
-# budget the op_host hands the tilings. A mixed kernel may use 256 bytes less (ub_bytes_of).
-DEFAULT_UB = 192 * 1024
+# The UB GetCoreMemSize(UB) reports on Atlas A2/A3: the ini's ub_size (192 KiB) less the 256 bytes
+# the platform keeps for the Matmul client there, the budget the op_host hands the tilings (a mixed
+# kernel's AIV may fill it, ub_bytes_of(mixed=True); a vector kernel could use 256 bytes more).
+DEFAULT_UB = 192 * 1024 - 256
 NAN16 = 0xFFFF  # a NaN in both float16 and bfloat16: unwritten outputs show up
 I64 = ctypes.c_int64
 P = ctypes.c_void_p

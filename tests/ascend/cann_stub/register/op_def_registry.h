@@ -1,8 +1,12 @@
 // TEST STUB, not CANN: the subset of CANN's op_host API (ge/gert/ops namespaces) that
-// ascendc/common/op_host_*.h and ascendc/*/op_host/*.cpp use, declared with the signatures of
-// the public CANN documentation, so tests/ascend/test_ascendc_op_host.py can compile the op_host sources
-// and run their adapters on a machine without CANN. Compiling against it proves the sources are
-// well-formed C++ over that documented subset; it proves nothing about the real toolkit.
+// ascendc/common/op_host_*.h and ascendc/*/op_host/*.cpp use, declared as CANN's open host headers
+// declare it (metadef inc/external: exe_graph/runtime/*.h, asc/register/op_def*.h; the rows of
+// docs/ascend_api.md), so tests/ascend/test_ascendc_op_host.py can compile the op_host sources and
+// run their adapters on a machine without CANN. It is no looser than the real API where the
+// sources could tell: gert::Shape has no IsUnknownRank (the real one has none); the getters that
+// return nullptr in CANN (GetTilingData<T> when the buffer is smaller than T, GetWorkspaceSizes,
+// GetOutputShape, GetPlatformInfo) return nullptr here in the same cases, and the setters fail as
+// CANN's do. scripts/check_ascend_host.py runs the same sources on the real libraries.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +29,20 @@ enum Format { FORMAT_ND = 2 };
 }  // namespace ge
 
 namespace fe {
-class PlatFormInfos {};
+// Stub only: the SoC values of runtime's platform .ini (SoCInfo, AICoreSpec) that CANN's
+// PlatformAscendC reads; tiling/platform/platform_ascendc.h holds the SoCs.
+struct PlatFormInfos {
+  const char* soc;        // SoC_version
+  const char* shortSoc;   // Short_SoC_version
+  uint32_t npuArch;       // NpuArch
+  uint32_t aicNum;        // cube_core_cnt
+  uint32_t aivNum;        // vector_core_cnt
+  uint64_t ubBytes;       // ub_size
+  uint64_t l1Bytes;       // l1_size
+  uint64_t l0aBytes;      // l0_a_size
+  uint64_t l0bBytes;      // l0_b_size
+  uint64_t l0cBytes;      // l0_c_size
+};
 }  // namespace fe
 
 namespace gert {
@@ -38,8 +55,7 @@ class Shape {
   int64_t GetDim(size_t i) const { return dims_.at(i); }
   void SetDimNum(size_t n) { dims_.resize(n); }
   void SetDim(size_t i, int64_t v) { dims_.at(i) = v; }
-  bool IsUnknownRank() const { return dims_.size() == 1 && dims_[0] == -2; }
-  const std::vector<int64_t>& Dims() const { return dims_; }  // stub only
+  // No IsUnknownRank: CANN's gert::Shape has none (an unknown rank is the one dim -2).
 
  private:
   std::vector<int64_t> dims_;
@@ -108,11 +124,9 @@ class InferShapeContext : public ExtendedKernelContext {
   const Shape* GetOptionalInputShape(size_t ir) const {
     return ir < in_.shapes.size() && in_.present[ir] ? &in_.shapes[ir] : nullptr;
   }
-  Shape* GetOutputShape(size_t i) {
-    if (out_.size() <= i) out_.resize(i + 1);
-    return &out_[i];
-  }
-  std::vector<Shape> out_;
+  // nullptr beyond the outputs the context was built with, as in CANN.
+  Shape* GetOutputShape(size_t i) { return i < out_.size() ? &out_[i] : nullptr; }
+  std::vector<Shape> out_;  // stub only: sized by the test driver
 };
 
 class InferDataTypeContext : public ExtendedKernelContext {
@@ -121,12 +135,13 @@ class InferDataTypeContext : public ExtendedKernelContext {
   ge::DataType GetOptionalInputDataType(size_t ir) const {
     return ir < in_.dtypes.size() && in_.present[ir] ? in_.dtypes[ir] : ge::DT_UNDEFINED;
   }
+  // GRAPH_FAILED beyond the outputs the context was built with, as in CANN.
   ge::graphStatus SetOutputDataType(size_t i, ge::DataType t) {
-    if (out_.size() <= i) out_.resize(i + 1, ge::DT_UNDEFINED);
+    if (i >= out_.size()) return ge::GRAPH_FAILED;
     out_[i] = t;
     return ge::GRAPH_SUCCESS;
   }
-  std::vector<ge::DataType> out_;
+  std::vector<ge::DataType> out_;  // stub only: sized by the test driver
 };
 
 class TilingContext : public ExtendedKernelContext {
@@ -140,16 +155,26 @@ class TilingContext : public ExtendedKernelContext {
     const StorageShape* s = GetRequiredInputShape(ir);
     return s != nullptr && in_.present[ir] ? s : nullptr;
   }
-  fe::PlatFormInfos* GetPlatformInfo() const { return nullptr; }
+  fe::PlatFormInfos* GetPlatformInfo() const { return platform_; }
+  // nullptr when the tiling buffer holds fewer than sizeof(T) bytes, as in CANN.
   template <typename T>
   T* GetTilingData() {
+    if (tiling_capacity_ < sizeof(T)) return nullptr;
     tiling_.assign((sizeof(T) + 7) / 8, 0);
     return reinterpret_cast<T*>(tiling_.data());
   }
   ge::graphStatus SetBlockDim(uint32_t d) { block_dim_ = d; return ge::GRAPH_SUCCESS; }
   ge::graphStatus SetTilingKey(uint64_t k) { tiling_key_ = k; return ge::GRAPH_SUCCESS; }
   ge::graphStatus SetScheduleMode(uint32_t m) { schedule_mode_ = m; return ge::GRAPH_SUCCESS; }
-  size_t* GetWorkspaceSizes(size_t n) { workspace_.assign(n, 0); return workspace_.data(); }
+  // nullptr when the context has room for fewer sizes (none unless the builder gave some), as in CANN.
+  size_t* GetWorkspaceSizes(size_t n) {
+    if (n > workspace_capacity_) return nullptr;
+    workspace_.assign(n, 0);
+    return workspace_.data();
+  }
+  fe::PlatFormInfos* platform_ = nullptr;  // stub only: set by the test driver
+  size_t tiling_capacity_ = 0;
+  size_t workspace_capacity_ = 0;
   std::vector<StorageShape> storage_;
   std::vector<uint64_t> tiling_;  // 8-byte words: aligned for any tiling struct
   uint32_t block_dim_ = 0;
@@ -162,7 +187,7 @@ class TilingContext : public ExtendedKernelContext {
 
 namespace ops {
 
-enum Option { REQUIRED, OPTIONAL };
+enum Option { IGNORE = 0, OPTIONAL = 1, REQUIRED = 2, DYNAMIC = 3, VIRTUAL = 4 };
 
 using InferShapeFn = ge::graphStatus (*)(gert::InferShapeContext*);
 using InferDataTypeFn = ge::graphStatus (*)(gert::InferDataTypeContext*);
