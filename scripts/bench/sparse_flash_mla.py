@@ -16,7 +16,7 @@ visible entries select them all, -1 in the spare slots). Reports per configurati
 Each measurement runs in its own subprocess. Rows are appended to benchmarks/results.jsonl;
 benchmarks/sparse_flash_mla.md is rewritten from this run's rows.
 
-Usage: python scripts/bench/sparse_flash_mla.py [--seq 4096 16384] [--kinds hca csa] [--reps 2]
+Usage: python scripts/bench/sparse_flash_mla.py [--seq 4096 16384] [--kinds hca csa] [--reps 2] [--sfa-max-seq S]
 """
 from __future__ import annotations
 
@@ -198,7 +198,8 @@ def main() -> None:
     ap.add_argument("--seq", type=int, nargs="+", default=[4096, 16384])
     ap.add_argument("--kinds", nargs="+", default=["hca", "csa"], choices=list(RATIO))
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--no-sfa", action="store_true", help="skip the concatenated-SFA route")
+    ap.add_argument("--sfa-max-seq", type=int, default=1 << 30,
+                    help="time the concatenated-SFA route only up to this S (0: never)")
     ap.add_argument("--worker", choices=["mla", "sfa"])
     args = ap.parse_args()
     if args.worker:
@@ -216,7 +217,7 @@ def main() -> None:
             if "error" in mla:
                 continue
             rows += kernel_rows(seq, kind, mla, load)
-            if not args.no_sfa:
+            if seq <= args.sfa_max_seq:
                 sfa = spawn_json([str(HERE / "sparse_flash_mla.py"), "--worker", "sfa", *base], cwd=HERE)
                 if "error" not in sfa:
                     rows.append(route_row(seq, kind, mla, sfa, load))

@@ -25,6 +25,8 @@ CASES = {
     # CSA with ori_sparse_indices (ori_softmax_l1_norm), no residual (L = S2), no sinks
     "csa_ori_idx": dict(layout="TND", lens=[(8, 12)], kind="csa", n1=2, k=5, ratio=4, ori_k=7, residual=False,
                         sinks=False),
+    # TND with seqused_*: 2 unused rows at the end of every sequence of every source (never read)
+    "tnd_seqused": dict(layout="TND", lens=[(6, 10), (4, 4)], kind="csa", n1=2, k=4, ratio=2, pad=2),
     # more keys than one kernel block (the online softmax across blocks), HCA ratio 1 over a long band
     "long_hca": dict(layout="TND", lens=[(3, 700)], kind="hca", n1=2, d=8, ratio=1, win_left=300),
     # masks: causal original tokens, no compressed mask, window to the right
@@ -75,11 +77,14 @@ def reference_forward(case: SmlaCase, dtype: str) -> tuple[np.ndarray, np.ndarra
 
 
 def _padding_rows(case: SmlaCase, lse_shape: tuple) -> np.ndarray:
-    """Mask of the lse entries of rows no batch owns (BSND beyond seqused_q)."""
+    """Mask of the lse entries of rows no batch uses (beyond seqused_q)."""
     mask = np.zeros(lse_shape, bool)
-    if case.layout == "BSND":
-        for b, (s1, _, _) in enumerate(case.lens):
+    for b, (s1, _, _) in enumerate(case.lens):
+        if case.layout == "BSND":
             mask[b, :, s1:] = True
+        else:
+            q0 = case.starts[b][0]
+            mask[:, q0 + s1:q0 + case.rows[b][0]] = True
     return mask
 
 
@@ -192,20 +197,23 @@ def test_l1_norm_is_the_head_mean_of_p() -> None:
     assert (row_sums < 1).all() and (row_sums >= 0).all()
 
 
-@pytest.mark.parametrize("mode", ["pynative", "graph"])
-def test_ms_grad_through_the_forward(mode: str) -> None:
+@pytest.mark.parametrize("mode,name", [("pynative", "csa_tnd"), ("graph", "csa_tnd"),
+                                       ("pynative", "swa_empty_rows"), ("pynative", "hca_bsnd_n2")])
+def test_ms_grad_through_the_forward(mode: str, name: str) -> None:
     """ms.grad of sum(w * attn_out) reaches query, ori_kv, cmp_kv and sinks through the grad kernel, as the
-    reference's backward with d_out = w computes it."""
-    case = case_of("csa_tnd")
+    reference's backward with d_out = w computes it (cmp_kv None: SWA, its gradient absent)."""
+    case = case_of(name)
     dtype = "float32"
     x = quantized(case, dtype)
     w = np.random.default_rng(5).standard_normal(x["query"].shape)
     ints = _ms_ints(case)
+    swa = x["cmp_kv"] is None
 
     def loss(q: ms.Tensor, o: ms.Tensor, c: ms.Tensor, s: ms.Tensor) -> ms.Tensor:
-        out, _ = ops.sparse_flash_mla(q, o, c, None, ints["cmp_sparse_indices"], ints["cu_seqlens_q"],
-                                      ints["cu_seqlens_ori_kv"], ints["cu_seqlens_cmp_kv"], None, None, None,
-                                      ints["cmp_residual_kv"], s, **case.attrs)
+        out, _ = ops.sparse_flash_mla(q, o, None if swa else c, ints["ori_sparse_indices"],
+                                      ints["cmp_sparse_indices"], ints["cu_seqlens_q"], ints["cu_seqlens_ori_kv"],
+                                      ints["cu_seqlens_cmp_kv"], ints["seqused_q"], ints["seqused_ori_kv"],
+                                      ints["seqused_cmp_kv"], ints["cmp_residual_kv"], s, **case.attrs)
         return (out * ms.Tensor(w, ms.float32)).sum()
 
     if mode == "graph":
@@ -213,12 +221,15 @@ def test_ms_grad_through_the_forward(mode: str) -> None:
     try:
         fn = ms.jit(ms.grad(loss, grad_position=(0, 1, 2, 3))) if mode == "graph" else \
             ms.grad(loss, grad_position=(0, 1, 2, 3))
-        got = fn(to_ms(x["query"], dtype), to_ms(x["ori_kv"], dtype), to_ms(x["cmp_kv"], dtype),
-                 ms.Tensor(case.arrays["sinks"]))
+        got = fn(to_ms(x["query"], dtype), to_ms(x["ori_kv"], dtype),
+                 to_ms(x["ori_kv"] if swa else x["cmp_kv"], dtype), ms.Tensor(case.arrays["sinks"]))
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
     r_out, r_lse = reference_forward(case, dtype)
     want = ref.sparse_flash_mla_grad(x["query"], w, r_out, r_lse, x["ori_kv"],
                                      **{**case.kwargs(), "cmp_kv": x["cmp_kv"]}, **case.attrs)
-    for g, wnt, name in zip(got, want[:4], GRAD_NAMES):
-        assert_close(to_np(g), wnt, dtype, "attention", name)
+    for g, wnt, name_ in zip(got, want[:4], GRAD_NAMES):
+        if wnt is None:  # SWA: cmp_kv is not an input of the op, its gradient is zero
+            assert not to_np(g).any(), name_
+            continue
+        assert_close(to_np(g), wnt, dtype, "attention", name_)

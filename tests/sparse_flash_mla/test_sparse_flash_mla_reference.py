@@ -17,19 +17,13 @@ CASES = {
     "ori_idx_masks": dict(layout="TND", lens=[(8, 12)], kind="csa", n1=2, k=5, ratio=4, ori_k=7, residual=False,
                           ori_mask_mode=3, cmp_mask_mode=0),
     "band_right": dict(layout="BSND", lens=[(7, 7)], kind="hca", n1=2, ratio=2, win_left=1, win_right=2),
+    "tnd_seqused": dict(layout="TND", lens=[(6, 10), (4, 4)], kind="csa", n1=2, k=4, ratio=2, pad=2),
 }
 
 
 def _batches(case: SmlaCase) -> list[tuple[slice, slice, slice]]:
-    """Flat (query, ori, cmp) row slices of each batch."""
-    out, starts = [], [0, 0, 0]
-    pad = [case.arrays[n].shape[1] if case.layout == "BSND" and case.arrays[n] is not None else 0
-           for n in ("query", "ori_kv", "cmp_kv")]
-    for b, lens in enumerate(case.lens):
-        base = [b * p for p in pad] if case.layout == "BSND" else starts
-        out.append(tuple(slice(base[i], base[i] + lens[i]) for i in range(3)))
-        starts = [starts[i] + lens[i] for i in range(3)]
-    return out
+    """Flat (query, ori, cmp) row slices each batch uses."""
+    return [tuple(slice(s0[i], s0[i] + n[i]) for i in range(3)) for s0, n in zip(case.starts, case.lens)]
 
 
 def _counts(case: SmlaCase, b: int, n2: int) -> tuple[np.ndarray, np.ndarray]:

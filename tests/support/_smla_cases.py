@@ -3,7 +3,9 @@
 A case is given per batch (query, original and compressed lengths) and one kind: "swa" (no compressed keys),
 "hca" (every visible compressed entry) or "csa" (cmp_sparse_indices: random visible entries, -1 slots at random
 positions, an entry the causal rule hides and a repeated entry now and then). BSND pads each batch to the
-longest length and passes seqused_*; its padding rows hold garbage indices (never read).
+longest length and passes seqused_*; TND with ``pad`` > 0 holds ``pad`` unused rows at the end of every
+sequence of every source (cu_seqlens count them, seqused_* leave them out). Padding rows hold garbage indices
+(never read).
 """
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ class SmlaCase:
     arrays: dict[str, np.ndarray | None]      # query, ori_kv, cmp_kv (float64 values), sinks (float32) or None
     ints: dict[str, np.ndarray | None]        # INT_INPUTS, int32 or None
     attrs: dict[str, object]
-    lens: list[tuple[int, int, int]] = field(default_factory=list)  # (S1, S2, S3) per batch
+    lens: list[tuple[int, int, int]] = field(default_factory=list)  # (S1, S2, S3) used per batch
+    starts: list[tuple[int, int, int]] = field(default_factory=list)  # its first (query, ori, cmp) flat rows
+    rows: list[tuple[int, int, int]] = field(default_factory=list)  # the rows it holds (used + padding)
 
     def kwargs(self) -> dict[str, np.ndarray | None]:
         """Every optional input of the forward by name (the reference's keyword arguments)."""
@@ -39,21 +43,26 @@ def _visible_cmp(s1: int, s2: int, s3: int, t: int, ratio: int, residual: int | 
 def make_case(rng: np.random.Generator, *, layout: str, lens: list[tuple[int, int]], kind: str, n1: int = 4,
               n2: int = 1, d: int = 16, k: int = 6, ratio: int = 4, win_left: int = 5, win_right: int = 0,
               ori_mask_mode: int = 4, cmp_mask_mode: int = 3, residual: bool = True, sinks: bool = True,
-              ori_k: int = 0, pad: int = 2, scale: float | None = None) -> SmlaCase:
+              ori_k: int = 0, pad: int | None = None, scale: float | None = None) -> SmlaCase:
     """``lens``: (S1, S2) per batch; S3 = S2 // ratio (none for swa). ``ori_k`` > 0: ori_sparse_indices of that
-    many slots instead of the band. ``pad``: extra padded rows per BSND batch."""
+    many slots instead of the band. ``pad``: unused rows per BSND batch (default 2) or per TND sequence of
+    each source (default 0)."""
     has_cmp = kind != "swa"
     per = [(s1, s2, s2 // ratio if has_cmp else 0) for s1, s2 in lens]
     res = [s2 % ratio for _, s2 in lens] if has_cmp and residual else None
     nb = len(per)
     bsnd = layout == "BSND"
+    pad = (2 if bsnd else 0) if pad is None else pad
+    tnd_pad = 0 if bsnd else pad
     m1, m2, m3 = (max(x[i] for x in per) + (pad if bsnd else 0) for i in range(3))
     if bsnd:
         m3 = max(m3, 1) if has_cmp else 0
         rows = [(b * m1, b * m2, b * m3) for b in range(nb)]
+        held = [(m1, m2, m3)] * nb
         shapes = [(nb, m1), (nb, m2), (nb, m3)]
     else:
-        c = np.cumsum([[0, 0, 0], *per], axis=0)
+        held = [(s1 + tnd_pad, s2 + tnd_pad, s3 + tnd_pad if has_cmp else 0) for s1, s2, s3 in per]
+        c = np.cumsum([[0, 0, 0], *held], axis=0)
         rows = [tuple(int(v) for v in c[b]) for b in range(nb)]
         shapes = [(int(c[-1, 0]),), (int(c[-1, 1]),), (int(c[-1, 2]),)]
     if has_cmp and not bsnd and shapes[2][0] == 0:
@@ -79,13 +88,13 @@ def make_case(rng: np.random.Generator, *, layout: str, lens: list[tuple[int, in
     ints["cmp_sparse_indices"] = None if cmp_idx is None else shape_idx(cmp_idx)
     ints["ori_sparse_indices"] = None if ori_idx is None else shape_idx(ori_idx)
     ints["cmp_residual_kv"] = None if res is None else np.asarray(res, np.int32)
-    if bsnd:
+    if bsnd or tnd_pad:
         ints["seqused_q"] = np.asarray([x[0] for x in per], np.int32)
         ints["seqused_ori_kv"] = np.asarray([x[1] for x in per], np.int32)
         if has_cmp:
             ints["seqused_cmp_kv"] = np.asarray([x[2] for x in per], np.int32)
-    else:
-        cu = np.cumsum([[0, 0, 0], *per], axis=0).astype(np.int32)
+    if not bsnd:
+        cu = np.cumsum([[0, 0, 0], *held], axis=0).astype(np.int32)
         ints["cu_seqlens_q"], ints["cu_seqlens_ori_kv"] = cu[:, 0], cu[:, 1]
         if has_cmp:
             ints["cu_seqlens_cmp_kv"] = cu[:, 2]
@@ -94,7 +103,7 @@ def make_case(rng: np.random.Generator, *, layout: str, lens: list[tuple[int, in
     attrs = dict(softmax_scale=d ** -0.5 if scale is None else scale, cmp_ratio=ratio if has_cmp else 1,
                  ori_mask_mode=ori_mask_mode, cmp_mask_mode=cmp_mask_mode, ori_win_left=win_left,
                  ori_win_right=win_right, layout=layout)
-    return SmlaCase(layout, arrays, ints, attrs, per)
+    return SmlaCase(layout, arrays, ints, attrs, per, rows, held)
 
 
 def _slots(rng: np.random.Generator, k: int, limit: int, n: int) -> np.ndarray:
