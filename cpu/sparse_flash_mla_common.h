@@ -7,6 +7,7 @@
 // cmp_sparse_indices (CSA) or are every entry below the causal limit (HCA).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>

@@ -361,8 +361,8 @@ _SMLA_OPTIONAL = frozenset(_SMLA_SOURCES) - {"ori_kv"}
 _SMLA_ATTRS = (
     AttrSpec("softmax_scale", FloatRange(), 1.0, "the scale of the logits (1/sqrt(D) in DeepSeek-V4); not the sink's"),
     AttrSpec("cmp_ratio", IntRange(1, 128), 1,
-             "tokens per compressed entry: 1 (SWA), 4 (CSA), 128 (HCA) in DeepSeek-V4; the compressed causal rule "
-             "(docs/contract.md section 8)"),
+             "tokens per compressed entry: 1 (SWA), 4 (CSA), 128 (HCA) in DeepSeek-V4, the only values CANN's A2/A3 "
+             "kernels take (950: 1..128); the compressed causal rule (docs/contract.md section 8)"),
     AttrSpec("ori_mask_mode", Choice((0, 3, 4), ("no mask", "rightDownCausal", "band")), 4,
              "the mask of the original tokens (docs/contract.md section 8)", (("Ascend", Choice((4,), ("band",))),)),
     AttrSpec("cmp_mask_mode", Choice((0, 3), ("no mask", "rightDownCausal")), 3,
