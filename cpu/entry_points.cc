@@ -17,6 +17,8 @@
 #include "../infer_shape/rope_grad.h"
 #include "../infer_shape/sparse_flash_attention.h"
 #include "../infer_shape/sparse_flash_attention_grad.h"
+#include "../infer_shape/sparse_flash_mla.h"
+#include "../infer_shape/sparse_flash_mla_grad.h"
 #include "../infer_shape/sparse_lightning_indexer_grad_kl_loss.h"
 #include "aot_adapter.h"
 #include "op_kernels.h"
@@ -236,4 +238,42 @@ extern "C" int SparseFlashAttentionGrad(
     int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
     void* extra) {
   return Launch<SparseFlashAttentionGradGlue>(nparam, params, ndims, shapes, dtypes, extra);
+}
+
+// sparse_flash_mla
+struct SparseFlashMlaGlue : mgo::table::SparseFlashMla {
+  static constexpr auto kRule = mgo::infer::sparse_flash_mla;
+  static constexpr auto kKernel = mgo::cpu::kernels::sparse_flash_mla;
+};
+extern "C" ShapesOf<SparseFlashMlaGlue> SparseFlashMlaInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
+  return InferShape<SparseFlashMlaGlue>(ndims, shapes, extra);
+}
+extern "C" TypesOf<SparseFlashMlaGlue> SparseFlashMlaInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
+  return InferType<SparseFlashMlaGlue>(types, extra);
+}
+extern "C" int SparseFlashMla(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
+  return Launch<SparseFlashMlaGlue>(nparam, params, ndims, shapes, dtypes, extra);
+}
+
+// sparse_flash_mla_grad
+struct SparseFlashMlaGradGlue : mgo::table::SparseFlashMlaGrad {
+  static constexpr auto kRule = mgo::infer::sparse_flash_mla_grad;
+  static constexpr auto kKernel = mgo::cpu::kernels::sparse_flash_mla_grad;
+};
+extern "C" ShapesOf<SparseFlashMlaGradGlue> SparseFlashMlaGradInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
+  return InferShape<SparseFlashMlaGradGlue>(ndims, shapes, extra);
+}
+extern "C" TypesOf<SparseFlashMlaGradGlue> SparseFlashMlaGradInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
+  return InferType<SparseFlashMlaGradGlue>(types, extra);
+}
+extern "C" int SparseFlashMlaGrad(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
+  return Launch<SparseFlashMlaGradGlue>(nparam, params, ndims, shapes, dtypes, extra);
 }

@@ -30,6 +30,12 @@ enum class PreTokens : int64_t { kUnbounded = 2147483647 };
 // next_tokens: one of 2147483647 (unbounded)
 enum class NextTokens : int64_t { kUnbounded = 2147483647 };
 
+// ori_mask_mode: one of 0 (no mask), 3 (rightDownCausal), 4 (band)
+enum class OriMaskMode : int64_t { kNoMask = 0, kRightDownCausal = 3, kBand = 4 };
+
+// cmp_mask_mode: one of 0 (no mask), 3 (rightDownCausal)
+enum class CmpMaskMode : int64_t { kNoMask = 0, kRightDownCausal = 3 };
+
 // rope: table::Rope::Attrs, in table order (defaults: table::Rope::kDefaults).
 struct RopeAttrs {};
 
@@ -158,6 +164,68 @@ struct SparseFlashAttentionGradAttrs {
   PreTokens pre_tokens;
   NextTokens next_tokens;
   bool deterministic;
+};
+
+// sparse_flash_mla: table::SparseFlashMla::Attrs, in table order (defaults: table::SparseFlashMla::kDefaults).
+struct SparseFlashMlaAttrs {
+  double softmax_scale;
+  int64_t cmp_ratio;
+  OriMaskMode ori_mask_mode;
+  CmpMaskMode cmp_mask_mode;
+  int64_t ori_win_left;
+  int64_t ori_win_right;
+  Layout layout;
+};
+
+// The sizes sparse_flash_mla's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
+struct SparseFlashMlaAscend {
+  struct N2 {
+    static constexpr uint64_t kMin = 1, kMax = 1;
+    static constexpr const char* kError = "N2 (KV heads, ori_kv dim -2) must be in [1, 1] on Ascend";
+  };
+  struct D {
+    static constexpr uint64_t kMin = 512, kMax = 512;
+    static constexpr const char* kError = "D (head size, query dim -1) must be in [512, 512] on Ascend";
+  };
+  struct N1 {
+    static constexpr uint64_t kMin = 1, kMax = 128;
+    static constexpr const char* kError = "N1 (query heads (a power of 2), query dim -2) must be in [1, 128] on Ascend";
+  };
+  struct K {
+    static constexpr uint64_t kMin = 512, kMax = 1024;
+    static constexpr const char* kError = "K (slots of cmp_sparse_indices (512 or 1024), its last dim) must be in [512, 1024] on Ascend";
+  };
+};
+
+// sparse_flash_mla_grad: table::SparseFlashMlaGrad::Attrs, in table order (defaults: table::SparseFlashMlaGrad::kDefaults).
+struct SparseFlashMlaGradAttrs {
+  double softmax_scale;
+  int64_t cmp_ratio;
+  OriMaskMode ori_mask_mode;
+  CmpMaskMode cmp_mask_mode;
+  int64_t ori_win_left;
+  int64_t ori_win_right;
+  Layout layout;
+};
+
+// The sizes sparse_flash_mla_grad's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
+struct SparseFlashMlaGradAscend {
+  struct N2 {
+    static constexpr uint64_t kMin = 1, kMax = 1;
+    static constexpr const char* kError = "N2 (KV heads, ori_kv dim -2) must be in [1, 1] on Ascend";
+  };
+  struct D {
+    static constexpr uint64_t kMin = 512, kMax = 512;
+    static constexpr const char* kError = "D (head size, query dim -1) must be in [512, 512] on Ascend";
+  };
+  struct N1 {
+    static constexpr uint64_t kMin = 1, kMax = 128;
+    static constexpr const char* kError = "N1 (query heads (a power of 2), query dim -2) must be in [1, 128] on Ascend";
+  };
+  struct K {
+    static constexpr uint64_t kMin = 512, kMax = 1024;
+    static constexpr const char* kError = "K (slots of cmp_sparse_indices (512 or 1024), its last dim) must be in [512, 1024] on Ascend";
+  };
 };
 
 }  // namespace mgo::table

@@ -140,6 +140,50 @@ struct Choice<NextTokens> {
   }
 };
 
+// ori_mask_mode
+template <>
+struct Choice<OriMaskMode> {
+  using Raw = int64_t;
+  static constexpr const char* kAttr = "ori_mask_mode";
+  static constexpr const char* kDomain = "one of 0 (no mask), 3 (rightDownCausal), 4 (band)";
+  static const char* Name(OriMaskMode v) {
+    switch (v) {
+      case OriMaskMode::kNoMask: return "0";
+      case OriMaskMode::kRightDownCausal: return "3";
+      case OriMaskMode::kBand: return "4";
+    }
+    return "?";
+  }
+  static Raw Value(OriMaskMode v) { return static_cast<Raw>(v); }
+  static OriMaskMode Parse(const char* op, const Raw& raw) {
+    if (raw == 0) return OriMaskMode::kNoMask;
+    if (raw == 3) return OriMaskMode::kRightDownCausal;
+    if (raw == 4) return OriMaskMode::kBand;
+    DomainError(op, kAttr, kDomain, Got(raw));
+  }
+};
+
+// cmp_mask_mode
+template <>
+struct Choice<CmpMaskMode> {
+  using Raw = int64_t;
+  static constexpr const char* kAttr = "cmp_mask_mode";
+  static constexpr const char* kDomain = "one of 0 (no mask), 3 (rightDownCausal)";
+  static const char* Name(CmpMaskMode v) {
+    switch (v) {
+      case CmpMaskMode::kNoMask: return "0";
+      case CmpMaskMode::kRightDownCausal: return "3";
+    }
+    return "?";
+  }
+  static Raw Value(CmpMaskMode v) { return static_cast<Raw>(v); }
+  static CmpMaskMode Parse(const char* op, const Raw& raw) {
+    if (raw == 0) return CmpMaskMode::kNoMask;
+    if (raw == 3) return CmpMaskMode::kRightDownCausal;
+    DomainError(op, kAttr, kDomain, Got(raw));
+  }
+};
+
 // rope
 struct Rope {
   static constexpr const char* kName = "rope";
@@ -531,6 +575,114 @@ struct SparseFlashAttentionGrad {
     CheckRange<int64_t>(kName, "sparse_block_size", a.sparse_block_size, 1, 2147483647, "an integer in [1, 2147483647]");
     if (backend == Backend::kAscend) {
       CheckRange<int64_t>(kName, "sparse_block_size", a.sparse_block_size, 1, 64, "an integer in [1, 64] on Ascend");
+    }
+  }
+};
+
+// sparse_flash_mla
+struct SparseFlashMla {
+  static constexpr const char* kName = "sparse_flash_mla";
+  static constexpr const char* kOpType = "SparseFlashMla";
+  static constexpr int kNumInputs = 13;
+  static constexpr int kNumOutputs = 2;
+  struct In {
+    enum : int { kQuery = 0, kOriKv = 1, kCmpKv = 2, kOriSparseIndices = 3, kCmpSparseIndices = 4, kCuSeqlensQ = 5, kCuSeqlensOriKv = 6, kCuSeqlensCmpKv = 7, kSequsedQ = 8, kSequsedOriKv = 9, kSequsedCmpKv = 10, kCmpResidualKv = 11, kSinks = 12 };
+  };
+  struct Out {
+    enum : int { kAttnOut = 0, kSoftmaxLse = 1 };
+  };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kAttnOut = 13, kSoftmaxLse = 14 };
+  };
+  static constexpr std::array<const char*, 13> kInputNames{"query", "ori_kv", "cmp_kv", "ori_sparse_indices", "cmp_sparse_indices", "cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_ori_kv", "seqused_cmp_kv", "cmp_residual_kv", "sinks"};
+  static constexpr std::array<const char*, 2> kOutputNames{"attn_out", "softmax_lse"};
+  static constexpr std::array<bool, 13> kOptional{false, false, true, true, true, true, true, true, true, true, true, true, true};
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = SparseFlashMlaAttrs;
+  static constexpr Attrs kDefaults{1.0, 1, OriMaskMode::kBand, CmpMaskMode::kRightDownCausal, 127, 0, Layout::kBSND};
+  static constexpr std::array<const char*, 7> kAttrNames{"softmax_scale", "cmp_ratio", "ori_mask_mode", "cmp_mask_mode", "ori_win_left", "ori_win_right", "layout"};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 7> kAttrRequired{false, false, false, false, false, false, false};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::softmax_scale, &Attrs::cmp_ratio, &Attrs::ori_mask_mode, &Attrs::cmp_mask_mode, &Attrs::ori_win_left, &Attrs::ori_win_right, &Attrs::layout);
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs& a, Backend backend) {
+    CheckRange<double>(kName, "softmax_scale", a.softmax_scale, -3.4028234663852886e+38, 3.4028234663852886e+38, "a finite float32 (|x| <= 3.4028235e+38)");
+    CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
+    if (backend == Backend::kAscend) {
+      if (a.ori_mask_mode != OriMaskMode::kBand) {
+        DomainError(kName, "ori_mask_mode", "one of 4 (band) on Ascend", Choice<OriMaskMode>::Name(a.ori_mask_mode));
+      }
+    }
+    if (backend == Backend::kAscend) {
+      if (a.cmp_mask_mode != CmpMaskMode::kRightDownCausal) {
+        DomainError(kName, "cmp_mask_mode", "one of 3 (rightDownCausal) on Ascend", Choice<CmpMaskMode>::Name(a.cmp_mask_mode));
+      }
+    }
+    CheckRange<int64_t>(kName, "ori_win_left", a.ori_win_left, -1, 2147483647, "an integer in [-1, 2147483647]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "ori_win_left", a.ori_win_left, 127, 127, "an integer in [127, 127] on Ascend");
+    }
+    CheckRange<int64_t>(kName, "ori_win_right", a.ori_win_right, -1, 2147483647, "an integer in [-1, 2147483647]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "ori_win_right", a.ori_win_right, 0, 0, "an integer in [0, 0] on Ascend");
+    }
+  }
+};
+
+// sparse_flash_mla_grad
+struct SparseFlashMlaGrad {
+  static constexpr const char* kName = "sparse_flash_mla_grad";
+  static constexpr const char* kOpType = "SparseFlashMlaGrad";
+  static constexpr int kNumInputs = 16;
+  static constexpr int kNumOutputs = 6;
+  struct In {
+    enum : int { kQuery = 0, kDOut = 1, kOut = 2, kSoftmaxLse = 3, kOriKv = 4, kCmpKv = 5, kOriSparseIndices = 6, kCmpSparseIndices = 7, kCuSeqlensQ = 8, kCuSeqlensOriKv = 9, kCuSeqlensCmpKv = 10, kSequsedQ = 11, kSequsedOriKv = 12, kSequsedCmpKv = 13, kCmpResidualKv = 14, kSinks = 15 };
+  };
+  struct Out {
+    enum : int { kDQuery = 0, kDOriKv = 1, kDCmpKv = 2, kDSinks = 3, kOriSoftmaxL1Norm = 4, kCmpSoftmaxL1Norm = 5 };
+  };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kDQuery = 16, kDOriKv = 17, kDCmpKv = 18, kDSinks = 19, kOriSoftmaxL1Norm = 20, kCmpSoftmaxL1Norm = 21 };
+  };
+  static constexpr std::array<const char*, 16> kInputNames{"query", "d_out", "out", "softmax_lse", "ori_kv", "cmp_kv", "ori_sparse_indices", "cmp_sparse_indices", "cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_ori_kv", "seqused_cmp_kv", "cmp_residual_kv", "sinks"};
+  static constexpr std::array<const char*, 6> kOutputNames{"d_query", "d_ori_kv", "d_cmp_kv", "d_sinks", "ori_softmax_l1_norm", "cmp_softmax_l1_norm"};
+  static constexpr std::array<bool, 16> kOptional{false, false, false, false, false, true, true, true, true, true, true, true, true, true, true, true};
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = SparseFlashMlaGradAttrs;
+  static constexpr Attrs kDefaults{1.0, 1, OriMaskMode::kBand, CmpMaskMode::kRightDownCausal, 127, 0, Layout::kBSND};
+  static constexpr std::array<const char*, 7> kAttrNames{"softmax_scale", "cmp_ratio", "ori_mask_mode", "cmp_mask_mode", "ori_win_left", "ori_win_right", "layout"};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 7> kAttrRequired{false, false, false, false, false, false, false};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::softmax_scale, &Attrs::cmp_ratio, &Attrs::ori_mask_mode, &Attrs::cmp_mask_mode, &Attrs::ori_win_left, &Attrs::ori_win_right, &Attrs::layout);
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs& a, Backend backend) {
+    CheckRange<double>(kName, "softmax_scale", a.softmax_scale, -3.4028234663852886e+38, 3.4028234663852886e+38, "a finite float32 (|x| <= 3.4028235e+38)");
+    CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
+    if (backend == Backend::kAscend) {
+      if (a.ori_mask_mode != OriMaskMode::kBand) {
+        DomainError(kName, "ori_mask_mode", "one of 4 (band) on Ascend", Choice<OriMaskMode>::Name(a.ori_mask_mode));
+      }
+    }
+    if (backend == Backend::kAscend) {
+      if (a.cmp_mask_mode != CmpMaskMode::kRightDownCausal) {
+        DomainError(kName, "cmp_mask_mode", "one of 3 (rightDownCausal) on Ascend", Choice<CmpMaskMode>::Name(a.cmp_mask_mode));
+      }
+    }
+    CheckRange<int64_t>(kName, "ori_win_left", a.ori_win_left, -1, 2147483647, "an integer in [-1, 2147483647]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "ori_win_left", a.ori_win_left, 127, 127, "an integer in [127, 127] on Ascend");
+    }
+    CheckRange<int64_t>(kName, "ori_win_right", a.ori_win_right, -1, 2147483647, "an integer in [-1, 2147483647]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "ori_win_right", a.ori_win_right, 0, 0, "an integer in [0, 0] on Ascend");
     }
   }
 };

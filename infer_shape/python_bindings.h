@@ -23,6 +23,8 @@
 #include "rope_grad.h"
 #include "sparse_flash_attention.h"
 #include "sparse_flash_attention_grad.h"
+#include "sparse_flash_mla.h"
+#include "sparse_flash_mla_grad.h"
 #include "sparse_lightning_indexer_grad_kl_loss.h"
 
 namespace mgo::bindings {
@@ -170,6 +172,42 @@ inline void bind_rules(pybind11::module_& m) {
       },
       shapes, dtypes, py::arg("scale_value"), py::arg("sparse_block_size"), py::arg("layout"), py::arg("sparse_mode"),
       py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("deterministic"));
+  // sparse_flash_mla: infer_shape/sparse_flash_mla.h
+  m.def(
+      "sparse_flash_mla",
+      [](const Shapes& s, const DTypeNames& t, double softmax_scale, int64_t cmp_ratio, int64_t ori_mask_mode,
+         int64_t cmp_mask_mode, int64_t ori_win_left, int64_t ori_win_right, const std::string& layout) {
+        table::SparseFlashMla::Attrs a{};
+        table::SetAttr(table::SparseFlashMla::kName, a.softmax_scale, softmax_scale);
+        table::SetAttr(table::SparseFlashMla::kName, a.cmp_ratio, cmp_ratio);
+        table::SetAttr(table::SparseFlashMla::kName, a.ori_mask_mode, ori_mask_mode);
+        table::SetAttr(table::SparseFlashMla::kName, a.cmp_mask_mode, cmp_mask_mode);
+        table::SetAttr(table::SparseFlashMla::kName, a.ori_win_left, ori_win_left);
+        table::SetAttr(table::SparseFlashMla::kName, a.ori_win_right, ori_win_right);
+        table::SetAttr(table::SparseFlashMla::kName, a.layout, layout);
+        table::SparseFlashMla::CheckAttrs(a, table::Backend::kAny);
+        return outputs(infer::sparse_flash_mla(descs(s, t), a));
+      },
+      shapes, dtypes, py::arg("softmax_scale"), py::arg("cmp_ratio"), py::arg("ori_mask_mode"),
+      py::arg("cmp_mask_mode"), py::arg("ori_win_left"), py::arg("ori_win_right"), py::arg("layout"));
+  // sparse_flash_mla_grad: infer_shape/sparse_flash_mla_grad.h
+  m.def(
+      "sparse_flash_mla_grad",
+      [](const Shapes& s, const DTypeNames& t, double softmax_scale, int64_t cmp_ratio, int64_t ori_mask_mode,
+         int64_t cmp_mask_mode, int64_t ori_win_left, int64_t ori_win_right, const std::string& layout) {
+        table::SparseFlashMlaGrad::Attrs a{};
+        table::SetAttr(table::SparseFlashMlaGrad::kName, a.softmax_scale, softmax_scale);
+        table::SetAttr(table::SparseFlashMlaGrad::kName, a.cmp_ratio, cmp_ratio);
+        table::SetAttr(table::SparseFlashMlaGrad::kName, a.ori_mask_mode, ori_mask_mode);
+        table::SetAttr(table::SparseFlashMlaGrad::kName, a.cmp_mask_mode, cmp_mask_mode);
+        table::SetAttr(table::SparseFlashMlaGrad::kName, a.ori_win_left, ori_win_left);
+        table::SetAttr(table::SparseFlashMlaGrad::kName, a.ori_win_right, ori_win_right);
+        table::SetAttr(table::SparseFlashMlaGrad::kName, a.layout, layout);
+        table::SparseFlashMlaGrad::CheckAttrs(a, table::Backend::kAny);
+        return outputs(infer::sparse_flash_mla_grad(descs(s, t), a));
+      },
+      shapes, dtypes, py::arg("softmax_scale"), py::arg("cmp_ratio"), py::arg("ori_mask_mode"),
+      py::arg("cmp_mask_mode"), py::arg("ori_win_left"), py::arg("ori_win_right"), py::arg("layout"));
 }
 
 }  // namespace mgo::bindings

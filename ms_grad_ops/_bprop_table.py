@@ -62,6 +62,28 @@ def make_sparse_flash_attention_bprop(sparse_flash_attention_grad: Callable[...,
     return sparse_flash_attention_bprop
 
 
+def make_sparse_flash_mla_bprop(sparse_flash_mla_grad: Callable[..., tuple]) -> Callable[..., tuple]:
+    """The bprop of sparse_flash_mla: one sparse_flash_mla_grad call. softmax_lse carries no gradient; an absent
+    cmp_kv/sinks gets its absent gradient. The softmax L1 norms (the indexer's target) are by-products the bprop
+    drops. Unused incoming gradients: dout[1] (softmax_lse).
+    """
+
+    def sparse_flash_mla_bprop(query: Tensor, ori_kv: Tensor, cmp_kv: Tensor, ori_sparse_indices: Tensor,
+                               cmp_sparse_indices: Tensor, cu_seqlens_q: Tensor, cu_seqlens_ori_kv: Tensor,
+                               cu_seqlens_cmp_kv: Tensor, seqused_q: Tensor, seqused_ori_kv: Tensor,
+                               seqused_cmp_kv: Tensor, cmp_residual_kv: Tensor, sinks: Tensor, out: tuple,
+                               dout: tuple) -> tuple[Tensor, ...]:
+        d_query, d_ori_kv, d_cmp_kv, d_sinks, ori_softmax_l1_norm, cmp_softmax_l1_norm = sparse_flash_mla_grad(
+            query, dout[0], out[0], out[1], ori_kv, cmp_kv, ori_sparse_indices, cmp_sparse_indices, cu_seqlens_q,
+            cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_ori_kv, seqused_cmp_kv, cmp_residual_kv, sinks)
+        return (d_query, d_ori_kv, d_cmp_kv, msops.zeros_like(ori_sparse_indices), msops.zeros_like(cmp_sparse_indices),
+                msops.zeros_like(cu_seqlens_q), msops.zeros_like(cu_seqlens_ori_kv),
+                msops.zeros_like(cu_seqlens_cmp_kv), msops.zeros_like(seqused_q), msops.zeros_like(seqused_ori_kv),
+                msops.zeros_like(seqused_cmp_kv), msops.zeros_like(cmp_residual_kv), d_sinks)
+
+    return sparse_flash_mla_bprop
+
+
 def make_lightning_indexer_bprop(lightning_indexer_grad: Callable[..., tuple]) -> Callable[..., tuple]:
     """The bprop of lightning_indexer: one lightning_indexer_grad call. Only the values carry a gradient; the
     selected indices say which keys it flows to. -1 slots are skipped by the kernel, so their -inf values never
@@ -133,11 +155,21 @@ def sparse_flash_attention_grad_bprop(query: Tensor, key: Tensor, value: Tensor,
                        "forward op or its nn Cell instead")
 
 
+def sparse_flash_mla_grad_bprop(query: Tensor, d_out: Tensor, out_: Tensor, softmax_lse: Tensor, ori_kv: Tensor,
+                                cmp_kv: Tensor, ori_sparse_indices: Tensor, cmp_sparse_indices: Tensor,
+                                cu_seqlens_q: Tensor, cu_seqlens_ori_kv: Tensor, cu_seqlens_cmp_kv: Tensor,
+                                seqused_q: Tensor, seqused_ori_kv: Tensor, seqused_cmp_kv: Tensor,
+                                cmp_residual_kv: Tensor, sinks: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
+    raise RuntimeError("sparse_flash_mla_grad has no gradient: it is a backward op itself; differentiate the forward "
+                       "op or its nn Cell instead")
+
+
 # The bprop factory of each differentiable forward op, by op name.
 BPROP_FACTORIES: dict[str, Callable[[Callable[..., tuple]], Callable[..., tuple]]] = {
     "rope": make_rope_bprop,
     "cla_gate_merge": make_cla_gate_merge_bprop,
     "sparse_flash_attention": make_sparse_flash_attention_bprop,
+    "sparse_flash_mla": make_sparse_flash_mla_bprop,
     "lightning_indexer": make_lightning_indexer_bprop,
 }
 
@@ -150,4 +182,5 @@ NO_GRADIENT_BPROPS: dict[str, Callable[..., tuple]] = {
     "dense_lightning_indexer_softmax_lse": dense_lightning_indexer_softmax_lse_bprop,
     "dense_lightning_indexer_grad_kl_loss": dense_lightning_indexer_grad_kl_loss_bprop,
     "sparse_flash_attention_grad": sparse_flash_attention_grad_bprop,
+    "sparse_flash_mla_grad": sparse_flash_mla_grad_bprop,
 }

@@ -347,7 +347,49 @@ _SFA_SPECS = (
            _SFA_OPTIONAL),
 )
 
-OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (*_SPECS, *_SFA_SPECS)}
+# sparse_flash_mla(_grad): DeepSeek-V4's attention (CANN's SparseFlashMla / SparseFlashMlaGrad): one shared-KV
+# (key is value) softmax with a sink over two key sources, the original tokens (`ori_kv`, a band by default) and
+# the compressed entries (`cmp_kv`: none, every causally complete one, or the indexer's top-k). Inputs and
+# attributes are CANN's (the aclnn names in snake_case and their order; the paged-KV block tables, the reserved
+# topk lengths and the metadata are left out). Lengths are CANN's: cu_seqlens_* cumulative with the leading 0
+# (B + 1, TND), seqused_* per batch (B). No Ascend kernel yet (ascend_dtypes empty); the Ascend limits below
+# are CANN's A2/A3 product limits (docs/ops/sparse_flash_mla.md gives 950's).
+_SMLA_LENGTHS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_ori_kv",
+                 "seqused_cmp_kv", "cmp_residual_kv")
+_SMLA_SOURCES = ("ori_kv", "cmp_kv", "ori_sparse_indices", "cmp_sparse_indices", *_SMLA_LENGTHS, "sinks")
+_SMLA_OPTIONAL = frozenset(_SMLA_SOURCES) - {"ori_kv"}
+_SMLA_ATTRS = (
+    AttrSpec("softmax_scale", FloatRange(), 1.0, "the scale of the logits (1/sqrt(D) in DeepSeek-V4); not the sink's"),
+    AttrSpec("cmp_ratio", IntRange(1, 128), 1,
+             "tokens per compressed entry: 1 (SWA), 4 (CSA), 128 (HCA) in DeepSeek-V4, the only values CANN's A2/A3 "
+             "kernels take (950: 1..128); the compressed causal rule (docs/contract.md section 8)"),
+    AttrSpec("ori_mask_mode", Choice((0, 3, 4), ("no mask", "rightDownCausal", "band")), 4,
+             "the mask of the original tokens (docs/contract.md section 8)", (("Ascend", Choice((4,), ("band",))),)),
+    AttrSpec("cmp_mask_mode", Choice((0, 3), ("no mask", "rightDownCausal")), 3,
+             "the mask of the compressed entries (docs/contract.md section 8)",
+             (("Ascend", Choice((3,), ("rightDownCausal",))),)),
+    AttrSpec("ori_win_left", IntRange(-1, INT32_MAX), 127,
+             "band mode: original tokens seen before the diagonal (-1: unbounded)", (("Ascend", IntRange(127, 127)),)),
+    AttrSpec("ori_win_right", IntRange(-1, INT32_MAX), 0,
+             "band mode: original tokens seen after the diagonal (-1: unbounded)", (("Ascend", IntRange(0, 0)),)),
+    _LAYOUT)
+_SMLA_SIZES = (("Ascend", SizeLimit("N2", "KV heads, ori_kv dim -2", 1, 1)),
+               ("Ascend", SizeLimit("D", "head size, query dim -1", 512, 512)),
+               ("Ascend", SizeLimit("N1", "query heads (a power of 2), query dim -2", 1, 128)),
+               ("Ascend", SizeLimit("K", "slots of cmp_sparse_indices (512 or 1024), its last dim", 512, 1024)))
+_I32 = "int32"
+_SMLA_SPECS = (
+    OpSpec("sparse_flash_mla", "SparseFlashMla", ("query", *_SMLA_SOURCES), ("attn_out", "softmax_lse"),
+           _SMLA_ATTRS, tuple((x, x, x, _I32, _I32, *(_I32,) * 7, _F32, x, _F32) for x in FLOATS),
+           optional=_SMLA_OPTIONAL, ascend_socs=(), size_limits=_SMLA_SIZES),
+    OpSpec("sparse_flash_mla_grad", "SparseFlashMlaGrad", ("query", "d_out", "out", "softmax_lse", *_SMLA_SOURCES),
+           ("d_query", "d_ori_kv", "d_cmp_kv", "d_sinks", "ori_softmax_l1_norm", "cmp_softmax_l1_norm"),
+           _SMLA_ATTRS,
+           tuple((x, x, x, _F32, x, x, _I32, _I32, *(_I32,) * 7, _F32, x, x, x, _F32, _F32, _F32) for x in FLOATS),
+           optional=_SMLA_OPTIONAL, ascend_socs=(), size_limits=_SMLA_SIZES),
+)
+
+OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (*_SPECS, *_SFA_SPECS, *_SMLA_SPECS)}
 
 
 # ---------------------------------------------------------------- the forward/grad pairing
@@ -373,6 +415,8 @@ class GradSpec:
     """Grad attributes with a fixed value. The grad's other attributes keep their defaults."""
     note: str = ""
     """Why the wiring is as it is (the generated bprop's docstring)."""
+    by_products: tuple[str, ...] = ()
+    """Grad outputs that are no gradient (statistics the backward also returns): the bprop drops them."""
 
 
 _SFA_FORWARD_ATTRS = tuple(a.name for a in _SFA_ATTRS)
@@ -394,6 +438,13 @@ DERIVATIVES: dict[str, GradSpec] = {d.forward: d for d in (
               "key_rope": "d_key_rope", "sinks": "d_sinks"}, copied_attrs=_SFA_FORWARD_ATTRS,
              note="The statistics carry no gradient. An absent value/rope/sinks input gets its absent (zero-size) "
                   "gradient; with value absent d_key is the fused dK + dV."),
+    GradSpec("sparse_flash_mla", "sparse_flash_mla_grad",
+             ("query", "grad.attn_out", "result.attn_out", "result.softmax_lse", *_SMLA_SOURCES),
+             {"query": "d_query", "ori_kv": "d_ori_kv", "cmp_kv": "d_cmp_kv", "sinks": "d_sinks"},
+             copied_attrs=tuple(a.name for a in _SMLA_ATTRS),
+             note="softmax_lse carries no gradient; an absent cmp_kv/sinks gets its absent gradient. The softmax "
+                  "L1 norms (the indexer's target) are by-products the bprop drops.",
+             by_products=("ori_softmax_l1_norm", "cmp_softmax_l1_norm")),
     GradSpec("lightning_indexer", "lightning_indexer_grad",
              ("query_index", "key_index", "weights", "result.sparse_indices", "grad.sparse_values",
               "actual_seq_lengths_query", "actual_seq_lengths_key"),
@@ -455,8 +506,9 @@ def _check_derivatives() -> None:
             if (kind and (kind not in ("result", "grad") or name not in fwd.outputs)) or \
                     (not kind and name not in fwd.inputs):
                 raise ValueError(f"{where}: {source!r} is no forward input, result.<output> or grad.<output>")
-        if not set(d.gradients) <= set(fwd.inputs) or sorted(d.gradients.values()) != sorted(grad.outputs):
-            raise ValueError(f"{where}: gradients must map forward inputs to every output of {d.grad} once")
+        if not set(d.gradients) <= set(fwd.inputs) or \
+                sorted((*d.gradients.values(), *d.by_products)) != sorted(grad.outputs):
+            raise ValueError(f"{where}: gradients and by_products must name every output of {d.grad} once")
         grad_attrs = {a.name: a.type for a in grad.attrs}
         fwd_attrs = {a.name: a.type for a in fwd.attrs}
         for name in d.copied_attrs:

@@ -239,6 +239,68 @@ def npu_dense_lightning_indexer_grad_kl_loss(query: Tensor, key: Tensor, query_i
         sparse_mode=sparse_mode)
 
 
+
+# ---- DeepSeek-V4 attention (issue 38): hyper-parallel's npu_sparse_flash_mla(_grad) on the package's kernels.
+__all__ += ["npu_sparse_flash_mla", "npu_sparse_flash_mla_grad"]
+Ints = Tensor | Sequence[int] | None
+
+
+def npu_sparse_flash_mla(query: Tensor, *, ori_kv: Tensor | None = None, cmp_kv: Tensor | None = None,
+                         cmp_sparse_indices: Tensor | None = None, cu_seq_lens_q: Ints = None,
+                         cu_seq_lens_ori_kv: Ints = None, cu_seq_lens_cmp_kv: Ints = None, seqused_q: Ints = None,
+                         seqused_ori_kv: Ints = None, seqused_cmp_kv: Ints = None, cmp_residual_kv: Ints = None,
+                         sinks: Tensor | None = None, softmax_scale: float = 1.0, cmp_ratio: int = 1,
+                         ori_mask_mode: int = 4, cmp_mask_mode: int = 3, ori_win_left: int = 127,
+                         ori_win_right: int = 0, layout: str = "BSND", return_softmax_lse: bool = False
+                         ) -> tuple[Tensor, Tensor]:
+    """hyper-parallel's ``npu_sparse_flash_mla`` on ``ms_grad_ops.ops.sparse_flash_mla`` (CANN's
+    ``SparseFlashMla``; docs/contract.md section 8). ``ori_kv`` is required (CANN requires it in every mode).
+
+    Returns:
+        ``(attn_out, softmax_lse)``; softmax_lse (float32, the sink included) is computed and returned whatever
+        ``return_softmax_lse`` says (CANN returns a placeholder when it is False).
+    """
+    if ori_kv is None:
+        raise ValueError("sparse_flash_mla: argument 'ori_kv' is required (the original tokens, every mode)")
+    return _ops.sparse_flash_mla(query, ori_kv, cmp_kv, None, cmp_sparse_indices, cu_seq_lens_q, cu_seq_lens_ori_kv,
+                                 cu_seq_lens_cmp_kv, seqused_q, seqused_ori_kv, seqused_cmp_kv, cmp_residual_kv,
+                                 sinks, softmax_scale=softmax_scale, cmp_ratio=cmp_ratio, ori_mask_mode=ori_mask_mode,
+                                 cmp_mask_mode=cmp_mask_mode, ori_win_left=ori_win_left, ori_win_right=ori_win_right,
+                                 layout=layout)
+
+
+def npu_sparse_flash_mla_grad(query: Tensor, dout: Tensor, attn_out: Tensor, softmax_lse: Tensor, *,
+                              ori_kv: Tensor | None = None, cmp_kv: Tensor | None = None,
+                              ori_sparse_indices: Tensor | None = None, cmp_sparse_indices: Tensor | None = None,
+                              cu_seq_lens_q: Ints = None, cu_seq_lens_ori_kv: Ints = None,
+                              cu_seq_lens_cmp_kv: Ints = None, seqused_q: Ints = None, seqused_ori_kv: Ints = None,
+                              seqused_cmp_kv: Ints = None, cmp_residual_kv: Ints = None,
+                              ori_topk_length: Tensor | None = None, cmp_topk_length: Tensor | None = None,
+                              sinks: Tensor | None = None, softmax_scale: float = 1.0, cmp_ratio: int = 1,
+                              ori_mask_mode: int = 4, cmp_mask_mode: int = 3, ori_win_left: int = 127,
+                              ori_win_right: int = 0, layout: str = "BSND") -> tuple[Tensor | None, ...]:
+    """hyper-parallel's ``npu_sparse_flash_mla_grad`` on ``ms_grad_ops.ops.sparse_flash_mla_grad`` (CANN's
+    ``SparseFlashMlaGrad``). ``ori_topk_length``/``cmp_topk_length`` (CANN: the exact count of valid slots per row,
+    with mask mode 0) are not taken: every slot of an index row is read, -1 skipped (a ``ValueError`` if given).
+
+    Returns:
+        ``(d_query, d_ori_kv, d_cmp_kv, d_sinks, ori_softmax_l1_norm, cmp_softmax_l1_norm)``; None for the
+        gradient of an absent input and the norm of absent indices.
+    """
+    for arg, value in (("ori_topk_length", ori_topk_length), ("cmp_topk_length", cmp_topk_length)):
+        if value is not None:
+            raise _bad("sparse_flash_mla_grad", arg, "<tensor>", "every slot of an index row is read (-1 skipped), "
+                       "so no per-row count is needed; pass None")
+    if ori_kv is None:
+        raise ValueError("sparse_flash_mla_grad: argument 'ori_kv' is required (the original tokens, every mode)")
+    return _ops.sparse_flash_mla_grad(query, dout, attn_out, softmax_lse, ori_kv, cmp_kv, ori_sparse_indices,
+                                      cmp_sparse_indices, cu_seq_lens_q, cu_seq_lens_ori_kv, cu_seq_lens_cmp_kv,
+                                      seqused_q, seqused_ori_kv, seqused_cmp_kv, cmp_residual_kv, sinks,
+                                      softmax_scale=softmax_scale, cmp_ratio=cmp_ratio, ori_mask_mode=ori_mask_mode,
+                                      cmp_mask_mode=cmp_mask_mode, ori_win_left=ori_win_left,
+                                      ori_win_right=ori_win_right, layout=layout)
+
+
 _OURS = {"sparse_flash_attention": sparse_flash_attention, "lightning_indexer": lightning_indexer}
 # (module name, attribute) -> MindSpore's function it held before install().
 _saved: dict[tuple[str, str], object] = {}

@@ -9,8 +9,11 @@ from .rope import rope
 from .rope_grad import rope_grad
 from .sparse_flash_attention import sparse_flash_attention
 from .sparse_flash_attention_grad import sparse_flash_attention_grad
+from .sparse_flash_mla import sparse_flash_mla
+from .sparse_flash_mla_grad import sparse_flash_mla_grad
 from .sparse_lightning_indexer_grad_kl_loss import sparse_lightning_indexer_grad_kl_loss
 
 __all__ = ["cla_gate_backward", "cla_gate_merge", "dense_lightning_indexer_grad_kl_loss",
            "dense_lightning_indexer_softmax_lse", "lightning_indexer", "lightning_indexer_grad", "rope", "rope_grad",
-           "sparse_flash_attention", "sparse_flash_attention_grad", "sparse_lightning_indexer_grad_kl_loss"]
+           "sparse_flash_attention", "sparse_flash_attention_grad", "sparse_flash_mla", "sparse_flash_mla_grad",
+           "sparse_lightning_indexer_grad_kl_loss"]

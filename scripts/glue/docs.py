@@ -64,8 +64,13 @@ def _attributes(op: object, specs: ModuleType) -> list[str]:
     else:
         lines.append("No attributes.")
     sizes = [(b, s) for b, s in op.size_limits]
+    if not op.ascend_dtypes:  # no Ascend kernel registered: its Ascend limits are CANN's, for the kernel to come
+        lines += ["", "Ascend: **not yet**. No Ascend kernel in this package (the table declares no Ascend dtypes or "
+                      "SoCs), so on Ascend the op raises a `RuntimeError` saying so; the Ascend limits here are CANN's "
+                      "product limits, the domain an Ascend kernel of this op is to take."]
     if sizes:
-        lines += ["", "Sizes the kernels of a backend bound beyond the shape rules (the tiling refuses the others):"]
+        lines += ["", "Sizes the kernels of a backend bound beyond the shape rules (the tiling refuses the others):"
+                  if op.ascend_dtypes else "Sizes CANN's Ascend kernels take beyond the shape rules (product limits):"]
         lines += [f"- {s.text(b)}." for b, s in sizes]
     return lines
 

@@ -225,10 +225,22 @@ def _case(op_name: str, **over: object) -> tuple:
              ("softmax_sum", t((1, 4, 2))), ("softmax_max_index", t((1, 4))), ("softmax_sum_index", t((1, 4)))],
             dict(scale_value=0.5, layout="TND")),
     }
+    tables.update(_smla_cases(idx))
     tensors, kwargs = tables[op_name]
     tensors = [over.pop(n, x) for n, x in tensors]
     kwargs = {**kwargs, **over}
     return getattr(mgo.ops, op_name), tensors, kwargs
+
+
+def _smla_cases(idx: Tensor) -> dict:
+    """sparse_flash_mla(_grad): one TND sequence of 4 queries, 6 original tokens, 3 compressed entries (ratio 2)."""
+    lens = dict(cmp_sparse_indices=idx, cu_seqlens_q=Tensor(np.asarray([0, 4], np.int32)),
+                cu_seqlens_ori_kv=Tensor(np.asarray([0, 6], np.int32)),
+                cu_seqlens_cmp_kv=Tensor(np.asarray([0, 3], np.int32)), cmp_ratio=2, layout="TND")
+    sources = [("ori_kv", t((6, 1, 8))), ("cmp_kv", t((3, 1, 8)))]
+    return {"sparse_flash_mla": ([("query", t((4, 2, 8))), *sources], lens),
+            "sparse_flash_mla_grad": ([("query", t((4, 2, 8))), ("d_out", t((4, 2, 8))), ("out", t((4, 2, 8))),
+                                       ("softmax_lse", t((1, 4, 2))), *sources], lens)}
 
 
 _DTYPE_CASES = [("rope_grad", "q_grad", (11, 256)), ("cla_gate_backward", "global_attn", (5, 3, 8)),
@@ -342,6 +354,9 @@ _OPTIONAL_TENSORS = {  # optional tensor arguments, given so that they can be br
     "sparse_lightning_indexer_grad_kl_loss": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
     "dense_lightning_indexer_grad_kl_loss": dict(query_rope=t((4, 2, 4)), key_rope=t((6, 1, 4))),
 }
+_OPTIONAL_TENSORS.update({op: dict(ori_sparse_indices=Tensor(np.full((4, 1, 2), -1, np.int32)),
+                                   cmp_residual_kv=Tensor(np.asarray([0], np.int32)), sinks=t((2,)))
+                          for op in ("sparse_flash_mla", "sparse_flash_mla_grad")})
 # The lengths inputs of each op: int32 or int64 in the table (indices are int32 only).
 _LENGTHS = {op: [n for i, n in enumerate(spec.inputs) if any(row[i] == "int64" for row in spec.dtypes)]
             for op, spec in OP_SPECS.items()}
