@@ -25,7 +25,7 @@ MindSpore's class (and functional form) -> stand-in module: how
   GRAPH mode folds most calls, not ``full`` in bfloat16) -> ``creation``: ``Range``, ``Fill``,
   ``Ones``, ``Zeros``
 - ``mint.stack`` (``StackExt``), ``mint.roll`` -> ``joining``: ``Stack``; ``Slice`` + ``Concat``
-- ``mint.split``, ``ops.split_ext`` (PyNative: a silently wrong gradient, not a missing kernel) ->
+- ``mint.split``, ``array_func.split_ext`` (PyNative: a silently wrong gradient, not a missing kernel) ->
   ``joining``: ``mint.narrow`` pieces; MindSpore's own in GRAPH mode
 
 Each stand-in is a ``mindspore.jit_class`` built from operators that have CPU kernels, so GRAPH
