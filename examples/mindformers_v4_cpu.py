@@ -70,8 +70,9 @@ SIZES = dict(hidden_size=64, num_attention_heads=4, v_head_dim=64, kv_channels=6
 #    tokenizers, yaml configs... The V4 attention needs a few modules: its packages are created
 #    bare (their folders on __path__, their __init__ not run), so only the modules the layers
 #    import are loaded.
-# 2. ``regex`` (a PyPI package) is imported by mindformers' config modules for one pattern that
-#    the standard ``re`` compiles alike: ``re`` stands in for it.
+# 2. ``regex`` (a PyPI package) is imported by mindformers' config and recompute modules for
+#    user-given name patterns (init-method rules, recompute layer lists) the layers never use:
+#    the standard ``re`` stands in (it lacks ``regex``'s ``timeout``, used by recompute only).
 # 3. ``yaml`` is imported by the pynative config module, which the layers never use to read a
 #    file: an inert module stands in for it.
 # 4. ``hyper_parallel`` (not on PyPI) is imported for ``DTensor`` checks and activation

@@ -29,7 +29,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import hadamard
 
 
 @dataclass(frozen=True)
@@ -52,6 +51,17 @@ class V4Args:
     beta_fast: float
     beta_slow: float
     eps: float
+
+
+def hadamard(n: int) -> np.ndarray:
+    """The Sylvester Hadamard matrix of order ``n`` (a power of two; symmetric, entries +-1): the
+    unnormalised Walsh-Hadamard transform DeepSeek's ``rotate_activation`` applies."""
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    if h.shape[0] != n:
+        raise ValueError(f"hadamard: order {n} is not a power of two")
+    return h
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray | None, eps: float) -> np.ndarray:
