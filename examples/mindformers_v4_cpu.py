@@ -25,11 +25,15 @@ DeepSeek's names, outputs, the indexer's picks and those gradients:
 ``--check`` exits non-zero unless every layer's loss falls and every trainable parameter gets a
 non-zero gradient.
 
+Written against mindformers master at commit ``167a50dec750bf8ea0b03f1dabf2818c28747a5a``
+(2026-07-24).
+
 A fused variant (``apply_dsa_kernel_fusion=True``, hyper-parallel's ``npu_sparse_flash_mla``,
 ``npu_sparse_flash_mla_grad``, ``npu_sparse_lightning_indexer_kl_loss_grad`` and
-``npu_lightning_indexer`` taken from ``ms_grad_ops.builtins``) needs only ``FUSED_OPS`` filled and
-the flag passed to ``build_layers``: mindformers imports those names from the stand-in
-``hyper_parallel.custom_ops.experimental`` module below.
+``npu_lightning_indexer`` taken from ``ms_grad_ops.builtins``) needs ``FUSED_OPS`` filled before
+``import_mindformers`` (mindformers imports those names from the stand-in
+``hyper_parallel.custom_ops.experimental`` module below), ``fused=True`` passed to ``build_layers``,
+and ``csa_window_size`` 128 (mindformers accepts no other window with its fused kernels).
 """
 from __future__ import annotations
 
