@@ -55,6 +55,8 @@ from mindspore import Tensor, nn
 ms.set_device("CPU")
 ms.set_context(mode=ms.PYNATIVE_MODE)
 
+from mindformers_2_0_0 import _StandIn  # noqa: E402  (this folder: a module of inert classes)
+
 import ms_grad_ops  # noqa: E402
 
 ms_grad_ops.builtins.install()
@@ -86,17 +88,6 @@ SIZES = dict(hidden_size=64, num_attention_heads=4, v_head_dim=64, kv_channels=6
 FUSED_OPS: dict[str, object] = {}
 
 
-class _Inert(types.ModuleType):
-    """A module whose every attribute is an inert class (enough for import-time references)."""
-
-    def __getattr__(self, name: str) -> type:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        value = type(name, (), {"__init__": lambda self, *a, **k: None})
-        setattr(self, name, value)
-        return value
-
-
 class _PackagingStandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, checkout: Path) -> None:
         self.checkout = checkout
@@ -119,7 +110,7 @@ class _PackagingStandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         elif spec.name.startswith("mindformers"):
             module = types.ModuleType(spec.name)
         else:
-            module = _Inert(spec.name)
+            module = _StandIn(spec.name)
         module.__path__ = spec.submodule_search_locations or []
         return module
 
