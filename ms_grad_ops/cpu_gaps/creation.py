@@ -1,16 +1,21 @@
-"""``mint.arange``, ``mint.full``, ``mint.ones_like`` and ``mint.zeros_like`` in PyNative mode on CPU.
+"""``mint.arange``, ``mint.full``, ``mint.ones_like`` and ``mint.zeros_like`` on CPU.
 
 MindSpore 2.10's PyNative mode runs them on primitives without a CPU kernel (``Arange``,
 ``FillScalar``, ``OnesLikeExt``, ``ZerosLikeExt``: "The kernel Arange unregistered."). GRAPH mode
 folds most calls into constants, but not all (``FillScalar`` for bfloat16: "Unsupported op"), so
-the stand-ins serve both modes: the older ops with CPU kernels (``Range``, ``Fill``, ``Ones``,
-``Zeros``), ``Fill`` in float32 and cast for 16-bit floats (it has no bfloat16 kernel; one
-rounding, the cast's). None has a gradient with respect to a value (MindSpore's neither).
+the stand-ins serve both modes: ``arange`` is a constant computed when called (PyNative) or
+compiled (GRAPH); the others are older ops with CPU kernels (``Fill``, ``Ones``, ``Zeros``),
+``Fill`` in float32 and cast for 16-bit floats (it has no bfloat16 kernel; one rounding, the
+cast's). None has a gradient with respect to a value (MindSpore's neither).
 """
 from __future__ import annotations
 
+import math
+
 import mindspore as ms
+import numpy as np
 from mindspore import Tensor, ops
+from mindspore.ops import constexpr
 
 Number = int | float | bool
 
@@ -22,19 +27,33 @@ def _scalar_dtype(value: Number) -> ms.dtype:
     return ms.int64 if isinstance(value, int) else ms.float32
 
 
-def arange_ext(start: Number = 0, end: Number | None = None, step: Number = 1, *,
-               dtype: ms.dtype | None = None) -> Tensor:
-    """``mindspore.mint.arange``: ``start, start + step, ...`` below ``end`` (``arange(n)`` is
-    ``0 .. n-1``); int64 when all three are integers, float32 otherwise, or ``dtype``."""
+@constexpr
+def _arange(start: Number, end: Number | None, step: Number, dtype: ms.dtype | None) -> Tensor:
+    """``arange``'s values as a constant: ``start + i * step`` for ``i < ceil((end - start) / step)``,
+    in float64 for a float64 result, float32 for other floats (as Arange), exact for integers."""
     if end is None:
         start, end = 0, start
     for name, value in (("start", start), ("end", end), ("step", step)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"arange: '{name}' must be an int or a float, got {value!r}")
-    if step == 0 or (end - start) * step < 0:
+    if step == 0 or (end - start) * step <= 0:
         raise ValueError(f"arange: no sequence goes from start {start} to end {end} by step {step}")
-    out = ops.range(start, end, step)
-    return out if dtype is None else out.astype(dtype)
+    all_int = all(isinstance(v, int) for v in (start, end, step))
+    out_dtype = dtype if dtype is not None else (ms.int64 if all_int else ms.float32)
+    index = np.arange(math.ceil((end - start) / step))
+    if all_int:
+        return Tensor(index * step + start, ms.int64).astype(out_dtype)
+    compute = np.float64 if out_dtype == ms.float64 else np.float32
+    values = index.astype(compute) * compute(step) + compute(start)
+    return Tensor(values).astype(out_dtype)
+
+
+def arange_ext(start: Number = 0, end: Number | None = None, step: Number = 1, *,
+               dtype: ms.dtype | None = None) -> Tensor:
+    """``mindspore.mint.arange``: ``start + i * step`` for ``i = 0 .. ceil((end - start) / step) - 1``
+    (``arange(n)`` is ``0 .. n-1``); int64 when all three are integers, float32 otherwise, or
+    ``dtype``. A constant (no op runs; no gradient, as MindSpore's)."""
+    return _arange(start, end, step, dtype)
 
 
 def full_ext(size: tuple | list, fill_value: Number | Tensor, *, dtype: ms.dtype | None = None) -> Tensor:
