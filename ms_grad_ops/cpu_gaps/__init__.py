@@ -22,7 +22,7 @@ MindSpore's class (and functional form) -> stand-in module: how
 - ``AlltoAll``, ``AlltoAllV`` over a group of one member, ``MoveTo`` (``ops.move_to``) -> ``comm``:
   the identity (larger groups keep MindSpore's primitive; CPU tensors are in host memory)
 - ``mint.arange``, ``mint.full``, ``mint.ones_like``, ``mint.zeros_like`` (no PyNative kernels;
-  GRAPH mode folds most calls, not ``full`` in bfloat16) -> ``creation``: ``Range``, ``Fill``,
+  GRAPH mode folds most calls, not ``full`` in bfloat16) -> ``creation``: a constant, ``Fill``,
   ``Ones``, ``Zeros``
 - ``mint.stack`` (``StackExt``), ``mint.roll`` -> ``joining``: ``Stack``; ``Slice`` + ``Concat``
 - ``mint.split``, ``array_func.split_ext`` (PyNative: a silently wrong gradient, not a missing kernel) ->
