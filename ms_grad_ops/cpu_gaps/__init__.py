@@ -21,6 +21,12 @@ MindSpore's class (and functional form) -> stand-in module: how
 - ``MoeTokenPermute``, ``MoeTokenUnpermute`` (+ functions) -> ``moe``: ``Sort``, ``Gather``, sums
 - ``AlltoAll``, ``AlltoAllV`` over a group of one member, ``MoveTo`` (``ops.move_to``) -> ``comm``:
   the identity (larger groups keep MindSpore's primitive; CPU tensors are in host memory)
+- ``mint.arange``, ``mint.full``, ``mint.ones_like``, ``mint.zeros_like`` (no PyNative kernels;
+  GRAPH mode folds most calls, not ``full`` in bfloat16) -> ``creation``: a constant, ``Fill``,
+  ``Ones``, ``Zeros``
+- ``mint.stack`` (``StackExt``), ``mint.roll`` -> ``joining``: ``Stack``; ``Slice`` + ``Concat``
+- ``mint.split``, ``array_func.split_ext`` (PyNative: a silently wrong gradient, not a missing kernel) ->
+  ``joining``: ``mint.narrow`` pieces; MindSpore's own in GRAPH mode
 
 Each stand-in is a ``mindspore.jit_class`` built from operators that have CPU kernels, so GRAPH
 mode compiles it wherever a Primitive instance would be (a Cell attribute, constructed inline in
@@ -37,12 +43,13 @@ import importlib
 
 import mindspore as ms
 
-from . import _rebind, comm, elementwise, indexing, matmul, moe, norm, sorting
+from . import _rebind, comm, creation, elementwise, indexing, joining, matmul, moe, norm, sorting
 
 __all__ = ["install", "installed", "uninstall", "SUPPLIED"]
 
 _PRIM = "mindspore.ops.auto_generate.gen_ops_prim"
 _DEF = "mindspore.ops.auto_generate.gen_ops_def"
+_ARRAY = "mindspore.ops.function.array_func"
 # (module, attribute) of MindSpore's object -> the stand-in bound in its place.
 SUPPLIED: dict[tuple[str, str], object] = {
     (_PRIM, "RmsNorm"): norm.RmsNorm,
@@ -75,6 +82,15 @@ SUPPLIED: dict[tuple[str, str], object] = {
     ("mindspore.ops.operations.comm_ops", "AlltoAllV"): comm.AlltoAllV,
     ("mindspore.ops.operations.other_ops", "MoveTo"): comm.MoveTo,
     ("mindspore.ops.function.other_func", "move_to"): comm.move_to,
+    # MindSpore Transformers master's pynative DeepSeek-V4 attention (docs/cpu.md: split's gradient)
+    (_ARRAY, "arange_ext"): creation.arange_ext,
+    (_ARRAY, "full_ext"): creation.full_ext,
+    (_ARRAY, "ones_like_ext"): creation.ones_like_ext,
+    (_ARRAY, "zeros_like_ext"): creation.zeros_like_ext,
+    (_DEF, "stack_ext"): joining.stack_ext,
+    (_DEF, "roll"): joining.roll,
+    (_ARRAY, "split_view"): joining.split_view,
+    (_ARRAY, "split_ext"): joining.split_ext,
 }
 
 

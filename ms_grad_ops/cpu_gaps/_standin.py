@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mindspore as ms
 from mindspore import Tensor
+from mindspore.ops import constexpr
 
 _HALF = (ms.float16, ms.bfloat16)
 
@@ -48,3 +49,10 @@ def upcast(x: Tensor) -> Tensor:
     if x.dtype in _HALF:
         return x.astype(ms.float32)
     return x
+
+
+@constexpr
+def graph_mode() -> bool:
+    """Whether the context is GRAPH mode (evaluated when a graph compiles; ``ms.jit`` inside PyNative
+    says False). The stand-ins for gaps only PyNative has keep MindSpore's function in GRAPH mode."""
+    return ms.get_context("mode") == ms.GRAPH_MODE

@@ -22,7 +22,9 @@ PUBLIC = [(auto_generate, "RmsNorm"), (P, "RmsNorm"), (auto_generate, "TopkExt")
           (auto_generate, "CumsumExt"), (auto_generate, "IndexSelect"), (auto_generate, "Outer"), (ops, "MoveTo"),
           (ops, "AlltoAll"), (ops, "AlltoAllV"), (ops, "rms_norm"), (ops, "swiglu"), (ops, "moe_token_permute"),
           (ops, "moe_token_unpermute"), (ops, "move_to"), (mint, "topk"), (mint, "sort"), (mint, "cumsum"),
-          (mint, "index_select"), (mint, "outer"), (mint.nn.functional, "embedding")]
+          (mint, "index_select"), (mint, "outer"), (mint.nn.functional, "embedding"), (mint, "arange"),
+          (mint, "full"), (mint, "ones_like"), (mint, "zeros_like"), (mint, "stack"), (mint, "roll"), (ops, "roll"),
+          (mint, "split")]
 
 
 def _home(module_name: str, name: str) -> object:
