@@ -6,9 +6,11 @@ The whole matrix runs on 2201 in each kernel's own test file; here a representat
 kernel, against the same float64 reference and checks: one generic case per dtype (sinks where the
 op takes them), one at the Ascend sizes (CANN's 950-only head counts where it has them: SFAG
 N1 = 48, SLIGKL N1 = 48 with Nidx = 24), and the same output bits for 1, 7 and 36 cores and a
-shuffled core order.
+shuffled core order; and the pure tilings of each op's own tiling shapes on 950's platform.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ import test_ascendc_dense_lightning_indexer_softmax_lse as dli_test
 import test_ascendc_lightning_indexer as li_test
 import test_ascendc_sparse_flash_attention as sfa_test
 import test_ascendc_sparse_flash_attention_grad as sfag_test
+import test_ascendc_sparse_flash_attention_tiling as sfa_tiling
 import test_ascendc_sparse_lightning_indexer_grad_kl_loss as sli_test
 from _indexer_cases import make_case
 from ascendc_harness import twin_dense_indexer as dense
@@ -55,6 +58,40 @@ def test_every_op_registered_for_950_is_tested_here() -> None:
               "sparse_lightning_indexer_grad_kl_loss", "dense_lightning_indexer_softmax_lse", "cla_gate_merge",
               "cla_gate_backward"}  # cla_gate: test_ascendc_cla_gate.py runs both archs
     assert {n for n, s in OP_SPECS.items() if "ascend950" in s.ascend_socs} == tested
+
+
+# ---------------------------------------------------------------- the tilings on Ascend950PR's platform
+def fits_950(s: object, rows: int) -> None:
+    """Every row (token) in exactly one AIV range of a launch of at most 36 AIC, the UB plan within 3510's."""
+    assert 1 <= s.used_aic <= CORES and s.aiv == 2 * s.used_aic
+    assert sfa_tiling.covered_once(s.row_start, rows), "each row exactly once"
+    assert s.ub_bytes <= twin.ub_bytes_of(ARCH, mixed=True)
+
+
+@pytest.mark.parametrize("kernel", ["forward", "grad"])
+@pytest.mark.parametrize("name", sorted(sfa_tiling.PROBLEMS))
+def test_sfa_tiling_on_950(name: str, kernel: str) -> None:
+    p = on_950(replace(sfa_tiling.PROBLEMS[name]))
+    args = p.args(CORES)
+    fits_950(sfa.sfa_schedule(kernel, p, CORES, ub_bytes=twin.platform_ub(ARCH)), args.t1 * args.n2)
+
+
+@pytest.mark.parametrize(("layout", "kw"), li_test.TILING_SHAPES)
+def test_lightning_indexer_tiling_on_950(layout: str, kw: dict) -> None:
+    p = on_950(li_test.shape_only(layout, **kw))
+    fits_950(indexer.li_schedule(p, CORES, ub_bytes=twin.platform_ub(ARCH)), p.args(CORES).t1)
+
+
+@pytest.mark.parametrize(("layout", "kw"), sli_test.TILING_SHAPES)
+def test_sli_tiling_on_950(layout: str, kw: dict) -> None:
+    p = on_950(sli_test.shape_only(layout, **kw))
+    fits_950(indexer.sli_schedule(p, CORES, ub_bytes=twin.platform_ub(ARCH)), p.args(CORES).t1)
+
+
+@pytest.mark.parametrize(("layout", "kw"), dli_test.TILING_SHAPES)
+def test_dense_softmax_lse_tiling_on_950(layout: str, kw: dict) -> None:
+    p = on_950(dli_test.shape_only(layout, **kw))
+    fits_950(dense.dli_schedule(p, CORES, ub_bytes=twin.platform_ub(ARCH)), p.args(CORES).t1)
 
 
 # ---------------------------------------------------------------- sparse_flash_attention(_grad)
