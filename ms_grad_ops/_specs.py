@@ -244,9 +244,9 @@ _N1_ASCEND = ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256)
 # LightningIndexerGrad and DenseLightningIndexerGradKLLoss on A2/A3 only (LightningIndexerGrad's
 # def.cpp adds ascend950 but its docs mark 950 unsupported and it has no arch35 kernel). Ours take
 # CANN's SoCs; the twin tests them on arch 2201 and, for 950, 3510.
-# CANN's 950-only sizes (SFAG: N1 also 48/24/12/6/3; SLIGKL: N1 48 with Nidx 24, B <= 128) are inside
-# the sizes our kernels take on every SoC (any N1; N1 <= 256, Nidx <= 128 and any B for the KL loss):
-# no limit of CANN's is kept, so none is stated per SoC.
+# CANN's 950-only sizes (SFAG: N1 also 48/24/12/6/3; SLIGKL: the pair N1 48 / Nidx 24, B unbounded)
+# are inside the sizes our kernels take on every SoC (any N1; N1 <= 256, Nidx <= 128 and any B for the
+# KL loss): no limit of CANN's is kept, so none is stated per SoC.
 _A2_A3 = ("ascend910b", "ascend910_93")
 _ATTN_SOCS = ("ascend910b", "ascend910_93", "ascend950")
 
