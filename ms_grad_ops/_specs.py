@@ -238,9 +238,17 @@ _SPARSE_MODE_CAUSAL_ASCEND = replace(_SPARSE_MODE, limits=(("Ascend", Choice((3,
 _DENSE_STATS = ("softmax_max_index", "softmax_sum_index")
 # The head vectors of the Ascend KL kernels (softmax_max/sum of one token) sit in UB.
 _N1_ASCEND = ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256))
-# Our dense Ascend kernels use only the cube/vector API common to A2/A3 (CANN runs its
-# DenseLightningIndexerSoftmaxLse on A2/A3 only, its grad also on 950); the twin checks them on A2/A3.
-_DENSE_SOCS = ("ascend910b", "ascend910_93")
+# The SoCs CANN registers each op for (ops-transformer's <op>_def.cpp AddConfig, and its docs' support
+# tables; mirror-cann/ops-transformer @3a280bcc3): SparseFlashAttention(Grad), LightningIndexer,
+# SparseLightningIndexerGradKLLoss and DenseLightningIndexerSoftmaxLse on Atlas A2/A3 and Ascend 950;
+# LightningIndexerGrad and DenseLightningIndexerGradKLLoss on A2/A3 only (LightningIndexerGrad's
+# def.cpp adds ascend950 but its docs mark 950 unsupported and it has no arch35 kernel). Ours take
+# CANN's SoCs; the twin tests them on arch 2201 and, for 950, 3510.
+# CANN's 950-only sizes (SFAG: N1 also 48/24/12/6/3; SLIGKL: the pair N1 48 / Nidx 24, B unbounded)
+# are inside the sizes our kernels take on every SoC (any N1; N1 <= 256, Nidx <= 128 and any B for the
+# KL loss): no limit of CANN's is kept, so none is stated per SoC.
+_A2_A3 = ("ascend910b", "ascend910_93")
+_ATTN_SOCS = ("ascend910b", "ascend910_93", "ascend950")
 
 # The cla_gate kernels use only the vector API common to A2/A3/950 and size tiles from the UB: the
 # seed op's own target, Ascend 950, too.
@@ -268,7 +276,7 @@ _SPECS = (
            ("sparse_indices", "sparse_values"), (_SPARSE_COUNT, _LAYOUT, _SPARSE_MODE), _LIGHTNING_INDEXER_DTYPES,
            tuple((x, x, w, "int32", "int32", "int32", "float32") for x, w in _INDEXER_XW_ASCEND),
            frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}), size_limits=(_NIDX_ASCEND,),
-           cell="LightningIndexer"),
+           ascend_socs=_ATTN_SOCS, cell="LightningIndexer"),
     OpSpec("lightning_indexer_grad", "LightningIndexerGrad",
            ("query_index", "key_index", "weights", "sparse_indices", "d_values", "actual_seq_lengths_query",
             "actual_seq_lengths_key"),
@@ -288,7 +296,7 @@ _SPECS = (
            frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks"}),
            size_limits=(_NIDX_ASCEND, _K_ASCEND,
                         ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256))),
-           cell="IndexerKLLoss"),
+           ascend_socs=_ATTN_SOCS, cell="IndexerKLLoss"),
     # The dense pair: lightning_indexer's logits over each full visible row (no top-k, no indices).
     OpSpec("dense_lightning_indexer_softmax_lse", "DenseLightningIndexerSoftmaxLse",
            ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"),
@@ -296,7 +304,7 @@ _SPECS = (
            tuple((x, x, w, lq, lk, "float32", "float32") for x, w in _INDEXER_XW for lq in INTS for lk in INTS),
            ascend_dtypes=tuple((x, x, w, "int32", "int32", "float32", "float32") for x, w in _INDEXER_XW_ASCEND),
            optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}), size_limits=(_NIDX_ASCEND,),
-           ascend_socs=_DENSE_SOCS),
+           ascend_socs=_ATTN_SOCS),
     OpSpec("dense_lightning_indexer_grad_kl_loss", "DenseLightningIndexerGradKLLoss",
            ("query", "key", "query_index", "key_index", "weights", "softmax_max", "softmax_sum", *_DENSE_STATS,
             "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"),
@@ -309,7 +317,7 @@ _SPECS = (
            optional=frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"}),
            size_limits=(_NIDX_ASCEND, _N1_ASCEND,
                         ("Ascend", SizeLimit("N2", "key heads, key dim -2: the MLA-absorbed attention only", 1, 1))),
-           ascend_socs=_DENSE_SOCS, cell="DenseIndexerKLLoss"),
+           ascend_socs=_A2_A3, cell="DenseIndexerKLLoss"),
 )
 
 # sparse_flash_attention(_grad): one float dtype for all float tensors, int32 indices, float32
@@ -335,7 +343,7 @@ _SFA_SPECS = (
             "actual_seq_lengths_kv", "sinks"), ("out", "softmax_max", "softmax_sum"), _SFA_ATTRS,
            tuple((x, x, x, "int32", x, x, i, j, _F32, x, _F32, _F32) for x in FLOATS for i in INTS for j in INTS),
            tuple((x, x, x, "int32", x, x, i, i, _F32, x, _F32, _F32) for i in INTS for x in ASCEND_FLOATS),
-           _SFA_OPTIONAL, cell="SparseFlashAttention"),
+           _SFA_OPTIONAL, ascend_socs=_ATTN_SOCS, cell="SparseFlashAttention"),
     OpSpec("sparse_flash_attention_grad", "SparseFlashAttentionGrad",
            ("query", "key", "value", "sparse_indices", "d_out", "out", "softmax_max", "softmax_sum",
             "actual_seq_lengths_query", "actual_seq_lengths_kv", "query_rope", "key_rope", "sinks"),
@@ -344,7 +352,7 @@ _SFA_SPECS = (
                  for x in FLOATS for i in INTS for j in INTS),
            tuple((x, x, x, "int32", x, x, _F32, _F32, i, i, x, x, _F32) + (x,) * 5 + (_F32,)
                  for i in INTS for x in ASCEND_FLOATS),
-           _SFA_OPTIONAL),
+           _SFA_OPTIONAL, ascend_socs=_ATTN_SOCS),
 )
 
 # sparse_flash_mla(_grad): DeepSeek-V4's attention (CANN's SparseFlashMla / SparseFlashMlaGrad): one shared-KV

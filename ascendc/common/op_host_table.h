@@ -107,7 +107,7 @@ struct LightningIndexerDef {
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT},
   }};
-  static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};
+  static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
 };
 
 // lightning_indexer_grad
@@ -156,7 +156,7 @@ struct SparseLightningIndexerGradKLLossDef {
        ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_BF16,
        ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
   }};
-  static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};
+  static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
 };
 
 // dense_lightning_indexer_softmax_lse
@@ -174,7 +174,7 @@ struct DenseLightningIndexerSoftmaxLseDef {
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT},
   }};
-  static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};
+  static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
 };
 
 // dense_lightning_indexer_grad_kl_loss
@@ -223,7 +223,7 @@ struct SparseFlashAttentionDef {
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_BF16, ge::DT_BF16, ge::DT_INT64,
        ge::DT_INT64, ge::DT_FLOAT, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
   }};
-  static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};
+  static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
 };
 
 // sparse_flash_attention_grad
@@ -250,7 +250,7 @@ struct SparseFlashAttentionGradDef {
        ge::DT_FLOAT, ge::DT_INT64, ge::DT_INT64, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_BF16,
        ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
   }};
-  static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};
+  static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
 };
 
 }  // namespace mgo::op_host

@@ -85,6 +85,11 @@ inline constexpr uint64_t kPlatformReservedBytes = 256;
 inline constexpr CubePlatform kAtlasA2Platform{24,        192 * 1024 - kPlatformReservedBytes,
                                                512 * 1024 - kPlatformReservedBytes,
                                                64 * 1024, 64 * 1024, 128 * 1024};
+// What it reports on Ascend950PR (its SoC ini, as scripts/check_ascend_host.py reads it through CANN's
+// platform library): 36 AIC / 72 AIV (the same one-cube-two-vector split), UB 248 KiB with nothing
+// kept back (the mixed kernel's AIV fills all of it), L1 512 KiB, L0A/L0B 64 KiB, L0C 256 KiB. The
+// twin's default for a launch on NPU arch 3510.
+inline constexpr CubePlatform kAscend950Platform{36, 248 * 1024, 512 * 1024, 64 * 1024, 64 * 1024, 256 * 1024};
 
 // The platform's checks every mixed tiling makes first; nullptr when it can be tiled.
 inline const char* CheckCubePlatform(const CubePlatform& p) {

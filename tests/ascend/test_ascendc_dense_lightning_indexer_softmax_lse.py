@@ -54,7 +54,7 @@ def reference(p: dense.DliProblem) -> tuple[np.ndarray, np.ndarray]:
 def check(p: dense.DliProblem, cores: int, seed: int = 0) -> twin.KernelRun:
     run = dense.dense_lightning_indexer_softmax_lse(p, cores, seed)
     assert run.info.min_writes == 1 and run.info.max_writes == 1, "every output byte written exactly once"
-    assert run.info.ub_peak_bytes == run.info.tiling_ub_bytes <= twin.ub_bytes_of(mixed=True)
+    assert run.info.ub_peak_bytes == run.info.tiling_ub_bytes <= twin.ub_bytes_of(p.arch, mixed=True)
     got_max, got_sum = run.outputs
     want_max, want_sum = reference(p)
     scale = np.maximum(np.abs(want_max), 1.0)

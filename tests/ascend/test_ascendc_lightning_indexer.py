@@ -55,7 +55,7 @@ def check(p: indexer.LiProblem, cores: int, *, exact: bool = False) -> twin.Kern
     ``exact`` (small-integer data, exact arithmetic on both): bound 0, and both equal bit for bit."""
     run = indexer.lightning_indexer(p, cores)
     assert run.info.min_writes == 1 and run.info.max_writes == 1, "every output byte written exactly once"
-    assert run.info.ub_peak_bytes == run.info.tiling_ub_bytes <= twin.ub_bytes_of(mixed=True)
+    assert run.info.ub_peak_bytes == run.info.tiling_ub_bytes <= twin.ub_bytes_of(p.arch, mixed=True)
     idx, val = run.outputs
     scores = indexer_scores(p.query_index, p.key_index, p.weights, p.lens_q, p.lens_k, layout=p.layout,
                             sparse_mode=p.attrs["sparse_mode"])

@@ -96,8 +96,10 @@ def test_opdef_dtype_combinations_are_spec_combinations(driver: Path, op: str) -
 def test_opdef_registers_supported_socs(driver: Path, op: str) -> None:
     socs = opdef(driver, op)["socs"]
     assert {"ascend910b", "ascend910_93"} <= set(socs)  # Atlas A2 / A3
-    if op.startswith("cla_gate"):
-        assert "ascend950" in socs  # the seed op's own target
+    assert sorted(socs) == sorted(OP_SPECS[op].ascend_socs)  # the table's, CANN's SoCs of the op
+    if op.startswith("cla_gate") or op.startswith("sparse_") or op in ("lightning_indexer",
+                                                                        "dense_lightning_indexer_softmax_lse"):
+        assert "ascend950" in socs  # the seed op's own target; CANN's 950 ops
 
 
 def test_op_host_and_kernel_exist_for_every_packaged_op() -> None:

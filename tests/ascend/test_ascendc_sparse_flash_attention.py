@@ -64,7 +64,11 @@ def make_variant(variant: str, dtype: str, seed: int) -> sfa.SfaProblem:
 
 
 def make(name: str, dtype: str, seed: int) -> tuple[Case, sfa.SfaProblem]:
-    spec = {**CASES, **ASCEND_CASES, **SINGLE}[name]
+    return make_spec({**CASES, **ASCEND_CASES, **SINGLE}[name], dtype, seed)
+
+
+def make_spec(spec: dict, dtype: str, seed: int) -> tuple[Case, sfa.SfaProblem]:
+    """The case of make_case kwargs ``spec`` and its problem in ``dtype``."""
     case = make_case(np.random.default_rng(seed), **spec)
     qz = {n: None if getattr(case, n) is None else quantize(getattr(case, n), dtype)
           for n in ("query", "key", "value", "query_rope", "key_rope")}
@@ -104,7 +108,7 @@ def sink_of_stats(p: sfa.SfaProblem, shape: tuple[int, ...]) -> np.ndarray:
 def check(run: twin.KernelRun, p: sfa.SfaProblem) -> None:
     info = run.info
     assert info.min_writes == 1 and info.max_writes == 1, "every output byte written exactly once"
-    assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.ub_bytes_of(mixed=True), "UB = the tiling's plan"
+    assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.ub_bytes_of(p.arch, mixed=True), "UB = the tiling's plan"
     out, smax, ssum = run.outputs
     want_out, want_max, want_sum = reference(p)
     tol = TOLERANCES["attention"][p.dtype]

@@ -41,7 +41,7 @@ def check(run: twin.KernelRun, p: sfa.SfaProblem, d_out: np.ndarray, out: np.nda
           ssum: np.ndarray) -> None:
     info = run.info
     assert info.min_writes == 1 and info.max_writes == 1, "every output byte written exactly once"
-    assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.ub_bytes_of(mixed=True), "UB = the tiling's plan"
+    assert info.ub_peak_bytes == info.tiling_ub_bytes <= twin.ub_bytes_of(p.arch, mixed=True), "UB = the tiling's plan"
     value, lens_q, lens_kv = p.reference_args()
     want = list(ref.sparse_flash_attention_grad(p.query, p.key, value, p.sparse_indices, d_out, out, smax, ssum,
                                                 lens_q, lens_kv, p.query_rope, p.key_rope, p.sinks, **p.attrs))

@@ -59,6 +59,16 @@ inline AscendC::twin::Arch ArchOf(int64_t arch) {
   return static_cast<AscendC::twin::Arch>(arch);
 }
 
+// The platform a call on NPU arch `arch` tiles for: that SoC's (tiling_common.h) with the call's
+// AI core count and UB budget.
+inline mgo::tiling::CubePlatform CubePlatformOf(int64_t arch, int64_t core_num, int64_t ub_bytes) {
+  mgo::tiling::CubePlatform p =
+      ArchOf(arch) == AscendC::twin::Arch::k2201 ? mgo::tiling::kAtlasA2Platform : mgo::tiling::kAscend950Platform;
+  p.aicNum = static_cast<uint32_t>(core_num);
+  p.ubBytes = static_cast<uint64_t>(ub_bytes);
+  return p;
+}
+
 // Registers GM buffers for one launch and forgets them afterwards, also on exceptions.
 class GmScope {
  public:

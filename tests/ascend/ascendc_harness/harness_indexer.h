@@ -23,13 +23,10 @@ inline mgo::tiling::IndexerShape ToIndexerShape(const IndexerArgs& a, mgo::table
   return {Tokens(a, layout), static_cast<uint64_t>(a.n_idx), static_cast<uint64_t>(a.d_idx)};
 }
 
-// The platform of a call (IndexerArgs, SliArgs: the fields core_num, ub_bytes).
+// The platform of a call (IndexerArgs, SliArgs: the fields arch, core_num, ub_bytes).
 template <typename Args>
 mgo::tiling::CubePlatform IndexerPlatform(const Args& a) {
-  mgo::tiling::CubePlatform p = mgo::tiling::kAtlasA2Platform;
-  p.aicNum = static_cast<uint32_t>(a.core_num);
-  p.ubBytes = static_cast<uint64_t>(a.ub_bytes);
-  return p;
+  return harness::CubePlatformOf(a.arch, a.core_num, a.ub_bytes);
 }
 
 // Lengths are GM inputs only for TND with lengths (batch > 0).

@@ -27,10 +27,7 @@ SfaShape Shape(const SfaArgs& a, Layout layout, bool sinks) {
 }
 
 CubePlatform Platform(const SfaArgs& a) {
-  CubePlatform p = mgo::tiling::kAtlasA2Platform;
-  p.aicNum = static_cast<uint32_t>(a.core_num);
-  p.ubBytes = static_cast<uint64_t>(a.ub_bytes);
-  return p;
+  return harness::CubePlatformOf(a.arch, a.core_num, a.ub_bytes);
 }
 
 // Lengths are GM inputs only for TND with lengths (batch > 0).

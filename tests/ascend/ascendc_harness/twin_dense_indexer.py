@@ -11,6 +11,7 @@ import numpy as np
 from .twin_args import IndexerArgs, SliArgs
 from .twin_indexer import LiProblem, SliProblem, _attr, _lens_args, _load, _poisoned_as, _store
 from .twin_lib import (
+    ARCH_A2,
     DEFAULT_UB,
     DTYPE_CODES,
     KernelRun,
@@ -42,14 +43,15 @@ class DliProblem:
     lens_q: list[int] | None
     lens_k: list[int] | None
     attrs: dict[str, object] = field(default_factory=dict)
+    arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
 
     @property
     def layout(self) -> str:
         return _attr(DLI, self.attrs, "layout")
 
-    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB) -> IndexerArgs:
+    def args(self, core_num: int, seed: int = 0, ub_bytes: int | None = None) -> IndexerArgs:
         li = LiProblem(self.dtype, self.wdtype, self.query_index, self.key_index, self.weights, self.lens_q,
-                       self.lens_k, {"layout": self.layout})
+                       self.lens_k, {"layout": self.layout}, arch=self.arch)
         return li.args(core_num, seed, ub_bytes, k=0)
 
     def stats_shape(self) -> tuple[int, ...]:
@@ -109,15 +111,16 @@ class DligProblem:
     lens_q: list[int] | None
     lens_k: list[int] | None
     attrs: dict[str, object] = field(default_factory=dict)
+    arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
 
     @property
     def layout(self) -> str:
         return _attr(DLIG, self.attrs, "layout")
 
-    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB) -> SliArgs:
+    def args(self, core_num: int, seed: int = 0, ub_bytes: int | None = None) -> SliArgs:
         a = self.arrays
         sli = SliProblem(self.dtype, self.wdtype, {**a, "sparse_indices": np.zeros((1, 0), np.int32)}, self.lens_q,
-                         self.lens_k, {"layout": self.layout})
+                         self.lens_k, {"layout": self.layout}, arch=self.arch)
         return sli.args(core_num, seed, ub_bytes)
 
 

@@ -24,6 +24,7 @@ from .twin_lib import (
     from_bits,
     lib,
     mixed_schedule,
+    platform_ub,
     poisoned,
     ptr,
     ptr_or_none,
@@ -83,19 +84,21 @@ class SliProblem:
     lens_k: list[int] | None
     attrs: dict[str, object] = field(default_factory=dict)
     sinks: np.ndarray | None = None  # float32 [N1], or None (absent)
+    arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
 
     @property
     def layout(self) -> str:
         return _attr(SLI, self.attrs, "layout")
 
-    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB) -> SliArgs:
+    def args(self, core_num: int, seed: int = 0, ub_bytes: int | None = None) -> SliArgs:
+        """The shape and launch; ``ub_bytes`` the tiling's UB budget (None: the arch's platform UB)."""
         a = self.arrays
         q, qi = a["query"], a["query_index"]
         dr = a["query_rope"].shape[-1] if a.get("query_rope") is not None else 0
         n1, d = q.shape[-2:]
         return SliArgs(*_tokens(self.layout, q, a["key"], self.lens_q), n1, d, dr, qi.shape[-2], qi.shape[-1],
-                       a["sparse_indices"].shape[-1], int(self.wdtype == "float32"), core_num, ub_bytes, seed,
-                       ARCH_A2)
+                       a["sparse_indices"].shape[-1], int(self.wdtype == "float32"), core_num,
+                       platform_ub(self.arch) if ub_bytes is None else ub_bytes, seed, self.arch)
 
     def lens(self) -> tuple[object, object, list[np.ndarray]]:
         return _lens_args(self.lens_q, self.lens_k)
@@ -175,6 +178,7 @@ class LiProblem:
     lens_k: list[int] | None
     attrs: dict[str, object] = field(default_factory=dict)
     sinks: np.ndarray | None = None  # float32 [N1], or None (absent)
+    arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
 
     @property
     def layout(self) -> str:
@@ -184,12 +188,13 @@ class LiProblem:
     def sparse_count(self) -> int:
         return _attr(LI, self.attrs, "sparse_count")
 
-    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB, k: int | None = None) -> IndexerArgs:
-        """The shape; ``k`` the slots of sparse_indices (lightning_indexer's: its sparse_count)."""
+    def args(self, core_num: int, seed: int = 0, ub_bytes: int | None = None, k: int | None = None) -> IndexerArgs:
+        """The shape and launch; ``k`` the slots of sparse_indices (lightning_indexer's: its sparse_count),
+        ``ub_bytes`` the tiling's UB budget (None: the arch's platform UB)."""
         qi = self.query_index
         return IndexerArgs(*_tokens(self.layout, qi, self.key_index, self.lens_q), qi.shape[-2], qi.shape[-1],
-                           self.sparse_count if k is None else k, int(self.wdtype == "float32"), core_num, ub_bytes,
-                           seed, ARCH_A2)
+                           self.sparse_count if k is None else k, int(self.wdtype == "float32"), core_num,
+                           platform_ub(self.arch) if ub_bytes is None else ub_bytes, seed, self.arch)
 
     def lens(self) -> tuple[object, object, list[np.ndarray]]:
         return _lens_args(self.lens_q, self.lens_k)
@@ -265,14 +270,15 @@ class LigProblem:
     lens_k: list[int] | None
     attrs: dict[str, object] = field(default_factory=dict)
     sinks: np.ndarray | None = None  # float32 [N1], or None (absent)
+    arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
 
     @property
     def layout(self) -> str:
         return _attr(LIG, self.attrs, "layout")
 
-    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB) -> IndexerArgs:
+    def args(self, core_num: int, seed: int = 0, ub_bytes: int | None = None) -> IndexerArgs:
         li = LiProblem(self.dtype, self.wdtype, self.query_index, self.key_index, self.weights, self.lens_q,
-                       self.lens_k, {"layout": self.layout})
+                       self.lens_k, {"layout": self.layout}, arch=self.arch)
         return li.args(core_num, seed, ub_bytes, k=self.sparse_indices.shape[-1])
 
     def lens(self) -> tuple[object, object, list[np.ndarray]]:

@@ -21,6 +21,7 @@ from .twin_lib import (
     call,
     from_bits,
     mixed_schedule,
+    platform_ub,
     poisoned,
     ptr,
     ptr_or_none,
@@ -49,12 +50,14 @@ class SfaProblem:
     lens_hidden: bool = False  # TND lengths unknown to the host tiling (no value-depend input)
     lens_dtype: str = "int32"
     sinks: np.ndarray | None = None
+    arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
 
     @property
     def layout(self) -> str:
         return self.attrs.get("layout", OP_SPECS["sparse_flash_attention"].attr("layout").default)
 
-    def args(self, core_num: int, seed: int = 0, ub_bytes: int = DEFAULT_UB) -> SfaArgs:
+    def args(self, core_num: int, seed: int = 0, ub_bytes: int | None = None) -> SfaArgs:
+        """The shape and launch; ``ub_bytes`` the tiling's UB budget (None: the arch's platform UB)."""
         q, k = self.query, self.key
         dr = 0 if self.query_rope is None else self.query_rope.shape[-1]
         if self.layout == "BSND":
@@ -66,7 +69,8 @@ class SfaProblem:
             t2, n2 = k.shape[0], k.shape[1]
             b, s1, s2 = 0 if self.lens_q is None else len(self.lens_q), 0, 0
         kslots = self.sparse_indices.shape[-1]
-        return SfaArgs(b, s1, s2, t1, t2, n1, n2, d, dr, kslots, core_num, ub_bytes, seed, ARCH_A2,
+        ub = platform_ub(self.arch) if ub_bytes is None else ub_bytes
+        return SfaArgs(b, s1, s2, t1, t2, n1, n2, d, dr, kslots, core_num, ub, seed, self.arch,
                        int(self.value is None), int(self.lens_dtype == "int64"))
 
     def reference_args(self) -> tuple:
