@@ -24,5 +24,7 @@ void dense_lightning_indexer_grad_kl_loss(const aot::KernelArgs& args,
                                           const table::DenseLightningIndexerGradKLLoss::Attrs& attrs);
 void sparse_flash_attention(const aot::KernelArgs& args, const table::SparseFlashAttention::Attrs& attrs);
 void sparse_flash_attention_grad(const aot::KernelArgs& args, const table::SparseFlashAttentionGrad::Attrs& attrs);
+void sparse_lightning_indexer_kl_loss_grad(const aot::KernelArgs& args,
+                                           const table::SparseLightningIndexerKLLossGrad::Attrs& attrs);
 
 }  // namespace mgo::cpu::kernels

@@ -160,4 +160,11 @@ struct SparseFlashAttentionGradAttrs {
   bool deterministic;
 };
 
+// sparse_lightning_indexer_kl_loss_grad: table::SparseLightningIndexerKLLossGrad::Attrs, in table order (defaults: table::SparseLightningIndexerKLLossGrad::kDefaults).
+struct SparseLightningIndexerKLLossGradAttrs {
+  Layout layout;
+  SparseMode sparse_mode;
+  int64_t cmp_ratio;
+};
+
 }  // namespace mgo::table

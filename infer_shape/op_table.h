@@ -535,4 +535,39 @@ struct SparseFlashAttentionGrad {
   }
 };
 
+// sparse_lightning_indexer_kl_loss_grad
+struct SparseLightningIndexerKLLossGrad {
+  static constexpr const char* kName = "sparse_lightning_indexer_kl_loss_grad";
+  static constexpr const char* kOpType = "SparseLightningIndexerKLLossGrad";
+  static constexpr int kNumInputs = 8;
+  static constexpr int kNumOutputs = 5;
+  struct In {
+    enum : int { kQueryIndex = 0, kKeyIndex = 1, kWeights = 2, kSparseIndices = 3, kAttnSoftmaxL1Norm = 4, kActualSeqLengthsQuery = 5, kActualSeqLengthsKey = 6, kCmpResidualK = 7 };
+  };
+  struct Out {
+    enum : int { kDQueryIndex = 0, kDKeyIndex = 1, kDWeights = 2, kSoftmaxOut = 3, kLoss = 4 };
+  };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kDQueryIndex = 8, kDKeyIndex = 9, kDWeights = 10, kSoftmaxOut = 11, kLoss = 12 };
+  };
+  static constexpr std::array<const char*, 8> kInputNames{"query_index", "key_index", "weights", "sparse_indices", "attn_softmax_l1_norm", "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"};
+  static constexpr std::array<const char*, 5> kOutputNames{"d_query_index", "d_key_index", "d_weights", "softmax_out", "loss"};
+  static constexpr std::array<bool, 8> kOptional{false, false, false, false, false, true, true, true};
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = SparseLightningIndexerKLLossGradAttrs;
+  static constexpr Attrs kDefaults{Layout::kBSND, SparseMode::kRightDownCausal, 1};
+  static constexpr std::array<const char*, 3> kAttrNames{"layout", "sparse_mode", "cmp_ratio"};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 3> kAttrRequired{false, false, false};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::layout, &Attrs::sparse_mode, &Attrs::cmp_ratio);
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs& a, Backend /*backend*/) {
+    CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
+  }
+};
+
 }  // namespace mgo::table

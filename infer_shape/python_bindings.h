@@ -24,6 +24,7 @@
 #include "sparse_flash_attention.h"
 #include "sparse_flash_attention_grad.h"
 #include "sparse_lightning_indexer_grad_kl_loss.h"
+#include "sparse_lightning_indexer_kl_loss_grad.h"
 
 namespace mgo::bindings {
 
@@ -170,6 +171,18 @@ inline void bind_rules(pybind11::module_& m) {
       },
       shapes, dtypes, py::arg("scale_value"), py::arg("sparse_block_size"), py::arg("layout"), py::arg("sparse_mode"),
       py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("deterministic"));
+  // sparse_lightning_indexer_kl_loss_grad: infer_shape/sparse_lightning_indexer_kl_loss_grad.h
+  m.def(
+      "sparse_lightning_indexer_kl_loss_grad",
+      [](const Shapes& s, const DTypeNames& t, const std::string& layout, int64_t sparse_mode, int64_t cmp_ratio) {
+        table::SparseLightningIndexerKLLossGrad::Attrs a{};
+        table::SetAttr(table::SparseLightningIndexerKLLossGrad::kName, a.layout, layout);
+        table::SetAttr(table::SparseLightningIndexerKLLossGrad::kName, a.sparse_mode, sparse_mode);
+        table::SetAttr(table::SparseLightningIndexerKLLossGrad::kName, a.cmp_ratio, cmp_ratio);
+        table::SparseLightningIndexerKLLossGrad::CheckAttrs(a, table::Backend::kAny);
+        return outputs(infer::sparse_lightning_indexer_kl_loss_grad(descs(s, t), a));
+      },
+      shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"), py::arg("cmp_ratio"));
 }
 
 }  // namespace mgo::bindings

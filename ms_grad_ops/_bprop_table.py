@@ -133,6 +133,15 @@ def sparse_flash_attention_grad_bprop(query: Tensor, key: Tensor, value: Tensor,
                        "forward op or its nn Cell instead")
 
 
+def sparse_lightning_indexer_kl_loss_grad_bprop(query_index: Tensor, key_index: Tensor, weights: Tensor,
+                                                sparse_indices: Tensor, attn_softmax_l1_norm: Tensor,
+                                                actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor,
+                                                cmp_residual_k: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
+    raise RuntimeError("sparse_lightning_indexer_kl_loss_grad has no gradient: it is the backward of the indexer's KL"
+                       " loss against a given target (its gradients for d(loss) = 1, the loss only to log); scale "
+                       "them by the incoming gradient yourself")
+
+
 # The bprop factory of each differentiable forward op, by op name.
 BPROP_FACTORIES: dict[str, Callable[[Callable[..., tuple]], Callable[..., tuple]]] = {
     "rope": make_rope_bprop,
@@ -150,4 +159,5 @@ NO_GRADIENT_BPROPS: dict[str, Callable[..., tuple]] = {
     "dense_lightning_indexer_softmax_lse": dense_lightning_indexer_softmax_lse_bprop,
     "dense_lightning_indexer_grad_kl_loss": dense_lightning_indexer_grad_kl_loss_bprop,
     "sparse_flash_attention_grad": sparse_flash_attention_grad_bprop,
+    "sparse_lightning_indexer_kl_loss_grad": sparse_lightning_indexer_kl_loss_grad_bprop,
 }

@@ -347,7 +347,24 @@ _SFA_SPECS = (
            _SFA_OPTIONAL),
 )
 
-OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (*_SPECS, *_SFA_SPECS)}
+# DeepSeek-V4's indexer (issue 38): compressed keys (cmp_ratio original tokens per key, the last
+# incomplete block's size per batch in cmp_residual_k) and CANN's SparseLightningIndexerKLLossGrad,
+# the KL gradient against a target given as an input. CANN's range of cmpRatio is 1..128
+# (aclnnSparseLightningIndexerKLLossGrad.md, aclnnLightningIndexerV2.md).
+_CMP_RATIO = AttrSpec("cmp_ratio", IntRange(1, 128), 1,
+                      "r, original tokens per compressed key: with sparse_mode 3 query row t sees compressed key j "
+                      "iff j < floor((S2 * r + cmp_residual_k[b] - S1 + t + 1) / r) (docs/contract.md section 8.1)")
+_V4_SPECS = (
+    OpSpec("sparse_lightning_indexer_kl_loss_grad", "SparseLightningIndexerKLLossGrad",
+           ("query_index", "key_index", "weights", "sparse_indices", "attn_softmax_l1_norm", "actual_seq_lengths_query",
+            "actual_seq_lengths_key", "cmp_residual_k"),
+           ("d_query_index", "d_key_index", "d_weights", "softmax_out", "loss"), (_LAYOUT, _SPARSE_MODE, _CMP_RATIO),
+           tuple((x, x, w, "int32", _F32, lq, lk, lr, x, x, w, _F32, _F32)
+                 for x, w in _INDEXER_XW for lq in INTS for lk in INTS for lr in INTS),
+           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"})),
+)
+
+OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (*_SPECS, *_SFA_SPECS, *_V4_SPECS)}
 
 
 # ---------------------------------------------------------------- the forward/grad pairing
@@ -411,6 +428,9 @@ NO_GRADIENT: dict[str, str] = {
                                              "nn.IndexerKLLoss, whose backward scales them by the incoming gradient",
     "dense_lightning_indexer_softmax_lse": "its statistics are the fixed normaliser of the indexer distribution "
                                            "that dense_lightning_indexer_grad_kl_loss differentiates through",
+    "sparse_lightning_indexer_kl_loss_grad": "it is the backward of the indexer's KL loss against a given target "
+                                             "(its gradients for d(loss) = 1, the loss only to log); scale them "
+                                             "by the incoming gradient yourself",
     "dense_lightning_indexer_grad_kl_loss": "it returns the loss together with its gradients; use "
                                             "nn.DenseIndexerKLLoss, whose backward scales them by the incoming "
                                             "gradient",

@@ -33,16 +33,31 @@ class _Rows:
     active: np.ndarray
 
 
-def _rows(t1: int, bounds: list[tuple[int, int, int, int]], sparse_mode: int) -> _Rows:
+def _residuals(cmp_residual_k: object, count: int, cmp_ratio: int) -> list[int]:
+    """Per batch, the original tokens of the last incomplete compression block (all 0 for None)."""
+    if cmp_residual_k is None:
+        return [0] * count
+    res = [int(x) for x in np.asarray(cmp_residual_k).reshape(-1)]
+    if len(res) != count or any(not 0 <= r < cmp_ratio for r in res):
+        raise ValueError(f"cmp_residual_k {res}: one value in [0, {cmp_ratio}) per batch ({count}) expected")
+    return res
+
+
+def _rows(t1: int, bounds: list[tuple[int, int, int, int]], sparse_mode: int, cmp_ratio: int = 1,
+          cmp_residual_k: object = None) -> _Rows:
+    """With sparse_mode 3, local query i of a batch sees the (compressed) keys
+    ``j < floor((S2 * cmp_ratio + residual - S1 + i + 1) / cmp_ratio)`` (docs/contract.md section 8.1;
+    cmp_ratio 1, residual 0: the right-down causal rule of section 0.4)."""
     base = np.zeros(t1, np.int64)
     count = np.zeros(t1, np.int64)
     limit = np.zeros(t1, np.int64)
     active = np.zeros(t1, bool)
-    for q0, s1, k0, s2 in bounds:
+    for (q0, s1, k0, s2), res in zip(bounds, _residuals(cmp_residual_k, len(bounds), cmp_ratio)):
         rows = np.arange(q0, q0 + s1)
         base[rows], count[rows], active[rows] = k0, s2, True
         local = rows - q0
-        limit[rows] = np.clip(local + s2 - s1 + 1, 0, s2) if sparse_mode == 3 else s2
+        seen = s2 * cmp_ratio + res - s1 + local + 1
+        limit[rows] = np.clip(np.maximum(seen, 0) // cmp_ratio, 0, s2) if sparse_mode == 3 else s2
     return _Rows(base, count, limit, active)
 
 
@@ -84,15 +99,16 @@ def _score_backward(qt: np.ndarray, kt: np.ndarray, wt: np.ndarray, sx: np.ndarr
 
 
 def _prepare(layout: str, query_index: np.ndarray, key_index: np.ndarray, cum_q: object, cum_k: object,
-             sparse_mode: int) -> tuple[int, _Rows]:
-    """T1 (B * S1 in BSND) and the row plan of the lengths rule (docs/contract.md section 0.3)."""
+             sparse_mode: int, cmp_ratio: int = 1, cmp_residual_k: object = None) -> tuple[int, _Rows]:
+    """T1 (B * S1 in BSND) and the row plan of the lengths rule (docs/contract.md section 0.3) and
+    of compressed keys (section 8.1)."""
     if layout == "BSND":
         b, s1, s2 = query_index.shape[0], query_index.shape[1], key_index.shape[1]
         t1, bounds = b * s1, batches(layout, b, s1, s2, cum_q, cum_k)
     else:
         t1 = query_index.shape[0]
         bounds = batches(layout, 0, t1, key_index.shape[0], cum_q, cum_k)
-    return t1, _rows(t1, bounds, sparse_mode)
+    return t1, _rows(t1, bounds, sparse_mode, cmp_ratio, cmp_residual_k)
 
 
 def index_scores(query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -224,6 +224,10 @@ def _case(op_name: str, **over: object) -> tuple:
              ("key_index", t((6, 1, 8))), ("weights", t((4, 2))), ("softmax_max", t((1, 4, 2))),
              ("softmax_sum", t((1, 4, 2))), ("softmax_max_index", t((1, 4))), ("softmax_sum_index", t((1, 4)))],
             dict(scale_value=0.5, layout="TND")),
+        "sparse_lightning_indexer_kl_loss_grad": (
+            [("query_index", t((4, 2, 8))), ("key_index", t((6, 1, 8))), ("weights", t((4, 2))),
+             ("sparse_indices", idx), ("attn_softmax_l1_norm", t((4, 1, 3)))],
+            dict(actual_seq_lengths_query=[4], actual_seq_lengths_key=[6], cmp_residual_k=[0], layout="TND")),
     }
     tensors, kwargs = tables[op_name]
     tensors = [over.pop(n, x) for n, x in tensors]
