@@ -51,6 +51,7 @@ struct LightningIndexerAttrs {
   int64_t sparse_count;
   Layout layout;
   SparseMode sparse_mode;
+  int64_t cmp_ratio;
 };
 
 // The sizes lightning_indexer's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
@@ -65,6 +66,7 @@ struct LightningIndexerAscend {
 struct LightningIndexerGradAttrs {
   Layout layout;
   SparseMode sparse_mode;
+  int64_t cmp_ratio;
 };
 
 // The sizes lightning_indexer_grad's Ascend kernel takes beyond the shape rules; its tiling refuses the others.

@@ -276,36 +276,40 @@ struct ClaGateBackward {
 struct LightningIndexer {
   static constexpr const char* kName = "lightning_indexer";
   static constexpr const char* kOpType = "LightningIndexer";
-  static constexpr int kNumInputs = 5;
+  static constexpr int kNumInputs = 6;
   static constexpr int kNumOutputs = 2;
   struct In {
-    enum : int { kQueryIndex = 0, kKeyIndex = 1, kWeights = 2, kActualSeqLengthsQuery = 3, kActualSeqLengthsKey = 4 };
+    enum : int { kQueryIndex = 0, kKeyIndex = 1, kWeights = 2, kActualSeqLengthsQuery = 3, kActualSeqLengthsKey = 4, kCmpResidualK = 5 };
   };
   struct Out {
     enum : int { kSparseIndices = 0, kSparseValues = 1 };
   };
   // An output's kernel parameter: kNumInputs + its Out index.
   struct OutParam {
-    enum : int { kSparseIndices = 5, kSparseValues = 6 };
+    enum : int { kSparseIndices = 6, kSparseValues = 7 };
   };
-  static constexpr std::array<const char*, 5> kInputNames{"query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"};
+  static constexpr std::array<const char*, 6> kInputNames{"query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"};
   static constexpr std::array<const char*, 2> kOutputNames{"sparse_indices", "sparse_values"};
-  static constexpr std::array<bool, 5> kOptional{false, false, false, true, true};
+  static constexpr std::array<bool, 6> kOptional{false, false, false, true, true, true};
   // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
   // attribute's value-initialised: it has none).
   using Attrs = LightningIndexerAttrs;
-  static constexpr Attrs kDefaults{2048, Layout::kBSND, SparseMode::kRightDownCausal};
-  static constexpr std::array<const char*, 3> kAttrNames{"sparse_count", "layout", "sparse_mode"};
+  static constexpr Attrs kDefaults{2048, Layout::kBSND, SparseMode::kRightDownCausal, 1};
+  static constexpr std::array<const char*, 4> kAttrNames{"sparse_count", "layout", "sparse_mode", "cmp_ratio"};
   // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
-  static constexpr std::array<bool, 3> kAttrRequired{false, false, false};
+  static constexpr std::array<bool, 4> kAttrRequired{false, false, false, false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
-  static constexpr auto kAttrs = std::make_tuple(&Attrs::sparse_count, &Attrs::layout, &Attrs::sparse_mode);
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::sparse_count, &Attrs::layout, &Attrs::sparse_mode, &Attrs::cmp_ratio);
   // The domain error of the first attribute outside its domain on `backend` (choices are inside
   // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
   static void CheckAttrs(const Attrs& a, Backend backend) {
     CheckRange<int64_t>(kName, "sparse_count", a.sparse_count, 1, 1048576, "an integer in [1, 1048576]");
     if (backend == Backend::kAscend) {
       CheckRange<int64_t>(kName, "sparse_count", a.sparse_count, 1, 16384, "an integer in [1, 16384] on Ascend");
+    }
+    CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 1, "an integer in [1, 1] on Ascend");
     }
   }
 };
@@ -314,33 +318,38 @@ struct LightningIndexer {
 struct LightningIndexerGrad {
   static constexpr const char* kName = "lightning_indexer_grad";
   static constexpr const char* kOpType = "LightningIndexerGrad";
-  static constexpr int kNumInputs = 7;
+  static constexpr int kNumInputs = 8;
   static constexpr int kNumOutputs = 3;
   struct In {
-    enum : int { kQueryIndex = 0, kKeyIndex = 1, kWeights = 2, kSparseIndices = 3, kDValues = 4, kActualSeqLengthsQuery = 5, kActualSeqLengthsKey = 6 };
+    enum : int { kQueryIndex = 0, kKeyIndex = 1, kWeights = 2, kSparseIndices = 3, kDValues = 4, kActualSeqLengthsQuery = 5, kActualSeqLengthsKey = 6, kCmpResidualK = 7 };
   };
   struct Out {
     enum : int { kDQueryIndex = 0, kDKeyIndex = 1, kDWeights = 2 };
   };
   // An output's kernel parameter: kNumInputs + its Out index.
   struct OutParam {
-    enum : int { kDQueryIndex = 7, kDKeyIndex = 8, kDWeights = 9 };
+    enum : int { kDQueryIndex = 8, kDKeyIndex = 9, kDWeights = 10 };
   };
-  static constexpr std::array<const char*, 7> kInputNames{"query_index", "key_index", "weights", "sparse_indices", "d_values", "actual_seq_lengths_query", "actual_seq_lengths_key"};
+  static constexpr std::array<const char*, 8> kInputNames{"query_index", "key_index", "weights", "sparse_indices", "d_values", "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"};
   static constexpr std::array<const char*, 3> kOutputNames{"d_query_index", "d_key_index", "d_weights"};
-  static constexpr std::array<bool, 7> kOptional{false, false, false, false, false, true, true};
+  static constexpr std::array<bool, 8> kOptional{false, false, false, false, false, true, true, true};
   // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
   // attribute's value-initialised: it has none).
   using Attrs = LightningIndexerGradAttrs;
-  static constexpr Attrs kDefaults{Layout::kBSND, SparseMode::kRightDownCausal};
-  static constexpr std::array<const char*, 2> kAttrNames{"layout", "sparse_mode"};
+  static constexpr Attrs kDefaults{Layout::kBSND, SparseMode::kRightDownCausal, 1};
+  static constexpr std::array<const char*, 3> kAttrNames{"layout", "sparse_mode", "cmp_ratio"};
   // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
-  static constexpr std::array<bool, 2> kAttrRequired{false, false};
+  static constexpr std::array<bool, 3> kAttrRequired{false, false, false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
-  static constexpr auto kAttrs = std::make_tuple(&Attrs::layout, &Attrs::sparse_mode);
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::layout, &Attrs::sparse_mode, &Attrs::cmp_ratio);
   // The domain error of the first attribute outside its domain on `backend` (choices are inside
   // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
-  static void CheckAttrs(const Attrs&, Backend) {}
+  static void CheckAttrs(const Attrs& a, Backend backend) {
+    CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 1, "an integer in [1, 1] on Ascend");
+    }
+  }
 };
 
 // sparse_lightning_indexer_grad_kl_loss

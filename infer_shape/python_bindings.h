@@ -80,26 +80,29 @@ inline void bind_rules(pybind11::module_& m) {
   // lightning_indexer: infer_shape/lightning_indexer.h
   m.def(
       "lightning_indexer",
-      [](const Shapes& s, const DTypeNames& t, int64_t sparse_count, const std::string& layout, int64_t sparse_mode) {
+      [](const Shapes& s, const DTypeNames& t, int64_t sparse_count, const std::string& layout, int64_t sparse_mode,
+         int64_t cmp_ratio) {
         table::LightningIndexer::Attrs a{};
         table::SetAttr(table::LightningIndexer::kName, a.sparse_count, sparse_count);
         table::SetAttr(table::LightningIndexer::kName, a.layout, layout);
         table::SetAttr(table::LightningIndexer::kName, a.sparse_mode, sparse_mode);
+        table::SetAttr(table::LightningIndexer::kName, a.cmp_ratio, cmp_ratio);
         table::LightningIndexer::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::lightning_indexer(descs(s, t), a));
       },
-      shapes, dtypes, py::arg("sparse_count"), py::arg("layout"), py::arg("sparse_mode"));
+      shapes, dtypes, py::arg("sparse_count"), py::arg("layout"), py::arg("sparse_mode"), py::arg("cmp_ratio"));
   // lightning_indexer_grad: infer_shape/lightning_indexer_grad.h
   m.def(
       "lightning_indexer_grad",
-      [](const Shapes& s, const DTypeNames& t, const std::string& layout, int64_t sparse_mode) {
+      [](const Shapes& s, const DTypeNames& t, const std::string& layout, int64_t sparse_mode, int64_t cmp_ratio) {
         table::LightningIndexerGrad::Attrs a{};
         table::SetAttr(table::LightningIndexerGrad::kName, a.layout, layout);
         table::SetAttr(table::LightningIndexerGrad::kName, a.sparse_mode, sparse_mode);
+        table::SetAttr(table::LightningIndexerGrad::kName, a.cmp_ratio, cmp_ratio);
         table::LightningIndexerGrad::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::lightning_indexer_grad(descs(s, t), a));
       },
-      shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"));
+      shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"), py::arg("cmp_ratio"));
   // sparse_lightning_indexer_grad_kl_loss: infer_shape/sparse_lightning_indexer_grad_kl_loss.h
   m.def(
       "sparse_lightning_indexer_grad_kl_loss",

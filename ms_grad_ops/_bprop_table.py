@@ -69,12 +69,13 @@ def make_lightning_indexer_bprop(lightning_indexer_grad: Callable[..., tuple]) -
     """
 
     def lightning_indexer_bprop(query_index: Tensor, key_index: Tensor, weights: Tensor,
-                                actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor, out: tuple,
-                                dout: tuple) -> tuple[Tensor, ...]:
+                                actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor,
+                                cmp_residual_k: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
         d_query_index, d_key_index, d_weights = lightning_indexer_grad(
-            query_index, key_index, weights, out[0], dout[1], actual_seq_lengths_query, actual_seq_lengths_key)
+            query_index, key_index, weights, out[0], dout[1], actual_seq_lengths_query, actual_seq_lengths_key,
+            cmp_residual_k)
         return (d_query_index, d_key_index, d_weights, msops.zeros_like(actual_seq_lengths_query),
-                msops.zeros_like(actual_seq_lengths_key))
+                msops.zeros_like(actual_seq_lengths_key), msops.zeros_like(cmp_residual_k))
 
     return lightning_indexer_bprop
 
@@ -93,7 +94,7 @@ def cla_gate_backward_bprop(grad_merged: Tensor, global_attn: Tensor, local_attn
 
 def lightning_indexer_grad_bprop(query_index: Tensor, key_index: Tensor, weights: Tensor, sparse_indices: Tensor,
                                  d_values: Tensor, actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor,
-                                 out: tuple, dout: tuple) -> tuple[Tensor, ...]:
+                                 cmp_residual_k: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
     raise RuntimeError("lightning_indexer_grad has no gradient: it is a backward op itself; differentiate the forward"
                        " op or its nn Cell instead")
 

@@ -204,8 +204,8 @@ _ROPE_ASCEND = tuple((x, x, x, x, "int32", x, x) for x in ASCEND_FLOATS)
 # Indexer ops: query/key/query_index/key_index (and ropes) share a float dtype X; weights are X or
 # float32; sparse indices int32; statistics float32; each lengths input int32 or int64.
 _INDEXER_XW = tuple((x, w) for x in FLOATS for w in dict.fromkeys((x, "float32")))
-_LIGHTNING_INDEXER_DTYPES = tuple((x, x, w, lq, lk, "int32", "float32")
-                                  for x, w in _INDEXER_XW for lq in INTS for lk in INTS)
+_LIGHTNING_INDEXER_DTYPES = tuple((x, x, w, lq, lk, lr, "int32", "float32")
+                                  for x, w in _INDEXER_XW for lq in INTS for lk in INTS for lr in INTS)
 _INDEXER_GRAD_DTYPES = tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, lq, lk, "float32", x, x, w,
                               "float32")
                              for x, w in _INDEXER_XW for lq in INTS for lk in INTS)
@@ -242,6 +242,16 @@ _N1_ASCEND = ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256)
 # DenseLightningIndexerSoftmaxLse on A2/A3 only, its grad also on 950); the twin checks them on A2/A3.
 _DENSE_SOCS = ("ascend910b", "ascend910_93")
 
+# DeepSeek-V4's indexer (issue 38): compressed keys (cmp_ratio original tokens per key, the last
+# incomplete block's size per batch in cmp_residual_k) and CANN's SparseLightningIndexerKLLossGrad,
+# the KL gradient against a target given as an input. CANN's range of cmpRatio is 1..128
+# (aclnnSparseLightningIndexerKLLossGrad.md, aclnnLightningIndexerV2.md).
+_CMP_RATIO = AttrSpec("cmp_ratio", IntRange(1, 128), 1,
+                      "r, original tokens per compressed key: with sparse_mode 3 query row t sees compressed key j "
+                      "iff j < floor((S2 * r + cmp_residual_k[b] - S1 + t + 1) / r) (docs/contract.md section 8.1)")
+# The Ascend C kernels of the V3.2 indexer ops know no compressed keys yet: cmp_ratio 1 there.
+_CMP_RATIO_ASCEND_1 = replace(_CMP_RATIO, limits=(("Ascend", IntRange(1, 1)),))
+
 # The cla_gate kernels use only the vector API common to A2/A3/950 and size tiles from the UB: the
 # seed op's own target, Ascend 950, too.
 _CLA_SOCS = ("ascend910b", "ascend910_93", "ascend950")
@@ -264,19 +274,22 @@ _SPECS = (
            (AttrSpec("input_attn_layout", Choice(("TND",)), "TND", "the layout of the attention inputs: TND only"),),
            tuple((x,) * 9 for x in FLOATS), tuple((x,) * 9 for x in ASCEND_FLOATS), ascend_socs=_CLA_SOCS),
     OpSpec("lightning_indexer", "LightningIndexer",
-           ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"),
-           ("sparse_indices", "sparse_values"), (_SPARSE_COUNT, _LAYOUT, _SPARSE_MODE), _LIGHTNING_INDEXER_DTYPES,
-           tuple((x, x, w, "int32", "int32", "int32", "float32") for x, w in _INDEXER_XW_ASCEND),
-           frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}), size_limits=(_NIDX_ASCEND,),
-           cell="LightningIndexer"),
+           ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key",
+            "cmp_residual_k"),
+           ("sparse_indices", "sparse_values"), (_SPARSE_COUNT, _LAYOUT, _SPARSE_MODE, _CMP_RATIO_ASCEND_1),
+           _LIGHTNING_INDEXER_DTYPES,
+           tuple((x, x, w, "int32", "int32", "int32", "int32", "float32") for x, w in _INDEXER_XW_ASCEND),
+           frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"}),
+           size_limits=(_NIDX_ASCEND,), cell="LightningIndexer"),
     OpSpec("lightning_indexer_grad", "LightningIndexerGrad",
            ("query_index", "key_index", "weights", "sparse_indices", "d_values", "actual_seq_lengths_query",
-            "actual_seq_lengths_key"),
-           ("d_query_index", "d_key_index", "d_weights"), (_LAYOUT, _SPARSE_MODE),
-           dtypes=tuple((x, x, w, "int32", "float32", lq, lk, x, x, w) for x, w in _INDEXER_XW for lq in INTS
-                        for lk in INTS),
-           ascend_dtypes=tuple((x, x, w, "int32", "float32", "int32", "int32", x, x, w) for x, w in _INDEXER_XW_ASCEND),
-           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}),
+            "actual_seq_lengths_key", "cmp_residual_k"),
+           ("d_query_index", "d_key_index", "d_weights"), (_LAYOUT, _SPARSE_MODE, _CMP_RATIO_ASCEND_1),
+           dtypes=tuple((x, x, w, "int32", "float32", lq, lk, lr, x, x, w) for x, w in _INDEXER_XW for lq in INTS
+                        for lk in INTS for lr in INTS),
+           ascend_dtypes=tuple((x, x, w, "int32", "float32", "int32", "int32", "int32", x, x, w)
+                               for x, w in _INDEXER_XW_ASCEND),
+           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"}),
            size_limits=(_NIDX_ASCEND, _K_ASCEND)),
     OpSpec("sparse_lightning_indexer_grad_kl_loss", "SparseLightningIndexerGradKLLoss",
            ("query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum",
@@ -347,13 +360,6 @@ _SFA_SPECS = (
            _SFA_OPTIONAL),
 )
 
-# DeepSeek-V4's indexer (issue 38): compressed keys (cmp_ratio original tokens per key, the last
-# incomplete block's size per batch in cmp_residual_k) and CANN's SparseLightningIndexerKLLossGrad,
-# the KL gradient against a target given as an input. CANN's range of cmpRatio is 1..128
-# (aclnnSparseLightningIndexerKLLossGrad.md, aclnnLightningIndexerV2.md).
-_CMP_RATIO = AttrSpec("cmp_ratio", IntRange(1, 128), 1,
-                      "r, original tokens per compressed key: with sparse_mode 3 query row t sees compressed key j "
-                      "iff j < floor((S2 * r + cmp_residual_k[b] - S1 + t + 1) / r) (docs/contract.md section 8.1)")
 _V4_SPECS = (
     OpSpec("sparse_lightning_indexer_kl_loss_grad", "SparseLightningIndexerKLLossGrad",
            ("query_index", "key_index", "weights", "sparse_indices", "attn_softmax_l1_norm", "actual_seq_lengths_query",
@@ -413,9 +419,9 @@ DERIVATIVES: dict[str, GradSpec] = {d.forward: d for d in (
                   "gradient; with value absent d_key is the fused dK + dV."),
     GradSpec("lightning_indexer", "lightning_indexer_grad",
              ("query_index", "key_index", "weights", "result.sparse_indices", "grad.sparse_values",
-              "actual_seq_lengths_query", "actual_seq_lengths_key"),
+              "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"),
              {"query_index": "d_query_index", "key_index": "d_key_index", "weights": "d_weights"},
-             copied_attrs=("layout", "sparse_mode"),
+             copied_attrs=("layout", "sparse_mode", "cmp_ratio"),
              note="Only the values carry a gradient; the selected indices say which keys it flows to. -1 slots "
                   "are skipped by the kernel, so their -inf values never matter."),
 )}

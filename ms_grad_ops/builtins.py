@@ -353,4 +353,28 @@ def npu_sparse_lightning_indexer_kl_loss_grad(query: Tensor, key: Tensor, weight
                                                       sparse_mode=mask_mode, cmp_ratio=cmp_ratio)[:4]
 
 
-__all__ += ["npu_sparse_lightning_indexer_kl_loss_grad"]
+def npu_lightning_indexer(query: Tensor, key: Tensor, weights: Tensor, sparse_count: int, *,
+                          cu_seq_lens_q: object = None, cu_seq_lens_k: object = None, cmp_residual_k: object = None,
+                          block_table: Tensor | None = None, layout: str = "BSND", sparse_mode: int = 0,
+                          cmp_ratio: int = 1, return_value: bool = False) -> tuple[Tensor, Tensor]:
+    """hyper-parallel's ``npu_lightning_indexer`` (CANN's ``LightningIndexerV2``, compressed keys) on
+    ``ms_grad_ops.ops.lightning_indexer``: top-``sparse_count`` keys of the indexer query, key and weights;
+    ``cmp_ratio``/``cmp_residual_k`` as docs/contract.md section 8.1 says. TND lengths are CANN's ``cu_seq_lens``
+    (B + 1 entries, leading 0); BSND rows are all real (CANN's ``seqused`` has no argument here). ``block_table``
+    (a paged cache) is refused with a ValueError.
+
+    Returns:
+        ``(sparse_indices, sparse_values)``: int32 indices local to the batch, ``-1`` beyond the visible keys, and
+        their float32 scores (CANN's V2 type; ``-inf`` in ``-1`` slots), returned whatever ``return_value`` says
+        (CANN leaves them unspecified when it is False).
+    """
+    op = "lightning_indexer"
+    if block_table is not None:
+        raise _bad(op, "block_table", "a Tensor", "PageAttention (a paged KV cache) is not implemented; pass the "
+                   "key tensor itself")
+    lens_q, lens_k = _v4_lengths(op, layout, cu_seq_lens_q, cu_seq_lens_k, None, None)
+    return _ops.lightning_indexer(query, key, weights, lens_q, lens_k, cmp_residual_k, sparse_count=sparse_count,
+                                  layout=layout, sparse_mode=sparse_mode, cmp_ratio=cmp_ratio)
+
+
+__all__ += ["npu_lightning_indexer", "npu_sparse_lightning_indexer_kl_loss_grad"]

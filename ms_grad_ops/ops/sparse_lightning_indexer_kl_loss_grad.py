@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from mindspore import Tensor
 
-from .._checks import attributes, check_tensor, lengths_input, validate
+from .._checks import attributes, check_tensor, validate
 from .._custom import primitive
-from .._optional import absent, check_lengths_pair, lengths_pair
+from .._optional import check_lengths_pair, cmp_residual, lengths_pair
 from .._specs import OP_SPECS
 
 _OP = "sparse_lightning_indexer_kl_loss_grad"
@@ -50,7 +50,7 @@ def sparse_lightning_indexer_kl_loss_grad(
     query_index = check_tensor(_OP, "query_index", query_index)
     key_index = check_tensor(_OP, "key_index", key_index)
     lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key)
-    residual = absent() if cmp_residual_k is None else lengths_input(_OP, "cmp_residual_k", cmp_residual_k)
+    residual = cmp_residual(_OP, cmp_residual_k)
     tensors = (query_index, key_index, weights, sparse_indices, attn_softmax_l1_norm, lens_q, lens_k, residual)
     attrs = attributes(_OP, layout=layout, sparse_mode=sparse_mode, cmp_ratio=cmp_ratio)
     validate(_OP, _INPUTS, tensors, attrs)

@@ -117,13 +117,14 @@ def index_scores(query_index: np.ndarray, key_index: np.ndarray, weights: np.nda
 
 
 def lightning_indexer(query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray,
-                      actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
-                      sparse_count: int, layout: str = "BSND", sparse_mode: int = 3
-                      ) -> tuple[np.ndarray, np.ndarray]:
+                      actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
+                      cmp_residual_k: object = None, *, sparse_count: int, layout: str = "BSND", sparse_mode: int = 3,
+                      cmp_ratio: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Top-``sparse_count`` visible keys of every query row by descending ``I`` (ties to the lower
     index); unused slots hold ``-1`` and ``-inf``. Returns (int32 indices, float64 scores) shaped
-    ``[T1, 1, K]`` (BSND ``[B, S1, 1, K]``)."""
-    t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
+    ``[T1, 1, K]`` (BSND ``[B, S1, 1, K]``). Compressed keys: docs/contract.md section 8.1."""
+    t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode,
+                        cmp_ratio, cmp_residual_k)
     qi, ki, w = _to_tnd(layout, query_index, key_index, weights)
     idx = np.full((t1, 1, sparse_count), -1, np.int32)
     val = np.full((t1, 1, sparse_count), -np.inf)
@@ -243,9 +244,9 @@ def sparse_lightning_indexer_grad_kl_loss(
 
 def lightning_indexer_grad(query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray,
                            sparse_indices: np.ndarray, d_values: np.ndarray,
-                           actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
-                           layout: str = "BSND", sparse_mode: int = 3
-                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                           actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
+                           cmp_residual_k: object = None, *, layout: str = "BSND", sparse_mode: int = 3,
+                           cmp_ratio: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradient of the selected index scores ``sparse_values[t, 0, k] = I[t, j]``,
     ``I[t, j] = sum_g weights[t, g] * relu(query_index[t, g] . key_index[j])``, ``j = sparse_indices[t, 0, k]``,
     for the incoming gradient ``d_values`` (shaped like ``sparse_indices``).
@@ -254,7 +255,8 @@ def lightning_indexer_grad(query_index: np.ndarray, key_index: np.ndarray, weigh
     never read); duplicate indices each count; an index ``< -1`` or ``>= S2_b`` raises ``IndexError``.
     Returns float64 (d_query_index, d_key_index, d_weights) shaped like query_index, key_index, weights.
     """
-    t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
+    t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode,
+                        cmp_ratio, cmp_residual_k)
     qi, ki, w, si, dv = _to_tnd(layout, query_index, key_index, weights, sparse_indices, d_values)
     dqi = np.zeros(qi.shape)
     dki = np.zeros(ki.shape)

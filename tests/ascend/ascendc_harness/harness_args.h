@@ -71,6 +71,7 @@ struct LightningIndexerAttrArgs {
   int64_t sparse_count;
   const char* layout;
   int64_t sparse_mode;
+  int64_t cmp_ratio;
 };
 
 // As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
@@ -79,6 +80,7 @@ inline mgo::table::LightningIndexer::Attrs ToAttrs(const LightningIndexerAttrArg
   mgo::table::SetAttr(mgo::table::LightningIndexer::kName, a.sparse_count, raw.sparse_count);
   mgo::table::SetAttr(mgo::table::LightningIndexer::kName, a.layout, std::string(raw.layout));
   mgo::table::SetAttr(mgo::table::LightningIndexer::kName, a.sparse_mode, raw.sparse_mode);
+  mgo::table::SetAttr(mgo::table::LightningIndexer::kName, a.cmp_ratio, raw.cmp_ratio);
   mgo::table::LightningIndexer::CheckAttrs(a, mgo::table::Backend::kAscend);
   return a;
 }
@@ -87,6 +89,7 @@ inline mgo::table::LightningIndexer::Attrs ToAttrs(const LightningIndexerAttrArg
 struct LightningIndexerGradAttrArgs {
   const char* layout;
   int64_t sparse_mode;
+  int64_t cmp_ratio;
 };
 
 // As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
@@ -94,6 +97,7 @@ inline mgo::table::LightningIndexerGrad::Attrs ToAttrs(const LightningIndexerGra
   mgo::table::LightningIndexerGrad::Attrs a{};
   mgo::table::SetAttr(mgo::table::LightningIndexerGrad::kName, a.layout, std::string(raw.layout));
   mgo::table::SetAttr(mgo::table::LightningIndexerGrad::kName, a.sparse_mode, raw.sparse_mode);
+  mgo::table::SetAttr(mgo::table::LightningIndexerGrad::kName, a.cmp_ratio, raw.cmp_ratio);
   mgo::table::LightningIndexerGrad::CheckAttrs(a, mgo::table::Backend::kAscend);
   return a;
 }

@@ -78,6 +78,7 @@ class LightningIndexerAttrArgs(ctypes.Structure):
         ("sparse_count", ctypes.c_int64),
         ("layout", ctypes.c_char_p),
         ("sparse_mode", ctypes.c_int64),
+        ("cmp_ratio", ctypes.c_int64),
     ]
 
 
@@ -87,6 +88,7 @@ class LightningIndexerGradAttrArgs(ctypes.Structure):
     _fields_ = [
         ("layout", ctypes.c_char_p),
         ("sparse_mode", ctypes.c_int64),
+        ("cmp_ratio", ctypes.c_int64),
     ]
 
 
