@@ -10,14 +10,15 @@
 
 namespace mgo::infer {
 
-// `query`: the query-side tensor whose dim 0 is B in BSND; `lens_q`: actual_seq_lengths_query.
+// `query`: the query-side tensor (query or query_index) whose dim 0 is B in BSND; `lens_q`:
+// actual_seq_lengths_query.
 inline void check_cmp_residual(const Checker& c, bool bsnd, const TensorDesc& res, const TensorDesc& query,
                                const TensorDesc& lens_q) {
   if (is_absent(res.shape)) return;
   c.integer("cmp_residual_k", res);
   c.rank("cmp_residual_k", res, 1);
   if (bsnd) {
-    c.dim("cmp_residual_k", res, 0, dim_or_unknown(query, 0), "the batch size B of 'query_index' (one per batch)");
+    c.dim("cmp_residual_k", res, 0, dim_or_unknown(query, 0), "the batch size B (one per batch)");
   } else if (!rank_known(lens_q.shape)) {
     return;
   } else if (is_absent(lens_q.shape)) {

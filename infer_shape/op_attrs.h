@@ -87,6 +87,7 @@ struct SparseLightningIndexerGradKLLossAttrs {
   Layout layout;
   SparseMode sparse_mode;
   bool deterministic;
+  int64_t cmp_ratio;
 };
 
 // The sizes sparse_lightning_indexer_grad_kl_loss's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
@@ -109,6 +110,7 @@ struct SparseLightningIndexerGradKLLossAscend {
 struct DenseLightningIndexerSoftmaxLseAttrs {
   Layout layout;
   SparseMode sparse_mode;
+  int64_t cmp_ratio;
 };
 
 // The sizes dense_lightning_indexer_softmax_lse's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
@@ -125,6 +127,7 @@ struct DenseLightningIndexerGradKLLossAttrs {
   Layout layout;
   SparseMode sparse_mode;
   bool deterministic;
+  int64_t cmp_ratio;
 };
 
 // The sizes dense_lightning_indexer_grad_kl_loss's Ascend kernel takes beyond the shape rules; its tiling refuses the others.

@@ -107,41 +107,46 @@ inline void bind_rules(pybind11::module_& m) {
   m.def(
       "sparse_lightning_indexer_grad_kl_loss",
       [](const Shapes& s, const DTypeNames& t, double scale_value, const std::string& layout, int64_t sparse_mode,
-         bool deterministic) {
+         bool deterministic, int64_t cmp_ratio) {
         table::SparseLightningIndexerGradKLLoss::Attrs a{};
         table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.scale_value, scale_value);
         table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.layout, layout);
         table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.sparse_mode, sparse_mode);
         table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.deterministic, deterministic);
+        table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.cmp_ratio, cmp_ratio);
         table::SparseLightningIndexerGradKLLoss::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::sparse_lightning_indexer_grad_kl_loss(descs(s, t), a));
       },
-      shapes, dtypes, py::arg("scale_value"), py::arg("layout"), py::arg("sparse_mode"), py::arg("deterministic"));
+      shapes, dtypes, py::arg("scale_value"), py::arg("layout"), py::arg("sparse_mode"), py::arg("deterministic"),
+      py::arg("cmp_ratio"));
   // dense_lightning_indexer_softmax_lse: infer_shape/dense_lightning_indexer_softmax_lse.h
   m.def(
       "dense_lightning_indexer_softmax_lse",
-      [](const Shapes& s, const DTypeNames& t, const std::string& layout, int64_t sparse_mode) {
+      [](const Shapes& s, const DTypeNames& t, const std::string& layout, int64_t sparse_mode, int64_t cmp_ratio) {
         table::DenseLightningIndexerSoftmaxLse::Attrs a{};
         table::SetAttr(table::DenseLightningIndexerSoftmaxLse::kName, a.layout, layout);
         table::SetAttr(table::DenseLightningIndexerSoftmaxLse::kName, a.sparse_mode, sparse_mode);
+        table::SetAttr(table::DenseLightningIndexerSoftmaxLse::kName, a.cmp_ratio, cmp_ratio);
         table::DenseLightningIndexerSoftmaxLse::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::dense_lightning_indexer_softmax_lse(descs(s, t), a));
       },
-      shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"));
+      shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"), py::arg("cmp_ratio"));
   // dense_lightning_indexer_grad_kl_loss: infer_shape/dense_lightning_indexer_grad_kl_loss.h
   m.def(
       "dense_lightning_indexer_grad_kl_loss",
       [](const Shapes& s, const DTypeNames& t, double scale_value, const std::string& layout, int64_t sparse_mode,
-         bool deterministic) {
+         bool deterministic, int64_t cmp_ratio) {
         table::DenseLightningIndexerGradKLLoss::Attrs a{};
         table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.scale_value, scale_value);
         table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.layout, layout);
         table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.sparse_mode, sparse_mode);
         table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.deterministic, deterministic);
+        table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.cmp_ratio, cmp_ratio);
         table::DenseLightningIndexerGradKLLoss::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::dense_lightning_indexer_grad_kl_loss(descs(s, t), a));
       },
-      shapes, dtypes, py::arg("scale_value"), py::arg("layout"), py::arg("sparse_mode"), py::arg("deterministic"));
+      shapes, dtypes, py::arg("scale_value"), py::arg("layout"), py::arg("sparse_mode"), py::arg("deterministic"),
+      py::arg("cmp_ratio"));
   // sparse_flash_attention: infer_shape/sparse_flash_attention.h
   m.def(
       "sparse_flash_attention",

@@ -103,14 +103,15 @@ def sparse_lightning_indexer_grad_kl_loss_bprop(query: Tensor, key: Tensor, quer
                                                 weights: Tensor, sparse_indices: Tensor, softmax_max: Tensor,
                                                 softmax_sum: Tensor, query_rope: Tensor, key_rope: Tensor,
                                                 actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor,
-                                                sinks: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
+                                                sinks: Tensor, cmp_residual_k: Tensor, out: tuple,
+                                                dout: tuple) -> tuple[Tensor, ...]:
     raise RuntimeError("sparse_lightning_indexer_grad_kl_loss has no gradient: it returns the loss together with its "
                        "gradients; use nn.IndexerKLLoss, whose backward scales them by the incoming gradient")
 
 
 def dense_lightning_indexer_softmax_lse_bprop(query_index: Tensor, key_index: Tensor, weights: Tensor,
                                               actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor,
-                                              out: tuple, dout: tuple) -> tuple[Tensor, ...]:
+                                              cmp_residual_k: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
     raise RuntimeError("dense_lightning_indexer_softmax_lse has no gradient: its statistics are the fixed normaliser "
                        "of the indexer distribution that dense_lightning_indexer_grad_kl_loss differentiates through")
 
@@ -119,7 +120,7 @@ def dense_lightning_indexer_grad_kl_loss_bprop(query: Tensor, key: Tensor, query
                                                weights: Tensor, softmax_max: Tensor, softmax_sum: Tensor,
                                                softmax_max_index: Tensor, softmax_sum_index: Tensor, query_rope: Tensor,
                                                key_rope: Tensor, actual_seq_lengths_query: Tensor,
-                                               actual_seq_lengths_key: Tensor, out: tuple,
+                                               actual_seq_lengths_key: Tensor, cmp_residual_k: Tensor, out: tuple,
                                                dout: tuple) -> tuple[Tensor, ...]:
     raise RuntimeError("dense_lightning_indexer_grad_kl_loss has no gradient: it returns the loss together with its "
                        "gradients; use nn.DenseIndexerKLLoss, whose backward scales them by the incoming gradient")

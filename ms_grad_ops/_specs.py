@@ -206,9 +206,9 @@ _ROPE_ASCEND = tuple((x, x, x, x, "int32", x, x) for x in ASCEND_FLOATS)
 _INDEXER_XW = tuple((x, w) for x in FLOATS for w in dict.fromkeys((x, "float32")))
 _LIGHTNING_INDEXER_DTYPES = tuple((x, x, w, lq, lk, lr, "int32", "float32")
                                   for x, w in _INDEXER_XW for lq in INTS for lk in INTS for lr in INTS)
-_INDEXER_GRAD_DTYPES = tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, lq, lk, "float32", x, x, w,
+_INDEXER_GRAD_DTYPES = tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, lq, lk, "float32", lr, x, x, w,
                               "float32")
-                             for x, w in _INDEXER_XW for lq in INTS for lk in INTS)
+                             for x, w in _INDEXER_XW for lq in INTS for lk in INTS for lr in INTS)
 # What their Ascend OpDefs are to declare (issue 11): 16-bit X, weights X or float32, int32 lengths.
 _INDEXER_XW_ASCEND = tuple((x, w) for x in ASCEND_FLOATS for w in (x, "float32"))
 
@@ -293,33 +293,39 @@ _SPECS = (
            size_limits=(_NIDX_ASCEND, _K_ASCEND)),
     OpSpec("sparse_lightning_indexer_grad_kl_loss", "SparseLightningIndexerGradKLLoss",
            ("query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum",
-            "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks"),
+            "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks", "cmp_residual_k"),
            ("d_query_index", "d_key_index", "d_weights", "loss"),
-           (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE, _DETERMINISTIC), _INDEXER_GRAD_DTYPES,
-           tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, "int32", "int32", "float32", x, x, w, "float32")
-                 for x, w in _INDEXER_XW_ASCEND),
-           frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks"}),
+           (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE, _DETERMINISTIC, _CMP_RATIO_ASCEND_1), _INDEXER_GRAD_DTYPES,
+           tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, "int32", "int32", "float32", "int32", x, x, w,
+                  "float32") for x, w in _INDEXER_XW_ASCEND),
+           frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks",
+                      "cmp_residual_k"}),
            size_limits=(_NIDX_ASCEND, _K_ASCEND,
                         ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256))),
            cell="IndexerKLLoss"),
     # The dense pair: lightning_indexer's logits over each full visible row (no top-k, no indices).
     OpSpec("dense_lightning_indexer_softmax_lse", "DenseLightningIndexerSoftmaxLse",
-           ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"),
-           _DENSE_STATS, (_LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND),
-           tuple((x, x, w, lq, lk, "float32", "float32") for x, w in _INDEXER_XW for lq in INTS for lk in INTS),
-           ascend_dtypes=tuple((x, x, w, "int32", "int32", "float32", "float32") for x, w in _INDEXER_XW_ASCEND),
-           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}), size_limits=(_NIDX_ASCEND,),
+           ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key",
+            "cmp_residual_k"),
+           _DENSE_STATS, (_LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND, _CMP_RATIO_ASCEND_1),
+           tuple((x, x, w, lq, lk, lr, "float32", "float32") for x, w in _INDEXER_XW for lq in INTS for lk in INTS
+                 for lr in INTS),
+           ascend_dtypes=tuple((x, x, w, "int32", "int32", "int32", "float32", "float32")
+                               for x, w in _INDEXER_XW_ASCEND),
+           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"}),
+           size_limits=(_NIDX_ASCEND,),
            ascend_socs=_DENSE_SOCS),
     OpSpec("dense_lightning_indexer_grad_kl_loss", "DenseLightningIndexerGradKLLoss",
            ("query", "key", "query_index", "key_index", "weights", "softmax_max", "softmax_sum", *_DENSE_STATS,
-            "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"),
+            "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"),
            ("d_query_index", "d_key_index", "d_weights", "loss"),
-           (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND, _DETERMINISTIC),
-           tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, lq, lk, x, x, w, "float32")
-                 for x, w in _INDEXER_XW for lq in INTS for lk in INTS),
-           ascend_dtypes=tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, "int32", "int32", x,
-                                x, w, "float32") for x, w in _INDEXER_XW_ASCEND),
-           optional=frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"}),
+           (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND, _DETERMINISTIC, _CMP_RATIO_ASCEND_1),
+           tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, lq, lk, lr, x, x, w, "float32")
+                 for x, w in _INDEXER_XW for lq in INTS for lk in INTS for lr in INTS),
+           ascend_dtypes=tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, "int32", "int32",
+                                "int32", x, x, w, "float32") for x, w in _INDEXER_XW_ASCEND),
+           optional=frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key",
+                               "cmp_residual_k"}),
            size_limits=(_NIDX_ASCEND, _N1_ASCEND,
                         ("Ascend", SizeLimit("N2", "key heads, key dim -2: the MLA-absorbed attention only", 1, 1))),
            ascend_socs=_DENSE_SOCS, cell="DenseIndexerKLLoss"),

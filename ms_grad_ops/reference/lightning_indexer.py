@@ -146,14 +146,17 @@ def lightning_indexer(query_index: np.ndarray, key_index: np.ndarray, weights: n
 def attention_softmax_stats(query: np.ndarray, key: np.ndarray, sparse_indices: np.ndarray,
                             query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
                             actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
-                            sinks: np.ndarray | None = None, *, scale_value: float, layout: str = "BSND",
-                            sparse_mode: int = 3) -> tuple[np.ndarray, np.ndarray]:
+                            sinks: np.ndarray | None = None, cmp_residual_k: object = None, *, scale_value: float,
+                            layout: str = "BSND", sparse_mode: int = 3, cmp_ratio: int = 1
+                            ) -> tuple[np.ndarray, np.ndarray]:
     """``softmax_max``/``softmax_sum`` of the main sparse attention (docs/contract.md section 3, block size 1)
     over the same selected keys: ``[1, T1, N1]`` (BSND ``[B, 1, S1, N1]``). Rows without a visible
     key (BSND padding rows included) get (0, 0), as ``sparse_flash_attention`` gives them. With
     ``sinks`` ([N1]) the statistics include them (docs/contract.md section 0.7): a row without a visible
-    key gets (sigma, 1) for a head with sigma > -inf (a BSND padding row keeps (0, 0))."""
-    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
+    key gets (sigma, 1) for a head with sigma > -inf (a BSND padding row keeps (0, 0)). Compressed keys:
+    section 8.1."""
+    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode, cmp_ratio,
+                        cmp_residual_k)
     q, k, qr, kr, si = _to_tnd(layout, query, key, query_rope, key_rope, sparse_indices)
     n1 = q.shape[1]
     sig = np.full(n1, -np.inf) if sinks is None else f64(sinks).reshape(n1)
@@ -195,15 +198,17 @@ def sparse_lightning_indexer_grad_kl_loss(
         sparse_indices: np.ndarray, softmax_max: np.ndarray, softmax_sum: np.ndarray,
         query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
         actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
-        sinks: np.ndarray | None = None, *, scale_value: float, layout: str = "BSND", sparse_mode: int = 3,
-        return_kl_grad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        sinks: np.ndarray | None = None, cmp_residual_k: object = None, *, scale_value: float,
+        layout: str = "BSND", sparse_mode: int = 3, cmp_ratio: int = 1, return_kl_grad: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """docs/contract.md section 4.2: returns (d_query_index, d_key_index, d_weights, loss) for d(loss) = 1 with
     CANN's ``dI = y - p``; the target ``p`` is the head sum over ``N1``, or with a sink > -inf the
     head sum renormalised to 1 over the row's keys (CANN's ``1 / (N1 - sum_h P_sink,h)`` for
     statistics of the same keys and sinks), in log-shifted form so that large sinks stay finite.
     ``return_kl_grad=True`` uses the exact gradient of the loss instead (``dI = y * sum(p) - p``;
     identical when ``sum(p) = 1``), for finite-difference checks."""
-    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
+    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode, cmp_ratio,
+                        cmp_residual_k)
     q, k, qr, kr, qi, ki, w, si = _to_tnd(layout, query, key, query_rope, key_rope, query_index, key_index,
                                           weights, sparse_indices)
     mx, sm = _stats_tnd(layout, softmax_max), _stats_tnd(layout, softmax_sum)

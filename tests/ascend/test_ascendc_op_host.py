@@ -440,7 +440,7 @@ def sli_inputs(layout: str, dtype: str, wdtype: str, *, rope: bool, lengths: boo
     stats = ([2, 1, 5, 4] if layout == "BSND" else [1, 10, 4], "float32")
     return [([*lead_q, 4, 32], dtype), ([*lead_k, 1, 32], dtype), ([*lead_q, 2, 16], dtype),
             ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype), ([*lead_q, 1, 3], "int32"), stats, stats, qr, kr, lq,
-            lk, sinks_input(sinks, omit)]
+            lk, sinks_input(sinks, omit), None if omit else ([0], "int32")]
 
 
 SLI = "sparse_lightning_indexer_grad_kl_loss"
@@ -575,14 +575,15 @@ def dense_inputs(op: str, layout: str, dtype: str, wdtype: str, *, rope: bool = 
     absent: Input = None if omit else ([0], dtype)
     lq, lk = (([2], "int32"), ([2], "int32")) if lengths else (None if omit else ([0], "int32"),) * 2
     index = [([*lead_q, 2, 16], dtype), ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype)]
+    residual: Input = None if omit else ([0], "int32")  # cmp_residual_k (unread at cmp_ratio 1)
     if op == DLI:
-        return [*index, lq, lk]
+        return [*index, lq, lk, residual]
     g = 4 // n2
     qr, kr = (([*lead_q, 4, 16], dtype), ([*lead_k, n2, 16], dtype)) if rope else (absent, absent)
     stats = ([2, n2, 5, g] if layout == "BSND" else [n2, 10, g], "float32")
     index_stats = ([2, 1, 5] if layout == "BSND" else [1, 10], "float32")
     return [([*lead_q, 4, 32], dtype), ([*lead_k, n2, 32], dtype), *index, stats, stats, index_stats, index_stats,
-            qr, kr, lq, lk]
+            qr, kr, lq, lk, residual]
 
 
 @pytest.mark.parametrize("op", [DLI, DLIG])
@@ -698,11 +699,12 @@ LENGTHS_CASES = {
     "lightning_indexer_grad": (lambda lq, lk: lig_inputs("BSND", "float16", "float16", lengths=False)[:5]
                                + [lq, lk, None],
                                "actual_seq_lengths_key"),
-    SLI: (lambda lq, lk: sli_inputs("BSND", "bfloat16", "float32", rope=True, lengths=False)[:10] + [lq, lk, None],
+    SLI: (lambda lq, lk: sli_inputs("BSND", "bfloat16", "float32", rope=True, lengths=False)[:10]
+          + [lq, lk, None, None],
           "actual_seq_lengths_key"),
-    DLI: (lambda lq, lk: dense_inputs(DLI, "BSND", "float16", "float16", lengths=False)[:3] + [lq, lk],
+    DLI: (lambda lq, lk: dense_inputs(DLI, "BSND", "float16", "float16", lengths=False)[:3] + [lq, lk, None],
           "actual_seq_lengths_key"),
-    DLIG: (lambda lq, lk: dense_inputs(DLIG, "BSND", "bfloat16", "float32", lengths=False)[:11] + [lq, lk],
+    DLIG: (lambda lq, lk: dense_inputs(DLIG, "BSND", "bfloat16", "float32", lengths=False)[:11] + [lq, lk, None],
            "actual_seq_lengths_key"),
 }
 

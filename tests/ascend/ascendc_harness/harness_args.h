@@ -108,6 +108,7 @@ struct SparseLightningIndexerGradKLLossAttrArgs {
   const char* layout;
   int64_t sparse_mode;
   bool deterministic;
+  int64_t cmp_ratio;
 };
 
 // As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
@@ -117,6 +118,7 @@ inline mgo::table::SparseLightningIndexerGradKLLoss::Attrs ToAttrs(const SparseL
   mgo::table::SetAttr(mgo::table::SparseLightningIndexerGradKLLoss::kName, a.layout, std::string(raw.layout));
   mgo::table::SetAttr(mgo::table::SparseLightningIndexerGradKLLoss::kName, a.sparse_mode, raw.sparse_mode);
   mgo::table::SetAttr(mgo::table::SparseLightningIndexerGradKLLoss::kName, a.deterministic, raw.deterministic);
+  mgo::table::SetAttr(mgo::table::SparseLightningIndexerGradKLLoss::kName, a.cmp_ratio, raw.cmp_ratio);
   mgo::table::SparseLightningIndexerGradKLLoss::CheckAttrs(a, mgo::table::Backend::kAscend);
   return a;
 }
@@ -125,6 +127,7 @@ inline mgo::table::SparseLightningIndexerGradKLLoss::Attrs ToAttrs(const SparseL
 struct DenseLightningIndexerSoftmaxLseAttrArgs {
   const char* layout;
   int64_t sparse_mode;
+  int64_t cmp_ratio;
 };
 
 // As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
@@ -132,6 +135,7 @@ inline mgo::table::DenseLightningIndexerSoftmaxLse::Attrs ToAttrs(const DenseLig
   mgo::table::DenseLightningIndexerSoftmaxLse::Attrs a{};
   mgo::table::SetAttr(mgo::table::DenseLightningIndexerSoftmaxLse::kName, a.layout, std::string(raw.layout));
   mgo::table::SetAttr(mgo::table::DenseLightningIndexerSoftmaxLse::kName, a.sparse_mode, raw.sparse_mode);
+  mgo::table::SetAttr(mgo::table::DenseLightningIndexerSoftmaxLse::kName, a.cmp_ratio, raw.cmp_ratio);
   mgo::table::DenseLightningIndexerSoftmaxLse::CheckAttrs(a, mgo::table::Backend::kAscend);
   return a;
 }
@@ -142,6 +146,7 @@ struct DenseLightningIndexerGradKLLossAttrArgs {
   const char* layout;
   int64_t sparse_mode;
   bool deterministic;
+  int64_t cmp_ratio;
 };
 
 // As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
@@ -151,6 +156,7 @@ inline mgo::table::DenseLightningIndexerGradKLLoss::Attrs ToAttrs(const DenseLig
   mgo::table::SetAttr(mgo::table::DenseLightningIndexerGradKLLoss::kName, a.layout, std::string(raw.layout));
   mgo::table::SetAttr(mgo::table::DenseLightningIndexerGradKLLoss::kName, a.sparse_mode, raw.sparse_mode);
   mgo::table::SetAttr(mgo::table::DenseLightningIndexerGradKLLoss::kName, a.deterministic, raw.deterministic);
+  mgo::table::SetAttr(mgo::table::DenseLightningIndexerGradKLLoss::kName, a.cmp_ratio, raw.cmp_ratio);
   mgo::table::DenseLightningIndexerGradKLLoss::CheckAttrs(a, mgo::table::Backend::kAscend);
   return a;
 }

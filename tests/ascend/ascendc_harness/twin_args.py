@@ -100,6 +100,7 @@ class SparseLightningIndexerGradKLLossAttrArgs(ctypes.Structure):
         ("layout", ctypes.c_char_p),
         ("sparse_mode", ctypes.c_int64),
         ("deterministic", ctypes.c_bool),
+        ("cmp_ratio", ctypes.c_int64),
     ]
 
 
@@ -109,6 +110,7 @@ class DenseLightningIndexerSoftmaxLseAttrArgs(ctypes.Structure):
     _fields_ = [
         ("layout", ctypes.c_char_p),
         ("sparse_mode", ctypes.c_int64),
+        ("cmp_ratio", ctypes.c_int64),
     ]
 
 
@@ -120,6 +122,7 @@ class DenseLightningIndexerGradKLLossAttrArgs(ctypes.Structure):
         ("layout", ctypes.c_char_p),
         ("sparse_mode", ctypes.c_int64),
         ("deterministic", ctypes.c_bool),
+        ("cmp_ratio", ctypes.c_int64),
     ]
 
 
