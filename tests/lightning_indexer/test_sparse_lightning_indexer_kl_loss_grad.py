@@ -377,3 +377,33 @@ def test_no_gradient() -> None:
 
     with pytest.raises(RuntimeError, match=f"{OP} has no gradient"):
         ms.grad(f)(args[0])
+
+
+_DETERMINISM_SCRIPT = """
+import hashlib, sys
+sys.path[:0] = {tests!r}
+import mindspore as ms
+ms.set_device("CPU")
+import numpy as np
+from test_sparse_lightning_indexer_kl_loss_grad import Case
+case = Case(np.random.default_rng(14), {dtype!r}, "float32", "TND", lens_q=[300, 200], lens_k=[80, 50], k=64,
+            drop=0.1, hidden=0.1)
+print(hashlib.sha256(b"".join(np.ascontiguousarray(o).tobytes() for o in case.run())).hexdigest())
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_bitwise_identical_for_1_and_2_threads(dtype: str) -> None:
+    """Many rows select the same compressed keys: d_key_index sums rows in a fixed order, the loss too."""
+    import os
+    import subprocess
+    import sys
+
+    from _paths import SUPPORT
+    script = _DETERMINISM_SCRIPT.format(tests=[str(Path(__file__).parent), str(SUPPORT)], dtype=dtype)
+    digests = []
+    for threads in ("1", "2"):
+        env = dict(os.environ, OMP_NUM_THREADS=threads)
+        res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        digests.append(res.stdout.strip().splitlines()[-1])
+    assert digests[0] == digests[1] and len(digests[0]) == 64
