@@ -2,7 +2,8 @@
 
 - ``signature``: the functional op's signature (``OpSpec.signature``, the one the tests hold the code to);
 - ``attributes``: every attribute's domain, default (or "required"), backend limits and meaning,
-  the sizes a backend's kernel bounds, and the one wording of a domain error.
+  the sizes a backend's kernel bounds, the one wording of a domain error, and, for an op without
+  Ascend dtypes, that it has no Ascend kernel.
 
 The rest of a page is hand-written; each block sits between its two markers and is rewritten in
 place (a page without them is an error: add them where the block belongs)."""
@@ -63,6 +64,9 @@ def _attributes(op: object, specs: ModuleType) -> list[str]:
                           f"in one wording: `{wording}`. Keyword-only in the functional op, in this order."]
     else:
         lines.append("No attributes.")
+    if not op.ascend_dtypes:  # a CPU-only op: the table is what says so
+        lines += ["", "**No Ascend kernel yet**: the table declares no Ascend dtypes, so the op is not in the "
+                      "custom op package and an Ascend device target refuses it by name (a `RuntimeError`)."]
     sizes = [(b, s) for b, s in op.size_limits]
     if sizes:
         lines += ["", "Sizes the kernels of a backend bound beyond the shape rules (the tiling refuses the others):"]
