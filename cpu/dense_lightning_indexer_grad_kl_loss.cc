@@ -163,7 +163,8 @@ void mgo::cpu::kernels::dense_lightning_indexer_grad_kl_loss(
   z.nidx = args.dim(In::kQueryIndex, r - 2);
   z.didx = args.dim(In::kQueryIndex, r - 1);
   const RowPlan plan = plan_rows(Dli::kName, args, bsnd, In::kQuery, In::kKey, In::kActualSeqLengthsQuery,
-                                 In::kActualSeqLengthsKey, attrs.sparse_mode);
+                                 In::kActualSeqLengthsKey, attrs.sparse_mode,
+                                 Compression{attrs.cmp_ratio, In::kCmpResidualK});
   const float scale = static_cast<float>(attrs.scale_value);
   dispatch_indexer(args, In::kQuery, In::kWeights, [&](auto x, auto op, auto w) {
     run<decltype(x), decltype(op), decltype(w)>(args, z, plan, scale);

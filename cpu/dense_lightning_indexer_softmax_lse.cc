@@ -71,7 +71,8 @@ void mgo::cpu::kernels::dense_lightning_indexer_softmax_lse(const aot::KernelArg
                                                             const table::DenseLightningIndexerSoftmaxLse::Attrs& attrs) {
   const bool bsnd = attrs.layout == table::Layout::kBSND;
   const RowPlan plan = plan_rows(Lse::kName, args, bsnd, In::kQueryIndex, In::kKeyIndex, In::kActualSeqLengthsQuery,
-                                 In::kActualSeqLengthsKey, attrs.sparse_mode);
+                                 In::kActualSeqLengthsKey, attrs.sparse_mode,
+                                 Compression{attrs.cmp_ratio, In::kCmpResidualK});
   dispatch_indexer(args, In::kQueryIndex, In::kWeights, [&](auto x, auto op, auto w) {
     run<decltype(x), decltype(op), decltype(w)>(args, plan, bsnd);
   });

@@ -20,6 +20,7 @@
 #include "../infer_shape/sparse_flash_mla.h"
 #include "../infer_shape/sparse_flash_mla_grad.h"
 #include "../infer_shape/sparse_lightning_indexer_grad_kl_loss.h"
+#include "../infer_shape/sparse_lightning_indexer_kl_loss_grad.h"
 #include "aot_adapter.h"
 #include "op_kernels.h"
 
@@ -276,4 +277,23 @@ extern "C" int SparseFlashMlaGrad(
     int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
     void* extra) {
   return Launch<SparseFlashMlaGradGlue>(nparam, params, ndims, shapes, dtypes, extra);
+}
+
+// sparse_lightning_indexer_kl_loss_grad
+struct SparseLightningIndexerKLLossGradGlue : mgo::table::SparseLightningIndexerKLLossGrad {
+  static constexpr auto kRule = mgo::infer::sparse_lightning_indexer_kl_loss_grad;
+  static constexpr auto kKernel = mgo::cpu::kernels::sparse_lightning_indexer_kl_loss_grad;
+};
+extern "C" ShapesOf<SparseLightningIndexerKLLossGradGlue> SparseLightningIndexerKLLossGradInferShape(
+    int* ndims, int64_t** shapes, AotExtra* extra) {
+  return InferShape<SparseLightningIndexerKLLossGradGlue>(ndims, shapes, extra);
+}
+extern "C" TypesOf<SparseLightningIndexerKLLossGradGlue> SparseLightningIndexerKLLossGradInferType(
+    std::vector<TypeId> types, AotExtra* extra) {
+  return InferType<SparseLightningIndexerKLLossGradGlue>(types, extra);
+}
+extern "C" int SparseLightningIndexerKLLossGrad(
+    int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* /*stream*/,
+    void* extra) {
+  return Launch<SparseLightningIndexerKLLossGradGlue>(nparam, params, ndims, shapes, dtypes, extra);
 }

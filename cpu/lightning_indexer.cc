@@ -1,8 +1,8 @@
 // CPU AOT kernel of `lightning_indexer` (docs/contract.md section 4.1): index scores over the visible keys of
 // every query row and the top-`sparse_count` selection.
 //
-// Inputs: query_index, key_index, weights, actual_seq_lengths_query, actual_seq_lengths_key
-// (zero-size placeholders when None). Outputs: sparse_indices int32 and sparse_values float32
+// Inputs: query_index, key_index, weights, actual_seq_lengths_query, actual_seq_lengths_key, cmp_residual_k
+// (zero-size placeholders when None); compressed keys (cmp_ratio) only change each row's visible count. Outputs: sparse_indices int32 and sparse_values float32
 // [T1, 1, K] / [B, S1, 1, K]; values are the float32 scores I (-inf in unused slots).
 //
 // Per row: I over the visible keys (IndexScorer, lightning_indexer_common.h); selection is
@@ -99,7 +99,8 @@ void mgo::cpu::kernels::lightning_indexer(const aot::KernelArgs& args, const tab
   const bool bsnd = attrs.layout == table::Layout::kBSND;
   const int64_t k = attrs.sparse_count;
   const RowPlan plan = plan_rows(Li::kName, args, bsnd, In::kQueryIndex, In::kKeyIndex, In::kActualSeqLengthsQuery,
-                                 In::kActualSeqLengthsKey, attrs.sparse_mode);
+                                 In::kActualSeqLengthsKey, attrs.sparse_mode,
+                                 Compression{attrs.cmp_ratio, In::kCmpResidualK});
   dispatch_indexer(args, In::kQueryIndex, In::kWeights, [&](auto x, auto op, auto w) {
     run<decltype(x), decltype(op), decltype(w)>(args, plan, bsnd, k);
   });

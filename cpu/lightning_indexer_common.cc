@@ -41,22 +41,52 @@ inline float lane_sum(const float (&lanes)[kLanes]) {
 
 }  // namespace
 
+namespace {
+
+// The residual of every batch (docs/contract.md section 9.1): all 0 when the input is absent.
+std::vector<int64_t> read_residuals(const char* op, const aot::KernelArgs& args, Compression cmp, int64_t batches) {
+  std::vector<int64_t> res(static_cast<size_t>(batches), 0);
+  if (cmp.residual_arg < 0 || args.numel(cmp.residual_arg) == 0) return res;
+  const int i = cmp.residual_arg;
+  if (args.numel(i) != batches) {
+    throw std::runtime_error(std::string(op) + ": cmp_residual_k must have one entry per batch (" +
+                             std::to_string(batches) + "), got " + std::to_string(args.numel(i)));
+  }
+  for (int64_t b = 0; b < batches; ++b) {
+    res[b] = args.dtype(i) == infer::DType::kInt64 ? args.as<const int64_t>(i)[b] : args.as<const int32_t>(i)[b];
+    if (res[b] < 0 || res[b] >= cmp.ratio) {
+      throw std::runtime_error(std::string(op) + ": cmp_residual_k[" + std::to_string(b) + "] = " +
+                               std::to_string(res[b]) + " must be in [0, cmp_ratio = " + std::to_string(cmp.ratio) +
+                               ") (the original tokens of the last incomplete block)");
+    }
+  }
+  return res;
+}
+
+}  // namespace
+
 RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi_arg, int ki_arg, int lens_q_arg,
-                  int lens_k_arg, table::SparseMode sparse_mode) {
+                  int lens_k_arg, table::SparseMode sparse_mode, Compression cmp) {
   const int64_t t1 = token_count(args, qi_arg, bsnd);
   const int64_t t2 = token_count(args, ki_arg, bsnd);
   const Batches bat = read_batches(op, args, bsnd, bsnd ? args.dim(qi_arg, 0) : 0, t1, t2, lens_q_arg, lens_k_arg,
                                    "actual_seq_lengths_key");
+  const std::vector<int64_t> residual = read_residuals(op, args, cmp, bat.count());
   RowPlan plan{std::vector<int64_t>(t1), std::vector<int64_t>(t1), std::vector<int64_t>(t1),
                std::vector<uint8_t>(t1)};
+  const int64_t r = cmp.ratio;
   for (int64_t b = 0; b < bat.count(); ++b) {
     const int64_t q0 = bat.q0[b], k0 = bat.kv0[b];
     const int64_t s1 = bat.q_len[b], s2 = bat.kv_len[b];
     for (int64_t i = 0; i < s1; ++i) {
       plan.key_base[q0 + i] = k0;
       plan.key_count[q0 + i] = s2;
-      plan.limit[q0 + i] =
-          sparse_mode == table::SparseMode::kRightDownCausal ? std::clamp<int64_t>(i + s2 - s1 + 1, 0, s2) : s2;
+      // Tokens the row sees in original positions; floor division (0 for none). r = 1, residual 0:
+      // i + s2 - s1 + 1, the right-down causal rule, the same integers as before cmp_ratio existed.
+      const int64_t seen = s2 * r + residual[b] - s1 + i + 1;
+      plan.limit[q0 + i] = sparse_mode == table::SparseMode::kRightDownCausal
+                               ? std::clamp<int64_t>(seen > 0 ? seen / r : 0, 0, s2)
+                               : s2;
       plan.active[q0 + i] = 1;
     }
   }

@@ -34,11 +34,22 @@ struct RowPlan {
   std::vector<uint8_t> active;
 };
 
+// Compressed keys (docs/contract.md section 9.1): `cmp_ratio` original tokens per key and, in input
+// `residual_arg` (-1: none; zero-size: all 0), per batch the tokens of the last incomplete block, so the
+// batch's original length is S2_b * cmp_ratio + residual[b]. The defaults are plain keys.
+struct Compression {
+  int64_t ratio = 1;
+  int residual_arg = -1;
+};
+
 // Builds the plan from the layout and the lengths inputs (seq_lengths.h: cumulative in TND, zero-size
-// = one sequence; per batch in BSND). Throws std::runtime_error naming `op` for bad length values.
-// Call outside any parallel region.
+// = one sequence; per batch in BSND). With sparse_mode 3, local query i of a batch of S1 queries and S2
+// keys sees the keys j < floor((S2 * r + residual - S1 + i + 1) / r), r = cmp.ratio (for r = 1 the
+// right-down causal rule itself, j <= i + S2 - S1). Throws std::runtime_error naming `op` for bad
+// length or residual values (a residual outside [0, r), or not one per batch). Call outside any
+// parallel region.
 RowPlan plan_rows(const char* op, const aot::KernelArgs& args, bool bsnd, int qi_arg, int ki_arg, int lens_q_arg,
-                  int lens_k_arg, table::SparseMode sparse_mode);
+                  int lens_k_arg, table::SparseMode sparse_mode, Compression cmp = {});
 
 // Throws std::runtime_error naming `op` if any index of an active row is < -1 or >= S2 of its batch.
 void check_sparse_indices(const char* op, const int32_t* idx, int64_t t1, int64_t k, const RowPlan& plan);

@@ -97,7 +97,8 @@ void mgo::cpu::kernels::lightning_indexer_grad(const aot::KernelArgs& args,
   z.didx = args.dim(In::kQueryIndex, r - 1);
   z.k = args.dim(In::kSparseIndices, r - 1);
   const RowPlan plan = plan_rows(Lig::kName, args, bsnd, In::kQueryIndex, In::kKeyIndex, In::kActualSeqLengthsQuery,
-                                 In::kActualSeqLengthsKey, attrs.sparse_mode);
+                                 In::kActualSeqLengthsKey, attrs.sparse_mode,
+                                 Compression{attrs.cmp_ratio, In::kCmpResidualK});
   check_sparse_indices(Lig::kName, args.as<const int32_t>(In::kSparseIndices), z.t1, z.k, plan);
   dispatch_indexer(args, In::kQueryIndex, In::kWeights, [&](auto x, auto op, auto w) {
     run<decltype(x), decltype(op), decltype(w)>(args, z, plan);

@@ -26,5 +26,7 @@ void sparse_flash_attention(const aot::KernelArgs& args, const table::SparseFlas
 void sparse_flash_attention_grad(const aot::KernelArgs& args, const table::SparseFlashAttentionGrad::Attrs& attrs);
 void sparse_flash_mla(const aot::KernelArgs& args, const table::SparseFlashMla::Attrs& attrs);
 void sparse_flash_mla_grad(const aot::KernelArgs& args, const table::SparseFlashMlaGrad::Attrs& attrs);
+void sparse_lightning_indexer_kl_loss_grad(const aot::KernelArgs& args,
+                                           const table::SparseLightningIndexerKLLossGrad::Attrs& attrs);
 
 }  // namespace mgo::cpu::kernels

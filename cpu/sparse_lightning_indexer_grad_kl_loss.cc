@@ -212,7 +212,8 @@ void mgo::cpu::kernels::sparse_lightning_indexer_grad_kl_loss(
                     return x != -std::numeric_limits<float>::infinity();
                   });
   const RowPlan plan = plan_rows(Sli::kName, args, bsnd, In::kQuery, In::kKey, In::kActualSeqLengthsQuery,
-                                 In::kActualSeqLengthsKey, attrs.sparse_mode);
+                                 In::kActualSeqLengthsKey, attrs.sparse_mode,
+                                 Compression{attrs.cmp_ratio, In::kCmpResidualK});
   check_sparse_indices(Sli::kName, args.as<const int32_t>(In::kSparseIndices), z.t1, z.k, plan);
   const float scale = static_cast<float>(attrs.scale_value);
   dispatch_indexer(args, In::kQuery, In::kWeights, [&](auto x, auto op, auto w) {

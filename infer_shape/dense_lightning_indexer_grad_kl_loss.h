@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cmp_residual_rules.h"
 #include "lightning_indexer_rules.h"
 #include "rope_pair.h"
 
@@ -62,6 +63,7 @@ inline InferResult dense_lightning_indexer_grad_kl_loss(const std::vector<Tensor
   check_rope_pair(c, r, q, k, in[In::kQueryRope], in[In::kKeyRope]);
   check_seq_lengths(c, l == Layout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
                     "actual_seq_lengths_key", dim_or_unknown(q, 0));
+  check_cmp_residual(c, l == Layout::kBSND, in[In::kCmpResidualK], q, in[In::kActualSeqLengthsQuery]);
   c.floating("query", q);
   c.same_dtype("key", k, "query", q);
   c.same_dtype("query_index", qi, "query", q);

@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "cmp_residual_rules.h"
 #include "lightning_indexer_rules.h"
 
 namespace mgo::infer {
@@ -23,6 +24,7 @@ inline InferResult dense_lightning_indexer_softmax_lse(const std::vector<TensorD
   check_indexer_tensors(c, l, qi, in[In::kKeyIndex], in[In::kWeights]);
   check_seq_lengths(c, l == Layout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
                     "actual_seq_lengths_key", dim_or_unknown(qi, 0));
+  check_cmp_residual(c, l == Layout::kBSND, in[In::kCmpResidualK], qi, in[In::kActualSeqLengthsQuery]);
   const Shape s = index_stats_shape(l, qi);
   return {{s, s}, {DType::kFloat32, DType::kFloat32}};
 }

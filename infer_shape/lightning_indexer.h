@@ -1,8 +1,8 @@
 // Shape rules of `lightning_indexer` (docs/contract.md section 4.1, forward top-k selection).
 //
 // Inputs: query_index, key_index, weights (see lightning_indexer_rules.h), actual_seq_lengths_query,
-// actual_seq_lengths_key (placeholders when None). Attributes: sparse_count (the size rule below), layout,
-// sparse_mode. Outputs: sparse_indices int32 and sparse_values float32, both [T1, 1, K] / [B, S1, 1, K].
+// actual_seq_lengths_key, cmp_residual_k (placeholders when None). Attributes: sparse_count (the size rule
+// below), layout, sparse_mode, cmp_ratio (compressed keys, docs/contract.md section 9.1). Outputs: sparse_indices int32 and sparse_values float32, both [T1, 1, K] / [B, S1, 1, K].
 //
 // Size rule for sparse_count = K. MindSpore allocates both outputs, T1 * K slots of 8 bytes together, before
 // the kernel runs, so a K nothing can hold used to end in its "Allocate output memory failed". K beyond a
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cmp_residual_rules.h"
 #include "lightning_indexer_rules.h"
 
 namespace mgo::infer {
@@ -53,6 +54,7 @@ inline InferResult lightning_indexer(const std::vector<TensorDesc>& in, const ta
   check_sparse_slots(c, l, qi, attrs.sparse_count);
   check_seq_lengths(c, l == Layout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
                     "actual_seq_lengths_key", dim_or_unknown(qi, 0));
+  check_cmp_residual(c, l == Layout::kBSND, in[In::kCmpResidualK], qi, in[In::kActualSeqLengthsQuery]);
   const Shape s = sparse_shape(l, qi, attrs.sparse_count);
   return {{s, s}, {DType::kInt32, DType::kFloat32}};
 }

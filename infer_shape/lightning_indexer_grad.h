@@ -2,14 +2,15 @@
 //
 // Inputs (TND; BSND adds B, S): query_index [T1, Nidx, Didx], key_index [T2, 1, Didx], weights
 // [T1, Nidx] (see lightning_indexer_rules.h), sparse_indices int32 [T1, 1, K], d_values float32 of
-// the shape of sparse_indices, actual_seq_lengths_query/key (placeholders when None).
-// Attributes: layout, sparse_mode.
+// the shape of sparse_indices, actual_seq_lengths_query/key and cmp_residual_k (placeholders when None).
+// Attributes: layout, sparse_mode, cmp_ratio.
 // Outputs: d_query_index, d_key_index, d_weights with the shapes and dtypes of their inputs.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "cmp_residual_rules.h"
 #include "lightning_indexer_rules.h"
 
 namespace mgo::infer {
@@ -31,6 +32,7 @@ inline InferResult lightning_indexer_grad(const std::vector<TensorDesc>& in,
   }
   check_seq_lengths(c, l == Layout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
                     "actual_seq_lengths_key", dim_or_unknown(qi, 0));
+  check_cmp_residual(c, l == Layout::kBSND, in[In::kCmpResidualK], qi, in[In::kActualSeqLengthsQuery]);
   return {{qi.shape, ki.shape, w.shape}, {qi.dtype, ki.dtype, w.dtype}};
 }
 

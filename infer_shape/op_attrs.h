@@ -57,6 +57,7 @@ struct LightningIndexerAttrs {
   int64_t sparse_count;
   Layout layout;
   SparseMode sparse_mode;
+  int64_t cmp_ratio;
 };
 
 // The sizes lightning_indexer's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
@@ -71,6 +72,7 @@ struct LightningIndexerAscend {
 struct LightningIndexerGradAttrs {
   Layout layout;
   SparseMode sparse_mode;
+  int64_t cmp_ratio;
 };
 
 // The sizes lightning_indexer_grad's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
@@ -91,6 +93,7 @@ struct SparseLightningIndexerGradKLLossAttrs {
   Layout layout;
   SparseMode sparse_mode;
   bool deterministic;
+  int64_t cmp_ratio;
 };
 
 // The sizes sparse_lightning_indexer_grad_kl_loss's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
@@ -113,6 +116,7 @@ struct SparseLightningIndexerGradKLLossAscend {
 struct DenseLightningIndexerSoftmaxLseAttrs {
   Layout layout;
   SparseMode sparse_mode;
+  int64_t cmp_ratio;
 };
 
 // The sizes dense_lightning_indexer_softmax_lse's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
@@ -129,6 +133,7 @@ struct DenseLightningIndexerGradKLLossAttrs {
   Layout layout;
   SparseMode sparse_mode;
   bool deterministic;
+  int64_t cmp_ratio;
 };
 
 // The sizes dense_lightning_indexer_grad_kl_loss's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
@@ -226,6 +231,13 @@ struct SparseFlashMlaGradAscend {
     static constexpr uint64_t kMin = 512, kMax = 1024;
     static constexpr const char* kError = "K (slots of cmp_sparse_indices (512 or 1024), its last dim) must be in [512, 1024] on Ascend";
   };
+};
+
+// sparse_lightning_indexer_kl_loss_grad: table::SparseLightningIndexerKLLossGrad::Attrs, in table order (defaults: table::SparseLightningIndexerKLLossGrad::kDefaults).
+struct SparseLightningIndexerKLLossGradAttrs {
+  Layout layout;
+  SparseMode sparse_mode;
+  int64_t cmp_ratio;
 };
 
 }  // namespace mgo::table

@@ -320,36 +320,40 @@ struct ClaGateBackward {
 struct LightningIndexer {
   static constexpr const char* kName = "lightning_indexer";
   static constexpr const char* kOpType = "LightningIndexer";
-  static constexpr int kNumInputs = 5;
+  static constexpr int kNumInputs = 6;
   static constexpr int kNumOutputs = 2;
   struct In {
-    enum : int { kQueryIndex = 0, kKeyIndex = 1, kWeights = 2, kActualSeqLengthsQuery = 3, kActualSeqLengthsKey = 4 };
+    enum : int { kQueryIndex = 0, kKeyIndex = 1, kWeights = 2, kActualSeqLengthsQuery = 3, kActualSeqLengthsKey = 4, kCmpResidualK = 5 };
   };
   struct Out {
     enum : int { kSparseIndices = 0, kSparseValues = 1 };
   };
   // An output's kernel parameter: kNumInputs + its Out index.
   struct OutParam {
-    enum : int { kSparseIndices = 5, kSparseValues = 6 };
+    enum : int { kSparseIndices = 6, kSparseValues = 7 };
   };
-  static constexpr std::array<const char*, 5> kInputNames{"query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"};
+  static constexpr std::array<const char*, 6> kInputNames{"query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"};
   static constexpr std::array<const char*, 2> kOutputNames{"sparse_indices", "sparse_values"};
-  static constexpr std::array<bool, 5> kOptional{false, false, false, true, true};
+  static constexpr std::array<bool, 6> kOptional{false, false, false, true, true, true};
   // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
   // attribute's value-initialised: it has none).
   using Attrs = LightningIndexerAttrs;
-  static constexpr Attrs kDefaults{2048, Layout::kBSND, SparseMode::kRightDownCausal};
-  static constexpr std::array<const char*, 3> kAttrNames{"sparse_count", "layout", "sparse_mode"};
+  static constexpr Attrs kDefaults{2048, Layout::kBSND, SparseMode::kRightDownCausal, 1};
+  static constexpr std::array<const char*, 4> kAttrNames{"sparse_count", "layout", "sparse_mode", "cmp_ratio"};
   // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
-  static constexpr std::array<bool, 3> kAttrRequired{false, false, false};
+  static constexpr std::array<bool, 4> kAttrRequired{false, false, false, false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
-  static constexpr auto kAttrs = std::make_tuple(&Attrs::sparse_count, &Attrs::layout, &Attrs::sparse_mode);
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::sparse_count, &Attrs::layout, &Attrs::sparse_mode, &Attrs::cmp_ratio);
   // The domain error of the first attribute outside its domain on `backend` (choices are inside
   // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
   static void CheckAttrs(const Attrs& a, Backend backend) {
     CheckRange<int64_t>(kName, "sparse_count", a.sparse_count, 1, 1048576, "an integer in [1, 1048576]");
     if (backend == Backend::kAscend) {
       CheckRange<int64_t>(kName, "sparse_count", a.sparse_count, 1, 16384, "an integer in [1, 16384] on Ascend");
+    }
+    CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 1, "an integer in [1, 1] on Ascend");
     }
   }
 };
@@ -358,67 +362,76 @@ struct LightningIndexer {
 struct LightningIndexerGrad {
   static constexpr const char* kName = "lightning_indexer_grad";
   static constexpr const char* kOpType = "LightningIndexerGrad";
-  static constexpr int kNumInputs = 7;
+  static constexpr int kNumInputs = 8;
   static constexpr int kNumOutputs = 3;
   struct In {
-    enum : int { kQueryIndex = 0, kKeyIndex = 1, kWeights = 2, kSparseIndices = 3, kDValues = 4, kActualSeqLengthsQuery = 5, kActualSeqLengthsKey = 6 };
+    enum : int { kQueryIndex = 0, kKeyIndex = 1, kWeights = 2, kSparseIndices = 3, kDValues = 4, kActualSeqLengthsQuery = 5, kActualSeqLengthsKey = 6, kCmpResidualK = 7 };
   };
   struct Out {
     enum : int { kDQueryIndex = 0, kDKeyIndex = 1, kDWeights = 2 };
   };
   // An output's kernel parameter: kNumInputs + its Out index.
   struct OutParam {
-    enum : int { kDQueryIndex = 7, kDKeyIndex = 8, kDWeights = 9 };
+    enum : int { kDQueryIndex = 8, kDKeyIndex = 9, kDWeights = 10 };
   };
-  static constexpr std::array<const char*, 7> kInputNames{"query_index", "key_index", "weights", "sparse_indices", "d_values", "actual_seq_lengths_query", "actual_seq_lengths_key"};
+  static constexpr std::array<const char*, 8> kInputNames{"query_index", "key_index", "weights", "sparse_indices", "d_values", "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"};
   static constexpr std::array<const char*, 3> kOutputNames{"d_query_index", "d_key_index", "d_weights"};
-  static constexpr std::array<bool, 7> kOptional{false, false, false, false, false, true, true};
+  static constexpr std::array<bool, 8> kOptional{false, false, false, false, false, true, true, true};
   // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
   // attribute's value-initialised: it has none).
   using Attrs = LightningIndexerGradAttrs;
-  static constexpr Attrs kDefaults{Layout::kBSND, SparseMode::kRightDownCausal};
-  static constexpr std::array<const char*, 2> kAttrNames{"layout", "sparse_mode"};
+  static constexpr Attrs kDefaults{Layout::kBSND, SparseMode::kRightDownCausal, 1};
+  static constexpr std::array<const char*, 3> kAttrNames{"layout", "sparse_mode", "cmp_ratio"};
   // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
-  static constexpr std::array<bool, 2> kAttrRequired{false, false};
+  static constexpr std::array<bool, 3> kAttrRequired{false, false, false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
-  static constexpr auto kAttrs = std::make_tuple(&Attrs::layout, &Attrs::sparse_mode);
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::layout, &Attrs::sparse_mode, &Attrs::cmp_ratio);
   // The domain error of the first attribute outside its domain on `backend` (choices are inside
   // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
-  static void CheckAttrs(const Attrs&, Backend) {}
+  static void CheckAttrs(const Attrs& a, Backend backend) {
+    CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 1, "an integer in [1, 1] on Ascend");
+    }
+  }
 };
 
 // sparse_lightning_indexer_grad_kl_loss
 struct SparseLightningIndexerGradKLLoss {
   static constexpr const char* kName = "sparse_lightning_indexer_grad_kl_loss";
   static constexpr const char* kOpType = "SparseLightningIndexerGradKLLoss";
-  static constexpr int kNumInputs = 13;
+  static constexpr int kNumInputs = 14;
   static constexpr int kNumOutputs = 4;
   struct In {
-    enum : int { kQuery = 0, kKey = 1, kQueryIndex = 2, kKeyIndex = 3, kWeights = 4, kSparseIndices = 5, kSoftmaxMax = 6, kSoftmaxSum = 7, kQueryRope = 8, kKeyRope = 9, kActualSeqLengthsQuery = 10, kActualSeqLengthsKey = 11, kSinks = 12 };
+    enum : int { kQuery = 0, kKey = 1, kQueryIndex = 2, kKeyIndex = 3, kWeights = 4, kSparseIndices = 5, kSoftmaxMax = 6, kSoftmaxSum = 7, kQueryRope = 8, kKeyRope = 9, kActualSeqLengthsQuery = 10, kActualSeqLengthsKey = 11, kSinks = 12, kCmpResidualK = 13 };
   };
   struct Out {
     enum : int { kDQueryIndex = 0, kDKeyIndex = 1, kDWeights = 2, kLoss = 3 };
   };
   // An output's kernel parameter: kNumInputs + its Out index.
   struct OutParam {
-    enum : int { kDQueryIndex = 13, kDKeyIndex = 14, kDWeights = 15, kLoss = 16 };
+    enum : int { kDQueryIndex = 14, kDKeyIndex = 15, kDWeights = 16, kLoss = 17 };
   };
-  static constexpr std::array<const char*, 13> kInputNames{"query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks"};
+  static constexpr std::array<const char*, 14> kInputNames{"query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks", "cmp_residual_k"};
   static constexpr std::array<const char*, 4> kOutputNames{"d_query_index", "d_key_index", "d_weights", "loss"};
-  static constexpr std::array<bool, 13> kOptional{false, false, false, false, false, false, false, false, true, true, true, true, true};
+  static constexpr std::array<bool, 14> kOptional{false, false, false, false, false, false, false, false, true, true, true, true, true, true};
   // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
   // attribute's value-initialised: it has none).
   using Attrs = SparseLightningIndexerGradKLLossAttrs;
-  static constexpr Attrs kDefaults{{}, Layout::kBSND, SparseMode::kRightDownCausal, false};
-  static constexpr std::array<const char*, 4> kAttrNames{"scale_value", "layout", "sparse_mode", "deterministic"};
+  static constexpr Attrs kDefaults{{}, Layout::kBSND, SparseMode::kRightDownCausal, false, 1};
+  static constexpr std::array<const char*, 5> kAttrNames{"scale_value", "layout", "sparse_mode", "deterministic", "cmp_ratio"};
   // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
-  static constexpr std::array<bool, 4> kAttrRequired{true, false, false, false};
+  static constexpr std::array<bool, 5> kAttrRequired{true, false, false, false, false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
-  static constexpr auto kAttrs = std::make_tuple(&Attrs::scale_value, &Attrs::layout, &Attrs::sparse_mode, &Attrs::deterministic);
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::scale_value, &Attrs::layout, &Attrs::sparse_mode, &Attrs::deterministic, &Attrs::cmp_ratio);
   // The domain error of the first attribute outside its domain on `backend` (choices are inside
   // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
-  static void CheckAttrs(const Attrs& a, Backend /*backend*/) {
+  static void CheckAttrs(const Attrs& a, Backend backend) {
     CheckRange<double>(kName, "scale_value", a.scale_value, -3.4028234663852886e+38, 3.4028234663852886e+38, "a finite float32 (|x| <= 3.4028235e+38)");
+    CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 1, "an integer in [1, 1] on Ascend");
+    }
   }
 };
 
@@ -426,30 +439,30 @@ struct SparseLightningIndexerGradKLLoss {
 struct DenseLightningIndexerSoftmaxLse {
   static constexpr const char* kName = "dense_lightning_indexer_softmax_lse";
   static constexpr const char* kOpType = "DenseLightningIndexerSoftmaxLse";
-  static constexpr int kNumInputs = 5;
+  static constexpr int kNumInputs = 6;
   static constexpr int kNumOutputs = 2;
   struct In {
-    enum : int { kQueryIndex = 0, kKeyIndex = 1, kWeights = 2, kActualSeqLengthsQuery = 3, kActualSeqLengthsKey = 4 };
+    enum : int { kQueryIndex = 0, kKeyIndex = 1, kWeights = 2, kActualSeqLengthsQuery = 3, kActualSeqLengthsKey = 4, kCmpResidualK = 5 };
   };
   struct Out {
     enum : int { kSoftmaxMaxIndex = 0, kSoftmaxSumIndex = 1 };
   };
   // An output's kernel parameter: kNumInputs + its Out index.
   struct OutParam {
-    enum : int { kSoftmaxMaxIndex = 5, kSoftmaxSumIndex = 6 };
+    enum : int { kSoftmaxMaxIndex = 6, kSoftmaxSumIndex = 7 };
   };
-  static constexpr std::array<const char*, 5> kInputNames{"query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"};
+  static constexpr std::array<const char*, 6> kInputNames{"query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"};
   static constexpr std::array<const char*, 2> kOutputNames{"softmax_max_index", "softmax_sum_index"};
-  static constexpr std::array<bool, 5> kOptional{false, false, false, true, true};
+  static constexpr std::array<bool, 6> kOptional{false, false, false, true, true, true};
   // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
   // attribute's value-initialised: it has none).
   using Attrs = DenseLightningIndexerSoftmaxLseAttrs;
-  static constexpr Attrs kDefaults{Layout::kBSND, SparseMode::kRightDownCausal};
-  static constexpr std::array<const char*, 2> kAttrNames{"layout", "sparse_mode"};
+  static constexpr Attrs kDefaults{Layout::kBSND, SparseMode::kRightDownCausal, 1};
+  static constexpr std::array<const char*, 3> kAttrNames{"layout", "sparse_mode", "cmp_ratio"};
   // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
-  static constexpr std::array<bool, 2> kAttrRequired{false, false};
+  static constexpr std::array<bool, 3> kAttrRequired{false, false, false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
-  static constexpr auto kAttrs = std::make_tuple(&Attrs::layout, &Attrs::sparse_mode);
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::layout, &Attrs::sparse_mode, &Attrs::cmp_ratio);
   // The domain error of the first attribute outside its domain on `backend` (choices are inside
   // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
   static void CheckAttrs(const Attrs& a, Backend backend) {
@@ -458,6 +471,10 @@ struct DenseLightningIndexerSoftmaxLse {
         DomainError(kName, "sparse_mode", "one of 3 (rightDownCausal) on Ascend", Choice<SparseMode>::Name(a.sparse_mode));
       }
     }
+    CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 1, "an integer in [1, 1] on Ascend");
+    }
   }
 };
 
@@ -465,30 +482,30 @@ struct DenseLightningIndexerSoftmaxLse {
 struct DenseLightningIndexerGradKLLoss {
   static constexpr const char* kName = "dense_lightning_indexer_grad_kl_loss";
   static constexpr const char* kOpType = "DenseLightningIndexerGradKLLoss";
-  static constexpr int kNumInputs = 13;
+  static constexpr int kNumInputs = 14;
   static constexpr int kNumOutputs = 4;
   struct In {
-    enum : int { kQuery = 0, kKey = 1, kQueryIndex = 2, kKeyIndex = 3, kWeights = 4, kSoftmaxMax = 5, kSoftmaxSum = 6, kSoftmaxMaxIndex = 7, kSoftmaxSumIndex = 8, kQueryRope = 9, kKeyRope = 10, kActualSeqLengthsQuery = 11, kActualSeqLengthsKey = 12 };
+    enum : int { kQuery = 0, kKey = 1, kQueryIndex = 2, kKeyIndex = 3, kWeights = 4, kSoftmaxMax = 5, kSoftmaxSum = 6, kSoftmaxMaxIndex = 7, kSoftmaxSumIndex = 8, kQueryRope = 9, kKeyRope = 10, kActualSeqLengthsQuery = 11, kActualSeqLengthsKey = 12, kCmpResidualK = 13 };
   };
   struct Out {
     enum : int { kDQueryIndex = 0, kDKeyIndex = 1, kDWeights = 2, kLoss = 3 };
   };
   // An output's kernel parameter: kNumInputs + its Out index.
   struct OutParam {
-    enum : int { kDQueryIndex = 13, kDKeyIndex = 14, kDWeights = 15, kLoss = 16 };
+    enum : int { kDQueryIndex = 14, kDKeyIndex = 15, kDWeights = 16, kLoss = 17 };
   };
-  static constexpr std::array<const char*, 13> kInputNames{"query", "key", "query_index", "key_index", "weights", "softmax_max", "softmax_sum", "softmax_max_index", "softmax_sum_index", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"};
+  static constexpr std::array<const char*, 14> kInputNames{"query", "key", "query_index", "key_index", "weights", "softmax_max", "softmax_sum", "softmax_max_index", "softmax_sum_index", "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"};
   static constexpr std::array<const char*, 4> kOutputNames{"d_query_index", "d_key_index", "d_weights", "loss"};
-  static constexpr std::array<bool, 13> kOptional{false, false, false, false, false, false, false, false, false, true, true, true, true};
+  static constexpr std::array<bool, 14> kOptional{false, false, false, false, false, false, false, false, false, true, true, true, true, true};
   // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
   // attribute's value-initialised: it has none).
   using Attrs = DenseLightningIndexerGradKLLossAttrs;
-  static constexpr Attrs kDefaults{{}, Layout::kBSND, SparseMode::kRightDownCausal, false};
-  static constexpr std::array<const char*, 4> kAttrNames{"scale_value", "layout", "sparse_mode", "deterministic"};
+  static constexpr Attrs kDefaults{{}, Layout::kBSND, SparseMode::kRightDownCausal, false, 1};
+  static constexpr std::array<const char*, 5> kAttrNames{"scale_value", "layout", "sparse_mode", "deterministic", "cmp_ratio"};
   // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
-  static constexpr std::array<bool, 4> kAttrRequired{true, false, false, false};
+  static constexpr std::array<bool, 5> kAttrRequired{true, false, false, false, false};
   // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
-  static constexpr auto kAttrs = std::make_tuple(&Attrs::scale_value, &Attrs::layout, &Attrs::sparse_mode, &Attrs::deterministic);
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::scale_value, &Attrs::layout, &Attrs::sparse_mode, &Attrs::deterministic, &Attrs::cmp_ratio);
   // The domain error of the first attribute outside its domain on `backend` (choices are inside
   // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
   static void CheckAttrs(const Attrs& a, Backend backend) {
@@ -497,6 +514,10 @@ struct DenseLightningIndexerGradKLLoss {
       if (a.sparse_mode != SparseMode::kRightDownCausal) {
         DomainError(kName, "sparse_mode", "one of 3 (rightDownCausal) on Ascend", Choice<SparseMode>::Name(a.sparse_mode));
       }
+    }
+    CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
+    if (backend == Backend::kAscend) {
+      CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 1, "an integer in [1, 1] on Ascend");
     }
   }
 };
@@ -684,6 +705,41 @@ struct SparseFlashMlaGrad {
     if (backend == Backend::kAscend) {
       CheckRange<int64_t>(kName, "ori_win_right", a.ori_win_right, 0, 0, "an integer in [0, 0] on Ascend");
     }
+  }
+};
+
+// sparse_lightning_indexer_kl_loss_grad
+struct SparseLightningIndexerKLLossGrad {
+  static constexpr const char* kName = "sparse_lightning_indexer_kl_loss_grad";
+  static constexpr const char* kOpType = "SparseLightningIndexerKLLossGrad";
+  static constexpr int kNumInputs = 8;
+  static constexpr int kNumOutputs = 5;
+  struct In {
+    enum : int { kQueryIndex = 0, kKeyIndex = 1, kWeights = 2, kSparseIndices = 3, kAttnSoftmaxL1Norm = 4, kActualSeqLengthsQuery = 5, kActualSeqLengthsKey = 6, kCmpResidualK = 7 };
+  };
+  struct Out {
+    enum : int { kDQueryIndex = 0, kDKeyIndex = 1, kDWeights = 2, kSoftmaxOut = 3, kLoss = 4 };
+  };
+  // An output's kernel parameter: kNumInputs + its Out index.
+  struct OutParam {
+    enum : int { kDQueryIndex = 8, kDKeyIndex = 9, kDWeights = 10, kSoftmaxOut = 11, kLoss = 12 };
+  };
+  static constexpr std::array<const char*, 8> kInputNames{"query_index", "key_index", "weights", "sparse_indices", "attn_softmax_l1_norm", "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"};
+  static constexpr std::array<const char*, 5> kOutputNames{"d_query_index", "d_key_index", "d_weights", "softmax_out", "loss"};
+  static constexpr std::array<bool, 8> kOptional{false, false, false, false, false, true, true, true};
+  // The primitive's attributes, in table order (op_attrs.h), and the table's defaults (a required
+  // attribute's value-initialised: it has none).
+  using Attrs = SparseLightningIndexerKLLossGradAttrs;
+  static constexpr Attrs kDefaults{Layout::kBSND, SparseMode::kRightDownCausal, 1};
+  static constexpr std::array<const char*, 3> kAttrNames{"layout", "sparse_mode", "cmp_ratio"};
+  // Attributes without a default: the caller must give them (the OpDef declares them REQUIRED).
+  static constexpr std::array<bool, 3> kAttrRequired{false, false, false};
+  // The Attrs fields in kAttrNames order: readers walk them (their C++ types pick the getter).
+  static constexpr auto kAttrs = std::make_tuple(&Attrs::layout, &Attrs::sparse_mode, &Attrs::cmp_ratio);
+  // The domain error of the first attribute outside its domain on `backend` (choices are inside
+  // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
+  static void CheckAttrs(const Attrs& a, Backend /*backend*/) {
+    CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
   }
 };
 

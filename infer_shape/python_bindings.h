@@ -26,6 +26,7 @@
 #include "sparse_flash_mla.h"
 #include "sparse_flash_mla_grad.h"
 #include "sparse_lightning_indexer_grad_kl_loss.h"
+#include "sparse_lightning_indexer_kl_loss_grad.h"
 
 namespace mgo::bindings {
 
@@ -81,65 +82,73 @@ inline void bind_rules(pybind11::module_& m) {
   // lightning_indexer: infer_shape/lightning_indexer.h
   m.def(
       "lightning_indexer",
-      [](const Shapes& s, const DTypeNames& t, int64_t sparse_count, const std::string& layout, int64_t sparse_mode) {
+      [](const Shapes& s, const DTypeNames& t, int64_t sparse_count, const std::string& layout, int64_t sparse_mode,
+         int64_t cmp_ratio) {
         table::LightningIndexer::Attrs a{};
         table::SetAttr(table::LightningIndexer::kName, a.sparse_count, sparse_count);
         table::SetAttr(table::LightningIndexer::kName, a.layout, layout);
         table::SetAttr(table::LightningIndexer::kName, a.sparse_mode, sparse_mode);
+        table::SetAttr(table::LightningIndexer::kName, a.cmp_ratio, cmp_ratio);
         table::LightningIndexer::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::lightning_indexer(descs(s, t), a));
       },
-      shapes, dtypes, py::arg("sparse_count"), py::arg("layout"), py::arg("sparse_mode"));
+      shapes, dtypes, py::arg("sparse_count"), py::arg("layout"), py::arg("sparse_mode"), py::arg("cmp_ratio"));
   // lightning_indexer_grad: infer_shape/lightning_indexer_grad.h
   m.def(
       "lightning_indexer_grad",
-      [](const Shapes& s, const DTypeNames& t, const std::string& layout, int64_t sparse_mode) {
+      [](const Shapes& s, const DTypeNames& t, const std::string& layout, int64_t sparse_mode, int64_t cmp_ratio) {
         table::LightningIndexerGrad::Attrs a{};
         table::SetAttr(table::LightningIndexerGrad::kName, a.layout, layout);
         table::SetAttr(table::LightningIndexerGrad::kName, a.sparse_mode, sparse_mode);
+        table::SetAttr(table::LightningIndexerGrad::kName, a.cmp_ratio, cmp_ratio);
         table::LightningIndexerGrad::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::lightning_indexer_grad(descs(s, t), a));
       },
-      shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"));
+      shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"), py::arg("cmp_ratio"));
   // sparse_lightning_indexer_grad_kl_loss: infer_shape/sparse_lightning_indexer_grad_kl_loss.h
   m.def(
       "sparse_lightning_indexer_grad_kl_loss",
       [](const Shapes& s, const DTypeNames& t, double scale_value, const std::string& layout, int64_t sparse_mode,
-         bool deterministic) {
+         bool deterministic, int64_t cmp_ratio) {
         table::SparseLightningIndexerGradKLLoss::Attrs a{};
         table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.scale_value, scale_value);
         table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.layout, layout);
         table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.sparse_mode, sparse_mode);
         table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.deterministic, deterministic);
+        table::SetAttr(table::SparseLightningIndexerGradKLLoss::kName, a.cmp_ratio, cmp_ratio);
         table::SparseLightningIndexerGradKLLoss::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::sparse_lightning_indexer_grad_kl_loss(descs(s, t), a));
       },
-      shapes, dtypes, py::arg("scale_value"), py::arg("layout"), py::arg("sparse_mode"), py::arg("deterministic"));
+      shapes, dtypes, py::arg("scale_value"), py::arg("layout"), py::arg("sparse_mode"), py::arg("deterministic"),
+      py::arg("cmp_ratio"));
   // dense_lightning_indexer_softmax_lse: infer_shape/dense_lightning_indexer_softmax_lse.h
   m.def(
       "dense_lightning_indexer_softmax_lse",
-      [](const Shapes& s, const DTypeNames& t, const std::string& layout, int64_t sparse_mode) {
+      [](const Shapes& s, const DTypeNames& t, const std::string& layout, int64_t sparse_mode, int64_t cmp_ratio) {
         table::DenseLightningIndexerSoftmaxLse::Attrs a{};
         table::SetAttr(table::DenseLightningIndexerSoftmaxLse::kName, a.layout, layout);
         table::SetAttr(table::DenseLightningIndexerSoftmaxLse::kName, a.sparse_mode, sparse_mode);
+        table::SetAttr(table::DenseLightningIndexerSoftmaxLse::kName, a.cmp_ratio, cmp_ratio);
         table::DenseLightningIndexerSoftmaxLse::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::dense_lightning_indexer_softmax_lse(descs(s, t), a));
       },
-      shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"));
+      shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"), py::arg("cmp_ratio"));
   // dense_lightning_indexer_grad_kl_loss: infer_shape/dense_lightning_indexer_grad_kl_loss.h
   m.def(
       "dense_lightning_indexer_grad_kl_loss",
       [](const Shapes& s, const DTypeNames& t, double scale_value, const std::string& layout, int64_t sparse_mode,
-         bool deterministic) {
+         bool deterministic, int64_t cmp_ratio) {
         table::DenseLightningIndexerGradKLLoss::Attrs a{};
         table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.scale_value, scale_value);
         table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.layout, layout);
         table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.sparse_mode, sparse_mode);
         table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.deterministic, deterministic);
+        table::SetAttr(table::DenseLightningIndexerGradKLLoss::kName, a.cmp_ratio, cmp_ratio);
         table::DenseLightningIndexerGradKLLoss::CheckAttrs(a, table::Backend::kAny);
         return outputs(infer::dense_lightning_indexer_grad_kl_loss(descs(s, t), a));
       },
-      shapes, dtypes, py::arg("scale_value"), py::arg("layout"), py::arg("sparse_mode"), py::arg("deterministic"));
+      shapes, dtypes, py::arg("scale_value"), py::arg("layout"), py::arg("sparse_mode"), py::arg("deterministic"),
+      py::arg("cmp_ratio"));
   // sparse_flash_attention: infer_shape/sparse_flash_attention.h
   m.def(
       "sparse_flash_attention",
@@ -208,6 +217,18 @@ inline void bind_rules(pybind11::module_& m) {
       },
       shapes, dtypes, py::arg("softmax_scale"), py::arg("cmp_ratio"), py::arg("ori_mask_mode"),
       py::arg("cmp_mask_mode"), py::arg("ori_win_left"), py::arg("ori_win_right"), py::arg("layout"));
+  // sparse_lightning_indexer_kl_loss_grad: infer_shape/sparse_lightning_indexer_kl_loss_grad.h
+  m.def(
+      "sparse_lightning_indexer_kl_loss_grad",
+      [](const Shapes& s, const DTypeNames& t, const std::string& layout, int64_t sparse_mode, int64_t cmp_ratio) {
+        table::SparseLightningIndexerKLLossGrad::Attrs a{};
+        table::SetAttr(table::SparseLightningIndexerKLLossGrad::kName, a.layout, layout);
+        table::SetAttr(table::SparseLightningIndexerKLLossGrad::kName, a.sparse_mode, sparse_mode);
+        table::SetAttr(table::SparseLightningIndexerKLLossGrad::kName, a.cmp_ratio, cmp_ratio);
+        table::SparseLightningIndexerKLLossGrad::CheckAttrs(a, table::Backend::kAny);
+        return outputs(infer::sparse_lightning_indexer_kl_loss_grad(descs(s, t), a));
+      },
+      shapes, dtypes, py::arg("layout"), py::arg("sparse_mode"), py::arg("cmp_ratio"));
 }
 
 }  // namespace mgo::bindings

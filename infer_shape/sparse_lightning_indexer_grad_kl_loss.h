@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cmp_residual_rules.h"
 #include "lightning_indexer_rules.h"
 #include "rope_pair.h"
 #include "sinks_rules.h"
@@ -44,6 +45,7 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   check_rope_pair(c, r, q, k, qr, kr);
   check_seq_lengths(c, l == Layout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
                     "actual_seq_lengths_key", dim_or_unknown(q, 0));
+  check_cmp_residual(c, l == Layout::kBSND, in[In::kCmpResidualK], q, in[In::kActualSeqLengthsQuery]);
   check_sinks(c, in[In::kSinks], q, r);
   // Dtypes.
   c.floating("query", q);

@@ -91,12 +91,13 @@ def make_lightning_indexer_bprop(lightning_indexer_grad: Callable[..., tuple]) -
     """
 
     def lightning_indexer_bprop(query_index: Tensor, key_index: Tensor, weights: Tensor,
-                                actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor, out: tuple,
-                                dout: tuple) -> tuple[Tensor, ...]:
+                                actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor,
+                                cmp_residual_k: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
         d_query_index, d_key_index, d_weights = lightning_indexer_grad(
-            query_index, key_index, weights, out[0], dout[1], actual_seq_lengths_query, actual_seq_lengths_key)
+            query_index, key_index, weights, out[0], dout[1], actual_seq_lengths_query, actual_seq_lengths_key,
+            cmp_residual_k)
         return (d_query_index, d_key_index, d_weights, msops.zeros_like(actual_seq_lengths_query),
-                msops.zeros_like(actual_seq_lengths_key))
+                msops.zeros_like(actual_seq_lengths_key), msops.zeros_like(cmp_residual_k))
 
     return lightning_indexer_bprop
 
@@ -115,7 +116,7 @@ def cla_gate_backward_bprop(grad_merged: Tensor, global_attn: Tensor, local_attn
 
 def lightning_indexer_grad_bprop(query_index: Tensor, key_index: Tensor, weights: Tensor, sparse_indices: Tensor,
                                  d_values: Tensor, actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor,
-                                 out: tuple, dout: tuple) -> tuple[Tensor, ...]:
+                                 cmp_residual_k: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
     raise RuntimeError("lightning_indexer_grad has no gradient: it is a backward op itself; differentiate the forward"
                        " op or its nn Cell instead")
 
@@ -124,14 +125,15 @@ def sparse_lightning_indexer_grad_kl_loss_bprop(query: Tensor, key: Tensor, quer
                                                 weights: Tensor, sparse_indices: Tensor, softmax_max: Tensor,
                                                 softmax_sum: Tensor, query_rope: Tensor, key_rope: Tensor,
                                                 actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor,
-                                                sinks: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
+                                                sinks: Tensor, cmp_residual_k: Tensor, out: tuple,
+                                                dout: tuple) -> tuple[Tensor, ...]:
     raise RuntimeError("sparse_lightning_indexer_grad_kl_loss has no gradient: it returns the loss together with its "
                        "gradients; use nn.IndexerKLLoss, whose backward scales them by the incoming gradient")
 
 
 def dense_lightning_indexer_softmax_lse_bprop(query_index: Tensor, key_index: Tensor, weights: Tensor,
                                               actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor,
-                                              out: tuple, dout: tuple) -> tuple[Tensor, ...]:
+                                              cmp_residual_k: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
     raise RuntimeError("dense_lightning_indexer_softmax_lse has no gradient: its statistics are the fixed normaliser "
                        "of the indexer distribution that dense_lightning_indexer_grad_kl_loss differentiates through")
 
@@ -140,7 +142,7 @@ def dense_lightning_indexer_grad_kl_loss_bprop(query: Tensor, key: Tensor, query
                                                weights: Tensor, softmax_max: Tensor, softmax_sum: Tensor,
                                                softmax_max_index: Tensor, softmax_sum_index: Tensor, query_rope: Tensor,
                                                key_rope: Tensor, actual_seq_lengths_query: Tensor,
-                                               actual_seq_lengths_key: Tensor, out: tuple,
+                                               actual_seq_lengths_key: Tensor, cmp_residual_k: Tensor, out: tuple,
                                                dout: tuple) -> tuple[Tensor, ...]:
     raise RuntimeError("dense_lightning_indexer_grad_kl_loss has no gradient: it returns the loss together with its "
                        "gradients; use nn.DenseIndexerKLLoss, whose backward scales them by the incoming gradient")
@@ -164,6 +166,15 @@ def sparse_flash_mla_grad_bprop(query: Tensor, d_out: Tensor, out_: Tensor, soft
                        "op or its nn Cell instead")
 
 
+def sparse_lightning_indexer_kl_loss_grad_bprop(query_index: Tensor, key_index: Tensor, weights: Tensor,
+                                                sparse_indices: Tensor, attn_softmax_l1_norm: Tensor,
+                                                actual_seq_lengths_query: Tensor, actual_seq_lengths_key: Tensor,
+                                                cmp_residual_k: Tensor, out: tuple, dout: tuple) -> tuple[Tensor, ...]:
+    raise RuntimeError("sparse_lightning_indexer_kl_loss_grad has no gradient: it is the backward of the indexer's KL"
+                       " loss against a given target (its gradients for d(loss) = 1, the loss only to log); scale "
+                       "them by the incoming gradient yourself")
+
+
 # The bprop factory of each differentiable forward op, by op name.
 BPROP_FACTORIES: dict[str, Callable[[Callable[..., tuple]], Callable[..., tuple]]] = {
     "rope": make_rope_bprop,
@@ -183,4 +194,5 @@ NO_GRADIENT_BPROPS: dict[str, Callable[..., tuple]] = {
     "dense_lightning_indexer_grad_kl_loss": dense_lightning_indexer_grad_kl_loss_bprop,
     "sparse_flash_attention_grad": sparse_flash_attention_grad_bprop,
     "sparse_flash_mla_grad": sparse_flash_mla_grad_bprop,
+    "sparse_lightning_indexer_kl_loss_grad": sparse_lightning_indexer_kl_loss_grad_bprop,
 }

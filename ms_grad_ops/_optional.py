@@ -48,6 +48,13 @@ def lengths_pair(op: str, kv_arg: str, lens_q: Lengths, lens_kv: Lengths) -> tup
     return q, kv
 
 
+def cmp_residual(op: str, value: Lengths) -> Tensor:
+    """``cmp_residual_k`` (compressed keys, docs/contract.md section 9.1) as a kernel input: None is the
+    placeholder (all residuals 0), a Python sequence an int32 tensor, a tensor passed as is. Its count
+    is the shape rules'; its values (``[0, cmp_ratio)``) the kernel's."""
+    return absent() if value is None else lengths_input(op, "cmp_residual_k", value)
+
+
 def check_lengths_pair(op: str, kv_arg: str, lens_q: Lengths, lens_kv: Lengths, query: Tensor, key: Tensor,
                        layout: str) -> None:
     """Values of Python lengths: TND, cumulative, the last entries the token counts of query and key

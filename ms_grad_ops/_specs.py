@@ -204,11 +204,11 @@ _ROPE_ASCEND = tuple((x, x, x, x, "int32", x, x) for x in ASCEND_FLOATS)
 # Indexer ops: query/key/query_index/key_index (and ropes) share a float dtype X; weights are X or
 # float32; sparse indices int32; statistics float32; each lengths input int32 or int64.
 _INDEXER_XW = tuple((x, w) for x in FLOATS for w in dict.fromkeys((x, "float32")))
-_LIGHTNING_INDEXER_DTYPES = tuple((x, x, w, lq, lk, "int32", "float32")
-                                  for x, w in _INDEXER_XW for lq in INTS for lk in INTS)
-_INDEXER_GRAD_DTYPES = tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, lq, lk, "float32", x, x, w,
+_LIGHTNING_INDEXER_DTYPES = tuple((x, x, w, lq, lk, lr, "int32", "float32")
+                                  for x, w in _INDEXER_XW for lq in INTS for lk in INTS for lr in INTS)
+_INDEXER_GRAD_DTYPES = tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, lq, lk, "float32", lr, x, x, w,
                               "float32")
-                             for x, w in _INDEXER_XW for lq in INTS for lk in INTS)
+                             for x, w in _INDEXER_XW for lq in INTS for lk in INTS for lr in INTS)
 # What their Ascend OpDefs are to declare (issue 11): 16-bit X, weights X or float32, int32 lengths.
 _INDEXER_XW_ASCEND = tuple((x, w) for x in ASCEND_FLOATS for w in (x, "float32"))
 
@@ -250,6 +250,16 @@ _N1_ASCEND = ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256)
 _A2_A3 = ("ascend910b", "ascend910_93")
 _ATTN_SOCS = ("ascend910b", "ascend910_93", "ascend950")
 
+# DeepSeek-V4's indexer (issue 38): compressed keys (cmp_ratio original tokens per key, the last
+# incomplete block's size per batch in cmp_residual_k) and CANN's SparseLightningIndexerKLLossGrad,
+# the KL gradient against a target given as an input. CANN's range of cmpRatio is 1..128
+# (aclnnSparseLightningIndexerKLLossGrad.md, aclnnLightningIndexerV2.md).
+_CMP_RATIO = AttrSpec("cmp_ratio", IntRange(1, 128), 1,
+                      "r, original tokens per compressed key: with sparse_mode 3 query row t sees compressed key j "
+                      "iff j < floor((S2 * r + cmp_residual_k[b] - S1 + t + 1) / r) (docs/contract.md section 9.1)")
+# The Ascend C kernels of the V3.2 indexer ops know no compressed keys yet: cmp_ratio 1 there.
+_CMP_RATIO_ASCEND_1 = replace(_CMP_RATIO, limits=(("Ascend", IntRange(1, 1)),))
+
 # The cla_gate kernels use only the vector API common to A2/A3/950 and size tiles from the UB: the
 # seed op's own target, Ascend 950, too.
 _CLA_SOCS = ("ascend910b", "ascend910_93", "ascend950")
@@ -272,49 +282,58 @@ _SPECS = (
            (AttrSpec("input_attn_layout", Choice(("TND",)), "TND", "the layout of the attention inputs: TND only"),),
            tuple((x,) * 9 for x in FLOATS), tuple((x,) * 9 for x in ASCEND_FLOATS), ascend_socs=_CLA_SOCS),
     OpSpec("lightning_indexer", "LightningIndexer",
-           ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"),
-           ("sparse_indices", "sparse_values"), (_SPARSE_COUNT, _LAYOUT, _SPARSE_MODE), _LIGHTNING_INDEXER_DTYPES,
-           tuple((x, x, w, "int32", "int32", "int32", "float32") for x, w in _INDEXER_XW_ASCEND),
-           frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}), size_limits=(_NIDX_ASCEND,),
-           ascend_socs=_ATTN_SOCS, cell="LightningIndexer"),
+           ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key",
+            "cmp_residual_k"),
+           ("sparse_indices", "sparse_values"), (_SPARSE_COUNT, _LAYOUT, _SPARSE_MODE, _CMP_RATIO_ASCEND_1),
+           _LIGHTNING_INDEXER_DTYPES,
+           tuple((x, x, w, "int32", "int32", "int32", "int32", "float32") for x, w in _INDEXER_XW_ASCEND),
+           frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"}),
+           size_limits=(_NIDX_ASCEND,), ascend_socs=_ATTN_SOCS, cell="LightningIndexer"),
     OpSpec("lightning_indexer_grad", "LightningIndexerGrad",
            ("query_index", "key_index", "weights", "sparse_indices", "d_values", "actual_seq_lengths_query",
-            "actual_seq_lengths_key"),
-           ("d_query_index", "d_key_index", "d_weights"), (_LAYOUT, _SPARSE_MODE),
-           dtypes=tuple((x, x, w, "int32", "float32", lq, lk, x, x, w) for x, w in _INDEXER_XW for lq in INTS
-                        for lk in INTS),
-           ascend_dtypes=tuple((x, x, w, "int32", "float32", "int32", "int32", x, x, w) for x, w in _INDEXER_XW_ASCEND),
-           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}),
+            "actual_seq_lengths_key", "cmp_residual_k"),
+           ("d_query_index", "d_key_index", "d_weights"), (_LAYOUT, _SPARSE_MODE, _CMP_RATIO_ASCEND_1),
+           dtypes=tuple((x, x, w, "int32", "float32", lq, lk, lr, x, x, w) for x, w in _INDEXER_XW for lq in INTS
+                        for lk in INTS for lr in INTS),
+           ascend_dtypes=tuple((x, x, w, "int32", "float32", "int32", "int32", "int32", x, x, w)
+                               for x, w in _INDEXER_XW_ASCEND),
+           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"}),
            size_limits=(_NIDX_ASCEND, _K_ASCEND)),
     OpSpec("sparse_lightning_indexer_grad_kl_loss", "SparseLightningIndexerGradKLLoss",
            ("query", "key", "query_index", "key_index", "weights", "sparse_indices", "softmax_max", "softmax_sum",
-            "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks"),
+            "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks", "cmp_residual_k"),
            ("d_query_index", "d_key_index", "d_weights", "loss"),
-           (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE, _DETERMINISTIC), _INDEXER_GRAD_DTYPES,
-           tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, "int32", "int32", "float32", x, x, w, "float32")
-                 for x, w in _INDEXER_XW_ASCEND),
-           frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks"}),
+           (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE, _DETERMINISTIC, _CMP_RATIO_ASCEND_1), _INDEXER_GRAD_DTYPES,
+           tuple((x, x, x, x, w, "int32", "float32", "float32", x, x, "int32", "int32", "float32", "int32", x, x, w,
+                  "float32") for x, w in _INDEXER_XW_ASCEND),
+           frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "sinks",
+                      "cmp_residual_k"}),
            size_limits=(_NIDX_ASCEND, _K_ASCEND,
                         ("Ascend", SizeLimit("N1", "attention heads, query dim -2", 1, 256))),
            ascend_socs=_ATTN_SOCS, cell="IndexerKLLoss"),
     # The dense pair: lightning_indexer's logits over each full visible row (no top-k, no indices).
     OpSpec("dense_lightning_indexer_softmax_lse", "DenseLightningIndexerSoftmaxLse",
-           ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key"),
-           _DENSE_STATS, (_LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND),
-           tuple((x, x, w, lq, lk, "float32", "float32") for x, w in _INDEXER_XW for lq in INTS for lk in INTS),
-           ascend_dtypes=tuple((x, x, w, "int32", "int32", "float32", "float32") for x, w in _INDEXER_XW_ASCEND),
-           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key"}), size_limits=(_NIDX_ASCEND,),
+           ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key",
+            "cmp_residual_k"),
+           _DENSE_STATS, (_LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND, _CMP_RATIO_ASCEND_1),
+           tuple((x, x, w, lq, lk, lr, "float32", "float32") for x, w in _INDEXER_XW for lq in INTS for lk in INTS
+                 for lr in INTS),
+           ascend_dtypes=tuple((x, x, w, "int32", "int32", "int32", "float32", "float32")
+                               for x, w in _INDEXER_XW_ASCEND),
+           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"}),
+           size_limits=(_NIDX_ASCEND,),
            ascend_socs=_ATTN_SOCS),
     OpSpec("dense_lightning_indexer_grad_kl_loss", "DenseLightningIndexerGradKLLoss",
            ("query", "key", "query_index", "key_index", "weights", "softmax_max", "softmax_sum", *_DENSE_STATS,
-            "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"),
+            "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"),
            ("d_query_index", "d_key_index", "d_weights", "loss"),
-           (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND, _DETERMINISTIC),
-           tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, lq, lk, x, x, w, "float32")
-                 for x, w in _INDEXER_XW for lq in INTS for lk in INTS),
-           ascend_dtypes=tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, "int32", "int32", x,
-                                x, w, "float32") for x, w in _INDEXER_XW_ASCEND),
-           optional=frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key"}),
+           (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND, _DETERMINISTIC, _CMP_RATIO_ASCEND_1),
+           tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, lq, lk, lr, x, x, w, "float32")
+                 for x, w in _INDEXER_XW for lq in INTS for lk in INTS for lr in INTS),
+           ascend_dtypes=tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, "int32", "int32",
+                                "int32", x, x, w, "float32") for x, w in _INDEXER_XW_ASCEND),
+           optional=frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key",
+                               "cmp_residual_k"}),
            size_limits=(_NIDX_ASCEND, _N1_ASCEND,
                         ("Ascend", SizeLimit("N2", "key heads, key dim -2: the MLA-absorbed attention only", 1, 1))),
            ascend_socs=_A2_A3, cell="DenseIndexerKLLoss"),
@@ -397,7 +416,18 @@ _SMLA_SPECS = (
            optional=_SMLA_OPTIONAL, ascend_socs=(), size_limits=_SMLA_SIZES),
 )
 
-OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (*_SPECS, *_SFA_SPECS, *_SMLA_SPECS)}
+_V4_SPECS = (
+    OpSpec("sparse_lightning_indexer_kl_loss_grad", "SparseLightningIndexerKLLossGrad",
+           ("query_index", "key_index", "weights", "sparse_indices", "attn_softmax_l1_norm", "actual_seq_lengths_query",
+            "actual_seq_lengths_key", "cmp_residual_k"),
+           ("d_query_index", "d_key_index", "d_weights", "softmax_out", "loss"), (_LAYOUT, _SPARSE_MODE, _CMP_RATIO),
+           tuple((x, x, w, "int32", _F32, lq, lk, lr, x, x, w, _F32, _F32)
+                 for x, w in _INDEXER_XW for lq in INTS for lk in INTS for lr in INTS),
+           optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"}),
+           ascend_socs=()),
+)
+
+OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (*_SPECS, *_SFA_SPECS, *_SMLA_SPECS, *_V4_SPECS)}
 
 
 # ---------------------------------------------------------------- the forward/grad pairing
@@ -455,9 +485,9 @@ DERIVATIVES: dict[str, GradSpec] = {d.forward: d for d in (
              by_products=("ori_softmax_l1_norm", "cmp_softmax_l1_norm")),
     GradSpec("lightning_indexer", "lightning_indexer_grad",
              ("query_index", "key_index", "weights", "result.sparse_indices", "grad.sparse_values",
-              "actual_seq_lengths_query", "actual_seq_lengths_key"),
+              "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"),
              {"query_index": "d_query_index", "key_index": "d_key_index", "weights": "d_weights"},
-             copied_attrs=("layout", "sparse_mode"),
+             copied_attrs=("layout", "sparse_mode", "cmp_ratio"),
              note="Only the values carry a gradient; the selected indices say which keys it flows to. -1 slots "
                   "are skipped by the kernel, so their -inf values never matter."),
 )}
@@ -470,6 +500,9 @@ NO_GRADIENT: dict[str, str] = {
                                              "nn.IndexerKLLoss, whose backward scales them by the incoming gradient",
     "dense_lightning_indexer_softmax_lse": "its statistics are the fixed normaliser of the indexer distribution "
                                            "that dense_lightning_indexer_grad_kl_loss differentiates through",
+    "sparse_lightning_indexer_kl_loss_grad": "it is the backward of the indexer's KL loss against a given target "
+                                             "(its gradients for d(loss) = 1, the loss only to log); scale them "
+                                             "by the incoming gradient yourself",
     "dense_lightning_indexer_grad_kl_loss": "it returns the loss together with its gradients; use "
                                             "nn.DenseIndexerKLLoss, whose backward scales them by the incoming "
                                             "gradient",

@@ -356,3 +356,87 @@ def uninstall() -> None:
             setattr(module, name, original)
         del _saved[(module_name, name)]
     _cpu_gaps.uninstall()
+
+
+# ---------------------------------------------------------------- DeepSeek-V4 (issue 38): hyper-parallel's
+# wrappers of CANN's V4 indexer ops, on this package's kernels. CANN's TND lengths are cu_seq_lens (B + 1
+# entries, leading 0; this package's are cumulative without it) and seqused (per-batch used lengths: this
+# package's BSND lengths).
+
+def _cumulative(op: str, arg: str, cu: Tensor | Sequence[int] | None) -> Tensor | list[int] | None:
+    """CANN's ``cu_seq_lens`` as this package's TND lengths: the leading 0 dropped. A tensor whose first entry is
+    not 0 is shifted by it, so its last entry no longer equals the token count: the kernel's RuntimeError."""
+    if cu is None:
+        return None
+    if isinstance(cu, Tensor):
+        return cu[1:] - cu[:1]
+    values = [int(x) for x in cu]
+    if len(values) < 2 or values[0] != 0:
+        raise _bad(op, arg, values, "cu_seq_lens need B + 1 entries starting with 0")
+    return values[1:]
+
+
+def _v4_lengths(op: str, layout: str, cu_q: object, cu_k: object, used_q: object, used_k: object) -> tuple:
+    """(actual_seq_lengths_query, actual_seq_lengths_key) of the package from CANN's V4 arguments: TND takes
+    cu_seq_lens only, BSND seqused only (each the meaning the other layout has no use for)."""
+    if layout == "TND":
+        for arg, value in (("seqused_q", used_q), ("seqused_k", used_k)):
+            if value is not None:
+                raise _bad(op, arg, "a value", "seqused in TND (tokens unused inside a packed sequence) is not "
+                           "implemented (CANN's A2/A3 kernels take none either); pass the cu_seq_lens of the used "
+                           "tokens")
+        return _cumulative(op, "cu_seq_lens_q", cu_q), _cumulative(op, "cu_seq_lens_k", cu_k)
+    for arg, value in (("cu_seq_lens_q", cu_q), ("cu_seq_lens_k", cu_k)):
+        if value is not None:
+            raise _bad(op, arg, "a value", "cu_seq_lens are TND's; BSND takes per-batch lengths as seqused_q/seqused_k")
+    return used_q, used_k
+
+
+def npu_sparse_lightning_indexer_kl_loss_grad(query: Tensor, key: Tensor, weights: Tensor, sparse_indices: Tensor,
+                                              attn_softmax_l1_norm: Tensor, *, cu_seq_lens_q: object = None,
+                                              cu_seq_lens_k: object = None, seqused_q: object = None,
+                                              seqused_k: object = None, cmp_residual_k: object = None,
+                                              layout: str = "BSND", mask_mode: int = 3, cmp_ratio: int = 1
+                                              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """hyper-parallel's ``npu_sparse_lightning_indexer_kl_loss_grad`` (CANN's ``SparseLightningIndexerKLLossGrad``)
+    on ``ms_grad_ops.ops.sparse_lightning_indexer_kl_loss_grad``: ``query``/``key``/``weights`` are the
+    indexer's, ``attn_softmax_l1_norm`` the target per slot (the main attention grad's ``cmp_softmax_l1_norm``).
+    TND lengths are CANN's ``cu_seq_lens`` (B + 1 entries, leading 0); BSND takes per-batch ``seqused_q/k``;
+    ``mask_mode`` is the op's ``sparse_mode`` (0 or 3).
+
+    Returns:
+        ``(d_query, d_key, d_weights, softmax_out)``, CANN's four outputs, for d(loss) = 1; the loss that
+        ``ms_grad_ops.ops.sparse_lightning_indexer_kl_loss_grad`` also returns is left out, as CANN has none.
+    """
+    op = "sparse_lightning_indexer_kl_loss_grad"
+    lens_q, lens_k = _v4_lengths(op, layout, cu_seq_lens_q, cu_seq_lens_k, seqused_q, seqused_k)
+    return _ops.sparse_lightning_indexer_kl_loss_grad(query, key, weights, sparse_indices, attn_softmax_l1_norm,
+                                                      lens_q, lens_k, cmp_residual_k, layout=layout,
+                                                      sparse_mode=mask_mode, cmp_ratio=cmp_ratio)[:4]
+
+
+def npu_lightning_indexer(query: Tensor, key: Tensor, weights: Tensor, sparse_count: int, *,
+                          cu_seq_lens_q: object = None, cu_seq_lens_k: object = None, cmp_residual_k: object = None,
+                          block_table: Tensor | None = None, layout: str = "BSND", sparse_mode: int = 0,
+                          cmp_ratio: int = 1, return_value: bool = False) -> tuple[Tensor, Tensor]:
+    """hyper-parallel's ``npu_lightning_indexer`` (CANN's ``LightningIndexerV2``, compressed keys) on
+    ``ms_grad_ops.ops.lightning_indexer``: top-``sparse_count`` keys of the indexer query, key and weights;
+    ``cmp_ratio``/``cmp_residual_k`` as docs/contract.md section 9.1 says. TND lengths are CANN's ``cu_seq_lens``
+    (B + 1 entries, leading 0); BSND rows are all real (CANN's ``seqused`` has no argument here). ``block_table``
+    (a paged cache) is refused with a ValueError.
+
+    Returns:
+        ``(sparse_indices, sparse_values)``: int32 indices local to the batch, ``-1`` beyond the visible keys, and
+        their float32 scores (CANN's V2 type; ``-inf`` in ``-1`` slots), returned whatever ``return_value`` says
+        (CANN leaves them unspecified when it is False).
+    """
+    op = "lightning_indexer"
+    if block_table is not None:
+        raise _bad(op, "block_table", "a Tensor", "PageAttention (a paged KV cache) is not implemented; pass the "
+                   "key tensor itself")
+    lens_q, lens_k = _v4_lengths(op, layout, cu_seq_lens_q, cu_seq_lens_k, None, None)
+    return _ops.lightning_indexer(query, key, weights, lens_q, lens_k, cmp_residual_k, sparse_count=sparse_count,
+                                  layout=layout, sparse_mode=sparse_mode, cmp_ratio=cmp_ratio)
+
+
+__all__ += ["npu_lightning_indexer", "npu_sparse_lightning_indexer_kl_loss_grad"]

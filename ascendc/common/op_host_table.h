@@ -100,12 +100,16 @@ struct LightningIndexerDef {
     return mgo::infer::lightning_indexer(in, a);
   }
   // Columns over query_index, key_index, weights, actual_seq_lengths_query,
-  // actual_seq_lengths_key, sparse_indices, sparse_values.
-  static constexpr std::array<std::array<ge::DataType, 7>, 4> kDtypes{{
-      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT},
-      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT},
-      {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT},
-      {ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT},
+  // actual_seq_lengths_key, cmp_residual_k, sparse_indices, sparse_values.
+  static constexpr std::array<std::array<ge::DataType, 8>, 4> kDtypes{{
+      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_FLOAT},
+      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_FLOAT},
+      {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_FLOAT},
+      {ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_FLOAT},
   }};
   static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
 };
@@ -118,16 +122,17 @@ struct LightningIndexerGradDef {
     return mgo::infer::lightning_indexer_grad(in, a);
   }
   // Columns over query_index, key_index, weights, sparse_indices, d_values,
-  // actual_seq_lengths_query, actual_seq_lengths_key, d_query_index, d_key_index, d_weights.
-  static constexpr std::array<std::array<ge::DataType, 10>, 4> kDtypes{{
+  // actual_seq_lengths_query, actual_seq_lengths_key, cmp_residual_k, d_query_index, d_key_index,
+  // d_weights.
+  static constexpr std::array<std::array<ge::DataType, 11>, 4> kDtypes{{
       {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32,
-       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16},
+       ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16},
       {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32,
-       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT},
+       ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32,
-       ge::DT_BF16, ge::DT_BF16, ge::DT_BF16},
+       ge::DT_INT32, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32,
-       ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
+       ge::DT_INT32, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
   }};
   static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};
 };
@@ -141,20 +146,20 @@ struct SparseLightningIndexerGradKLLossDef {
   }
   // Columns over query, key, query_index, key_index, weights, sparse_indices, softmax_max,
   // softmax_sum, query_rope, key_rope, actual_seq_lengths_query, actual_seq_lengths_key, sinks,
-  // d_query_index, d_key_index, d_weights, loss.
-  static constexpr std::array<std::array<ge::DataType, 17>, 4> kDtypes{{
+  // cmp_residual_k, d_query_index, d_key_index, d_weights, loss.
+  static constexpr std::array<std::array<ge::DataType, 18>, 4> kDtypes{{
       {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32,
        ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT,
-       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT},
+       ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT},
       {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_FLOAT,
-       ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT16,
-       ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT},
+       ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_INT32,
+       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_FLOAT,
-       ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_BF16,
-       ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
+       ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_INT32,
+       ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_FLOAT,
-       ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_BF16,
-       ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
+       ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_INT32,
+       ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
   }};
   static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
 };
@@ -167,12 +172,16 @@ struct DenseLightningIndexerSoftmaxLseDef {
     return mgo::infer::dense_lightning_indexer_softmax_lse(in, a);
   }
   // Columns over query_index, key_index, weights, actual_seq_lengths_query,
-  // actual_seq_lengths_key, softmax_max_index, softmax_sum_index.
-  static constexpr std::array<std::array<ge::DataType, 7>, 4> kDtypes{{
-      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT},
-      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT},
-      {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT},
-      {ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT},
+  // actual_seq_lengths_key, cmp_residual_k, softmax_max_index, softmax_sum_index.
+  static constexpr std::array<std::array<ge::DataType, 8>, 4> kDtypes{{
+      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT,
+       ge::DT_FLOAT},
+      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT,
+       ge::DT_FLOAT},
+      {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT,
+       ge::DT_FLOAT},
+      {ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT,
+       ge::DT_FLOAT},
   }};
   static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
 };
@@ -186,20 +195,20 @@ struct DenseLightningIndexerGradKLLossDef {
   }
   // Columns over query, key, query_index, key_index, weights, softmax_max, softmax_sum,
   // softmax_max_index, softmax_sum_index, query_rope, key_rope, actual_seq_lengths_query,
-  // actual_seq_lengths_key, d_query_index, d_key_index, d_weights, loss.
-  static constexpr std::array<std::array<ge::DataType, 17>, 4> kDtypes{{
+  // actual_seq_lengths_key, cmp_residual_k, d_query_index, d_key_index, d_weights, loss.
+  static constexpr std::array<std::array<ge::DataType, 18>, 4> kDtypes{{
       {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT,
        ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32,
-       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT},
+       ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT},
       {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT,
-       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT16,
-       ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT},
+       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT,
-       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_BF16,
-       ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
+       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT,
-       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_BF16,
-       ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
+       ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
   }};
   static constexpr std::array<const char*, 2> kSocs{"ascend910b", "ascend910_93"};
 };

@@ -25,16 +25,19 @@ class LightningIndexer(KernelCell):
     value outside is a ``ValueError`` here; the size rule's T1 * K part when the Cell is called.
     """
 
-    def __init__(self, sparse_count: int = 2048, layout: str = "BSND", sparse_mode: int = 3) -> None:
+    def __init__(self, sparse_count: int = 2048, layout: str = "BSND", sparse_mode: int = 3,
+                 cmp_ratio: int = 1) -> None:
         super().__init__()
-        attrs = attributes("lightning_indexer", sparse_count=sparse_count, layout=layout, sparse_mode=sparse_mode)
+        attrs = attributes("lightning_indexer", sparse_count=sparse_count, layout=layout, sparse_mode=sparse_mode,
+                           cmp_ratio=cmp_ratio)
         check_attribute_rules("lightning_indexer", attrs)
         self.sparse_count, self.layout, self.sparse_mode = attrs["sparse_count"], attrs["layout"], attrs["sparse_mode"]
+        self.cmp_ratio = attrs["cmp_ratio"]
 
     def construct(self, query_index: Tensor, key_index: Tensor, weights: Tensor,
-                  actual_seq_lengths_query: Tensor | None = None,
-                  actual_seq_lengths_key: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                  actual_seq_lengths_query: Tensor | None = None, actual_seq_lengths_key: Tensor | None = None,
+                  cmp_residual_k: Tensor | None = None) -> tuple[Tensor, Tensor]:
         idx, val = ops.lightning_indexer(query_index, key_index, weights, actual_seq_lengths_query,
-                                         actual_seq_lengths_key, sparse_count=self.sparse_count, layout=self.layout,
-                                         sparse_mode=self.sparse_mode)
+                                         actual_seq_lengths_key, cmp_residual_k, sparse_count=self.sparse_count,
+                                         layout=self.layout, sparse_mode=self.sparse_mode, cmp_ratio=self.cmp_ratio)
         return msops.stop_gradient(idx), val

@@ -12,8 +12,9 @@ from .sparse_flash_attention_grad import sparse_flash_attention_grad
 from .sparse_flash_mla import sparse_flash_mla
 from .sparse_flash_mla_grad import sparse_flash_mla_grad
 from .sparse_lightning_indexer_grad_kl_loss import sparse_lightning_indexer_grad_kl_loss
+from .sparse_lightning_indexer_kl_loss_grad import sparse_lightning_indexer_kl_loss_grad
 
 __all__ = ["cla_gate_backward", "cla_gate_merge", "dense_lightning_indexer_grad_kl_loss",
            "dense_lightning_indexer_softmax_lse", "lightning_indexer", "lightning_indexer_grad", "rope", "rope_grad",
            "sparse_flash_attention", "sparse_flash_attention_grad", "sparse_flash_mla", "sparse_flash_mla_grad",
-           "sparse_lightning_indexer_grad_kl_loss"]
+           "sparse_lightning_indexer_grad_kl_loss", "sparse_lightning_indexer_kl_loss_grad"]

@@ -8,7 +8,7 @@ from mindspore import Tensor
 
 from .._checks import attributes, check_tensor, validate
 from .._custom import primitive
-from .._optional import check_lengths_pair, lengths_pair, rope_pair
+from .._optional import check_lengths_pair, cmp_residual, lengths_pair, rope_pair
 from .._specs import OP_SPECS
 
 _OP = "dense_lightning_indexer_grad_kl_loss"
@@ -19,9 +19,9 @@ def dense_lightning_indexer_grad_kl_loss(
         query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor, softmax_max: Tensor,
         softmax_sum: Tensor, softmax_max_index: Tensor, softmax_sum_index: Tensor, query_rope: Tensor | None = None,
         key_rope: Tensor | None = None, actual_seq_lengths_query: Sequence[int] | Tensor | None = None,
-        actual_seq_lengths_key: Sequence[int] | Tensor | None = None, *,
-        scale_value: float, layout: str = "BSND", sparse_mode: int = 3, deterministic: bool = False
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        actual_seq_lengths_key: Sequence[int] | Tensor | None = None,
+        cmp_residual_k: Sequence[int] | Tensor | None = None, *, scale_value: float, layout: str = "BSND",
+        sparse_mode: int = 3, deterministic: bool = False, cmp_ratio: int = 1) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per query row and each of its visible keys j (no indices): teacher
     ``p_j = (1/N1) sum_h exp(scale*qf_h . kf_j - softmax_max_h) / softmax_sum_h`` (qf, kf = the
     rope-concatenated query/key, kf of key head ``h // G``), ``I_j = sum_g w_g relu(qi_g . ki_j)``,
@@ -44,7 +44,9 @@ def dense_lightning_indexer_grad_kl_loss(
         query_rope, key_rope: ``[T1, N1, Dr]`` and ``[T2, N2, Dr]`` (X), both or neither.
         actual_seq_lengths_query/key: docs/contract.md section 0.3: TND cumulative, both or neither;
             BSND per batch, either alone (padding rows add nothing and get zero gradients).
-        scale_value, layout, sparse_mode, deterministic: the attributes (domains, defaults, meanings:
+        cmp_residual_k: compressed keys' residuals per batch (docs/contract.md section 9.1), int32/int64
+            ``[B]`` or a sequence; None = 0.
+        scale_value, layout, sparse_mode, deterministic, cmp_ratio: the attributes (domains, defaults, meanings:
             docs/ops/dense_lightning_indexer_grad_kl_loss.md, from the table); scale_value is the main
             attention's logit scale.
 
@@ -58,9 +60,9 @@ def dense_lightning_indexer_grad_kl_loss(
     query_rope, key_rope = rope_pair(_OP, query_rope, key_rope, query.dtype)
     lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key)
     tensors = (query, key, query_index, key_index, weights, softmax_max, softmax_sum, softmax_max_index,
-               softmax_sum_index, query_rope, key_rope, lens_q, lens_k)
+               softmax_sum_index, query_rope, key_rope, lens_q, lens_k, cmp_residual(_OP, cmp_residual_k))
     attrs = attributes(_OP, scale_value=scale_value, layout=layout, sparse_mode=sparse_mode,
-                       deterministic=deterministic)
+                       deterministic=deterministic, cmp_ratio=cmp_ratio)
     validate(_OP, _INPUTS, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query, key,
                        attrs["layout"])

@@ -8,7 +8,7 @@ from mindspore import Tensor
 
 from .._checks import attributes, check_tensor, validate
 from .._custom import primitive
-from .._optional import check_lengths_pair, lengths_pair
+from .._optional import check_lengths_pair, cmp_residual, lengths_pair
 from .._specs import OP_SPECS
 
 _OP = "lightning_indexer_grad"
@@ -17,8 +17,9 @@ _INPUTS = OP_SPECS[_OP].inputs
 
 def lightning_indexer_grad(query_index: Tensor, key_index: Tensor, weights: Tensor, sparse_indices: Tensor,
                            d_values: Tensor, actual_seq_lengths_query: Sequence[int] | Tensor | None = None,
-                           actual_seq_lengths_key: Sequence[int] | Tensor | None = None, *,
-                           layout: str = "BSND", sparse_mode: int = 3) -> tuple[Tensor, Tensor, Tensor]:
+                           actual_seq_lengths_key: Sequence[int] | Tensor | None = None,
+                           cmp_residual_k: Sequence[int] | Tensor | None = None, *, layout: str = "BSND",
+                           sparse_mode: int = 3, cmp_ratio: int = 1) -> tuple[Tensor, Tensor, Tensor]:
     """Backward of the selected index scores ``sparse_values[t, 0, k] = I[t, j]``,
     ``I[t, j] = sum_g weights[t, g] * relu(query_index[t, g] . key_index[j])`` (float32, no scale),
     ``j = sparse_indices[t, 0, k]``, for the incoming gradient ``d_values``. With
@@ -43,8 +44,9 @@ def lightning_indexer_grad(query_index: Tensor, key_index: Tensor, weights: Tens
             or neither; None = one sequence of T1 queries and T2 keys. BSND: per batch, the valid
             rows of each padded batch row, either alone; padding rows are never read and get zero
             gradients.
-        layout, sparse_mode: the attributes (domains, defaults, meanings: docs/ops/lightning_indexer_grad.md,
-            from the table), as the forward's.
+        cmp_residual_k: compressed keys' residuals per batch (docs/contract.md section 9.1), as the forward's.
+        layout, sparse_mode, cmp_ratio: the attributes (domains, defaults, meanings:
+            docs/ops/lightning_indexer_grad.md, from the table), as the forward's.
 
     Returns:
         ``(d_query_index, d_key_index, d_weights)``, shaped and typed like query_index, key_index and
@@ -54,8 +56,9 @@ def lightning_indexer_grad(query_index: Tensor, key_index: Tensor, weights: Tens
     query_index = check_tensor(_OP, "query_index", query_index)
     key_index = check_tensor(_OP, "key_index", key_index)
     lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key)
-    tensors = (query_index, key_index, weights, sparse_indices, d_values, lens_q, lens_k)
-    attrs = attributes(_OP, layout=layout, sparse_mode=sparse_mode)
+    tensors = (query_index, key_index, weights, sparse_indices, d_values, lens_q, lens_k,
+               cmp_residual(_OP, cmp_residual_k))
+    attrs = attributes(_OP, layout=layout, sparse_mode=sparse_mode, cmp_ratio=cmp_ratio)
     validate(_OP, _INPUTS, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query_index,
                        key_index, attrs["layout"])

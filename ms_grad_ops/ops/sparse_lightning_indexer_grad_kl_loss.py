@@ -9,7 +9,7 @@ from mindspore import Tensor
 
 from .._checks import attributes, check_tensor, validate
 from .._custom import primitive
-from .._optional import check_lengths_pair, lengths_pair, optional, rope_pair
+from .._optional import check_lengths_pair, cmp_residual, lengths_pair, optional, rope_pair
 from .._specs import OP_SPECS
 
 _OP = "sparse_lightning_indexer_grad_kl_loss"
@@ -20,9 +20,9 @@ def sparse_lightning_indexer_grad_kl_loss(
         query: Tensor, key: Tensor, query_index: Tensor, key_index: Tensor, weights: Tensor, sparse_indices: Tensor,
         softmax_max: Tensor, softmax_sum: Tensor, query_rope: Tensor | None = None, key_rope: Tensor | None = None,
         actual_seq_lengths_query: Sequence[int] | Tensor | None = None,
-        actual_seq_lengths_key: Sequence[int] | Tensor | None = None, sinks: Tensor | None = None, *,
-        scale_value: float, layout: str = "BSND", sparse_mode: int = 3, deterministic: bool = False
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        actual_seq_lengths_key: Sequence[int] | Tensor | None = None, sinks: Tensor | None = None,
+        cmp_residual_k: Sequence[int] | Tensor | None = None, *, scale_value: float, layout: str = "BSND",
+        sparse_mode: int = 3, deterministic: bool = False, cmp_ratio: int = 1) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per query row and its visible selected keys j (``-1`` slots and causally hidden keys skipped):
     teacher ``p_j = (1/N1) sum_h exp(scale*qf_h . kf_j - softmax_max_h) / softmax_sum_h`` (qf, kf =
     the rope-concatenated query/key; not renormalised; with ``sinks``, the statistics include the
@@ -44,7 +44,9 @@ def sparse_lightning_indexer_grad_kl_loss(
             (None = one sequence of T1 queries and T2 keys); BSND per batch, either alone (padding
             rows are never read, add nothing and get zero gradients).
         sinks: optional float32 ``[N1]``, the main attention's sinks (those its statistics include).
-        scale_value, layout, sparse_mode, deterministic: the attributes (domains, defaults, meanings:
+        cmp_residual_k: compressed keys' residuals per batch (docs/contract.md section 9.1), int32/int64
+            ``[B]`` or a sequence; None = 0.
+        scale_value, layout, sparse_mode, deterministic, cmp_ratio: the attributes (domains, defaults, meanings:
             docs/ops/sparse_lightning_indexer_grad_kl_loss.md, from the table); scale_value is the
             main attention's logit scale.
 
@@ -59,9 +61,9 @@ def sparse_lightning_indexer_grad_kl_loss(
     lens_q, lens_k = lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key)
     sinks = optional(_OP, "sinks", sinks, ms.float32)
     tensors = (query, key, query_index, key_index, weights, sparse_indices, softmax_max, softmax_sum, query_rope,
-               key_rope, lens_q, lens_k, sinks)
+               key_rope, lens_q, lens_k, sinks, cmp_residual(_OP, cmp_residual_k))
     attrs = attributes(_OP, scale_value=scale_value, layout=layout, sparse_mode=sparse_mode,
-                       deterministic=deterministic)
+                       deterministic=deterministic, cmp_ratio=cmp_ratio)
     validate(_OP, _INPUTS, tensors, attrs)
     check_lengths_pair(_OP, "actual_seq_lengths_key", actual_seq_lengths_query, actual_seq_lengths_key, query, key,
                        attrs["layout"])

@@ -18,10 +18,11 @@ from .lightning_indexer import (
 from .rope import rope, rope_grad
 from .sparse_flash_attention import sparse_flash_attention, sparse_flash_attention_grad
 from .sparse_flash_mla import sparse_flash_mla, sparse_flash_mla_grad
+from .sparse_lightning_indexer_kl_loss_grad import sparse_lightning_indexer_kl_loss_grad
 
 __all__ = ["attention_softmax_stats", "cla_gate_backward", "cla_gate_merge", "dense_attention_softmax_stats",
            "dense_lightning_indexer_grad_kl_loss", "dense_lightning_indexer_softmax_lse", "indexer_kl_loss",
            "lightning_indexer",
            "lightning_indexer_grad", "rope", "rope_grad", "sparse_flash_attention", "sparse_flash_attention_grad",
            "sparse_flash_mla", "sparse_flash_mla_grad",
-           "sparse_lightning_indexer_grad_kl_loss"]
+           "sparse_lightning_indexer_grad_kl_loss", "sparse_lightning_indexer_kl_loss_grad"]

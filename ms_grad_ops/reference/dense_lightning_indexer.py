@@ -21,11 +21,14 @@ def _index_stats_shape(layout: str, query_index: np.ndarray) -> tuple[int, ...]:
 
 def dense_lightning_indexer_softmax_lse(query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray,
                                         actual_seq_lengths_query: object = None,
-                                        actual_seq_lengths_key: object = None, *, layout: str = "BSND",
-                                        sparse_mode: int = 3) -> tuple[np.ndarray, np.ndarray]:
+                                        actual_seq_lengths_key: object = None, cmp_residual_k: object = None, *,
+                                        layout: str = "BSND", sparse_mode: int = 3, cmp_ratio: int = 1
+                                        ) -> tuple[np.ndarray, np.ndarray]:
     """(max_j I_j, sum_j exp(I_j - max)) over each query row's visible keys, float64 ``[1, T1]`` (BSND
-    ``[B, 1, S1]``); ``I`` is :func:`lightning_indexer`'s score. A row without a visible key gets (0, 0)."""
-    t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
+    ``[B, 1, S1]``); ``I`` is :func:`lightning_indexer`'s score. A row without a visible key gets (0, 0).
+    Compressed keys: docs/contract.md section 9.1."""
+    t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode,
+                        cmp_ratio, cmp_residual_k)
     qi, ki, w = _to_tnd(layout, query_index, key_index, weights)
     mx = np.zeros(t1)
     sm = np.zeros(t1)
@@ -60,11 +63,14 @@ def _heads(layout: str, stat: np.ndarray) -> np.ndarray:
 
 def dense_attention_softmax_stats(query: np.ndarray, key: np.ndarray, query_rope: np.ndarray | None = None,
                                   key_rope: np.ndarray | None = None, actual_seq_lengths_query: object = None,
-                                  actual_seq_lengths_key: object = None, *, scale_value: float,
-                                  layout: str = "BSND", sparse_mode: int = 3) -> tuple[np.ndarray, np.ndarray]:
+                                  actual_seq_lengths_key: object = None, cmp_residual_k: object = None, *,
+                                  scale_value: float, layout: str = "BSND", sparse_mode: int = 3, cmp_ratio: int = 1
+                                  ) -> tuple[np.ndarray, np.ndarray]:
     """``softmax_max``/``softmax_sum`` of the dense main attention over every visible key (section 0.7):
-    ``[N2, T1, G]`` (BSND ``[B, N2, S1, G]``); a row without a visible key gets (0, 0)."""
-    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
+    ``[N2, T1, G]`` (BSND ``[B, N2, S1, G]``); a row without a visible key gets (0, 0). Compressed keys:
+    section 9.1."""
+    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode, cmp_ratio,
+                        cmp_residual_k)
     q, k, qr, kr = _to_tnd(layout, query, key, query_rope, key_rope)
     n1, n2 = q.shape[1], k.shape[1]
     mx = np.zeros((t1, n1))
@@ -87,13 +93,15 @@ def dense_lightning_indexer_grad_kl_loss(
         query: np.ndarray, key: np.ndarray, query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray,
         softmax_max: np.ndarray, softmax_sum: np.ndarray, softmax_max_index: np.ndarray,
         softmax_sum_index: np.ndarray, query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
-        actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
-        scale_value: float, layout: str = "BSND", sparse_mode: int = 3
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
+        cmp_residual_k: object = None, *, scale_value: float, layout: str = "BSND", sparse_mode: int = 3,
+        cmp_ratio: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """docs/contract.md section 4.4: (d_query_index, d_key_index, d_weights, loss) for d(loss) = 1, over every
     visible key: teacher ``p`` the head mean of the attention probabilities from the given statistics,
-    ``y = exp(I - softmax_max_index) / softmax_sum_index``, the loss a raw sum over rows, CANN's ``dI = y - p``."""
-    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
+    ``y = exp(I - softmax_max_index) / softmax_sum_index``, the loss a raw sum over rows, CANN's ``dI = y - p``.
+    Compressed keys: section 9.1."""
+    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode, cmp_ratio,
+                        cmp_residual_k)
     q, k, qr, kr, qi, ki, w = _to_tnd(layout, query, key, query_rope, key_rope, query_index, key_index, weights)
     mx, sm = _heads(layout, softmax_max), _heads(layout, softmax_sum)
     mxi, smi = f64(softmax_max_index).reshape(-1), f64(softmax_sum_index).reshape(-1)

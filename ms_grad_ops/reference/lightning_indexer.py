@@ -33,16 +33,31 @@ class _Rows:
     active: np.ndarray
 
 
-def _rows(t1: int, bounds: list[tuple[int, int, int, int]], sparse_mode: int) -> _Rows:
+def _residuals(cmp_residual_k: object, count: int, cmp_ratio: int) -> list[int]:
+    """Per batch, the original tokens of the last incomplete compression block (all 0 for None)."""
+    if cmp_residual_k is None:
+        return [0] * count
+    res = [int(x) for x in np.asarray(cmp_residual_k).reshape(-1)]
+    if len(res) != count or any(not 0 <= r < cmp_ratio for r in res):
+        raise ValueError(f"cmp_residual_k {res}: one value in [0, {cmp_ratio}) per batch ({count}) expected")
+    return res
+
+
+def _rows(t1: int, bounds: list[tuple[int, int, int, int]], sparse_mode: int, cmp_ratio: int = 1,
+          cmp_residual_k: object = None) -> _Rows:
+    """With sparse_mode 3, local query i of a batch sees the (compressed) keys
+    ``j < floor((S2 * cmp_ratio + residual - S1 + i + 1) / cmp_ratio)`` (docs/contract.md section 9.1;
+    cmp_ratio 1, residual 0: the right-down causal rule of section 0.4)."""
     base = np.zeros(t1, np.int64)
     count = np.zeros(t1, np.int64)
     limit = np.zeros(t1, np.int64)
     active = np.zeros(t1, bool)
-    for q0, s1, k0, s2 in bounds:
+    for (q0, s1, k0, s2), res in zip(bounds, _residuals(cmp_residual_k, len(bounds), cmp_ratio)):
         rows = np.arange(q0, q0 + s1)
         base[rows], count[rows], active[rows] = k0, s2, True
         local = rows - q0
-        limit[rows] = np.clip(local + s2 - s1 + 1, 0, s2) if sparse_mode == 3 else s2
+        seen = s2 * cmp_ratio + res - s1 + local + 1
+        limit[rows] = np.clip(np.maximum(seen, 0) // cmp_ratio, 0, s2) if sparse_mode == 3 else s2
     return _Rows(base, count, limit, active)
 
 
@@ -84,15 +99,16 @@ def _score_backward(qt: np.ndarray, kt: np.ndarray, wt: np.ndarray, sx: np.ndarr
 
 
 def _prepare(layout: str, query_index: np.ndarray, key_index: np.ndarray, cum_q: object, cum_k: object,
-             sparse_mode: int) -> tuple[int, _Rows]:
-    """T1 (B * S1 in BSND) and the row plan of the lengths rule (docs/contract.md section 0.3)."""
+             sparse_mode: int, cmp_ratio: int = 1, cmp_residual_k: object = None) -> tuple[int, _Rows]:
+    """T1 (B * S1 in BSND) and the row plan of the lengths rule (docs/contract.md section 0.3) and
+    of compressed keys (section 9.1)."""
     if layout == "BSND":
         b, s1, s2 = query_index.shape[0], query_index.shape[1], key_index.shape[1]
         t1, bounds = b * s1, batches(layout, b, s1, s2, cum_q, cum_k)
     else:
         t1 = query_index.shape[0]
         bounds = batches(layout, 0, t1, key_index.shape[0], cum_q, cum_k)
-    return t1, _rows(t1, bounds, sparse_mode)
+    return t1, _rows(t1, bounds, sparse_mode, cmp_ratio, cmp_residual_k)
 
 
 def index_scores(query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -101,13 +117,14 @@ def index_scores(query_index: np.ndarray, key_index: np.ndarray, weights: np.nda
 
 
 def lightning_indexer(query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray,
-                      actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
-                      sparse_count: int, layout: str = "BSND", sparse_mode: int = 3
-                      ) -> tuple[np.ndarray, np.ndarray]:
+                      actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
+                      cmp_residual_k: object = None, *, sparse_count: int, layout: str = "BSND", sparse_mode: int = 3,
+                      cmp_ratio: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Top-``sparse_count`` visible keys of every query row by descending ``I`` (ties to the lower
     index); unused slots hold ``-1`` and ``-inf``. Returns (int32 indices, float64 scores) shaped
-    ``[T1, 1, K]`` (BSND ``[B, S1, 1, K]``)."""
-    t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
+    ``[T1, 1, K]`` (BSND ``[B, S1, 1, K]``). Compressed keys: docs/contract.md section 9.1."""
+    t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode,
+                        cmp_ratio, cmp_residual_k)
     qi, ki, w = _to_tnd(layout, query_index, key_index, weights)
     idx = np.full((t1, 1, sparse_count), -1, np.int32)
     val = np.full((t1, 1, sparse_count), -np.inf)
@@ -129,14 +146,17 @@ def lightning_indexer(query_index: np.ndarray, key_index: np.ndarray, weights: n
 def attention_softmax_stats(query: np.ndarray, key: np.ndarray, sparse_indices: np.ndarray,
                             query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
                             actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
-                            sinks: np.ndarray | None = None, *, scale_value: float, layout: str = "BSND",
-                            sparse_mode: int = 3) -> tuple[np.ndarray, np.ndarray]:
+                            sinks: np.ndarray | None = None, cmp_residual_k: object = None, *, scale_value: float,
+                            layout: str = "BSND", sparse_mode: int = 3, cmp_ratio: int = 1
+                            ) -> tuple[np.ndarray, np.ndarray]:
     """``softmax_max``/``softmax_sum`` of the main sparse attention (docs/contract.md section 3, block size 1)
     over the same selected keys: ``[1, T1, N1]`` (BSND ``[B, 1, S1, N1]``). Rows without a visible
     key (BSND padding rows included) get (0, 0), as ``sparse_flash_attention`` gives them. With
     ``sinks`` ([N1]) the statistics include them (docs/contract.md section 0.7): a row without a visible
-    key gets (sigma, 1) for a head with sigma > -inf (a BSND padding row keeps (0, 0))."""
-    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
+    key gets (sigma, 1) for a head with sigma > -inf (a BSND padding row keeps (0, 0)). Compressed keys:
+    section 9.1."""
+    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode, cmp_ratio,
+                        cmp_residual_k)
     q, k, qr, kr, si = _to_tnd(layout, query, key, query_rope, key_rope, sparse_indices)
     n1 = q.shape[1]
     sig = np.full(n1, -np.inf) if sinks is None else f64(sinks).reshape(n1)
@@ -178,15 +198,17 @@ def sparse_lightning_indexer_grad_kl_loss(
         sparse_indices: np.ndarray, softmax_max: np.ndarray, softmax_sum: np.ndarray,
         query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
         actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
-        sinks: np.ndarray | None = None, *, scale_value: float, layout: str = "BSND", sparse_mode: int = 3,
-        return_kl_grad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        sinks: np.ndarray | None = None, cmp_residual_k: object = None, *, scale_value: float,
+        layout: str = "BSND", sparse_mode: int = 3, cmp_ratio: int = 1, return_kl_grad: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """docs/contract.md section 4.2: returns (d_query_index, d_key_index, d_weights, loss) for d(loss) = 1 with
     CANN's ``dI = y - p``; the target ``p`` is the head sum over ``N1``, or with a sink > -inf the
     head sum renormalised to 1 over the row's keys (CANN's ``1 / (N1 - sum_h P_sink,h)`` for
     statistics of the same keys and sinks), in log-shifted form so that large sinks stay finite.
     ``return_kl_grad=True`` uses the exact gradient of the loss instead (``dI = y * sum(p) - p``;
     identical when ``sum(p) = 1``), for finite-difference checks."""
-    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
+    t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode, cmp_ratio,
+                        cmp_residual_k)
     q, k, qr, kr, qi, ki, w, si = _to_tnd(layout, query, key, query_rope, key_rope, query_index, key_index,
                                           weights, sparse_indices)
     mx, sm = _stats_tnd(layout, softmax_max), _stats_tnd(layout, softmax_sum)
@@ -227,9 +249,9 @@ def sparse_lightning_indexer_grad_kl_loss(
 
 def lightning_indexer_grad(query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray,
                            sparse_indices: np.ndarray, d_values: np.ndarray,
-                           actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
-                           layout: str = "BSND", sparse_mode: int = 3
-                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                           actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
+                           cmp_residual_k: object = None, *, layout: str = "BSND", sparse_mode: int = 3,
+                           cmp_ratio: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradient of the selected index scores ``sparse_values[t, 0, k] = I[t, j]``,
     ``I[t, j] = sum_g weights[t, g] * relu(query_index[t, g] . key_index[j])``, ``j = sparse_indices[t, 0, k]``,
     for the incoming gradient ``d_values`` (shaped like ``sparse_indices``).
@@ -238,7 +260,8 @@ def lightning_indexer_grad(query_index: np.ndarray, key_index: np.ndarray, weigh
     never read); duplicate indices each count; an index ``< -1`` or ``>= S2_b`` raises ``IndexError``.
     Returns float64 (d_query_index, d_key_index, d_weights) shaped like query_index, key_index, weights.
     """
-    t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
+    t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode,
+                        cmp_ratio, cmp_residual_k)
     qi, ki, w, si, dv = _to_tnd(layout, query_index, key_index, weights, sparse_indices, d_values)
     dqi = np.zeros(qi.shape)
     dki = np.zeros(ki.shape)

@@ -2,7 +2,8 @@
 
 - ``signature``: the functional op's signature (``OpSpec.signature``, the one the tests hold the code to);
 - ``attributes``: every attribute's domain, default (or "required"), backend limits and meaning,
-  the sizes a backend's kernel bounds, and the one wording of a domain error.
+  the sizes a backend's kernel bounds, the one wording of a domain error, and, for an op without
+  Ascend dtypes, that it has no Ascend kernel yet.
 
 The rest of a page is hand-written; each block sits between its two markers and is rewritten in
 place (a page without them is an error: add them where the block belongs)."""

@@ -104,11 +104,12 @@ def test_int64_lengths_saturate_where_the_kernel_reads_int32(monkeypatch: pytest
 
 def test_attributes_are_taken_by_keyword_and_returned_in_spec_order() -> None:
     from ms_grad_ops._checks import attributes
-    got = attributes("lightning_indexer", sparse_mode=0, layout="TND", sparse_count=4)
-    assert list(got.items()) == [("sparse_count", 4), ("layout", "TND"), ("sparse_mode", 0)]
+    got = attributes("lightning_indexer", sparse_mode=0, cmp_ratio=1, layout="TND", sparse_count=4)
+    assert list(got.items()) == [("sparse_count", 4), ("layout", "TND"), ("sparse_mode", 0), ("cmp_ratio", 1)]
     with pytest.raises(TypeError, match=r"^lightning_indexer: expected the attributes \['sparse_count', 'layout', "
-                                        r"'sparse_mode'\] by keyword, got unknown \[\], missing \['sparse_mode'\]$"):
-        attributes("lightning_indexer", sparse_count=4, layout="TND")
+                                        r"'sparse_mode', 'cmp_ratio'\] by keyword, got unknown \[\], missing "
+                                        r"\['sparse_mode'\]$"):
+        attributes("lightning_indexer", sparse_count=4, layout="TND", cmp_ratio=1)
     with pytest.raises(TypeError, match=r"^rope_grad: expected .* got unknown \['scale'\], missing \[\]$"):
         attributes("rope_grad", mode="vjp", scale=1.0)
 
@@ -224,6 +225,10 @@ def _case(op_name: str, **over: object) -> tuple:
              ("key_index", t((6, 1, 8))), ("weights", t((4, 2))), ("softmax_max", t((1, 4, 2))),
              ("softmax_sum", t((1, 4, 2))), ("softmax_max_index", t((1, 4))), ("softmax_sum_index", t((1, 4)))],
             dict(scale_value=0.5, layout="TND")),
+        "sparse_lightning_indexer_kl_loss_grad": (
+            [("query_index", t((4, 2, 8))), ("key_index", t((6, 1, 8))), ("weights", t((4, 2))),
+             ("sparse_indices", idx), ("attn_softmax_l1_norm", t((4, 1, 3)))],
+            dict(actual_seq_lengths_query=[4], actual_seq_lengths_key=[6], cmp_residual_k=[0], layout="TND")),
     }
     tables.update(_smla_cases(idx))
     tensors, kwargs = tables[op_name]

@@ -497,7 +497,7 @@ def sli_inputs(layout: str, dtype: str, wdtype: str, *, rope: bool, lengths: boo
     stats = ([2, 1, 5, 4] if layout == "BSND" else [1, 10, 4], "float32")
     return [([*lead_q, 4, 32], dtype), ([*lead_k, 1, 32], dtype), ([*lead_q, 2, 16], dtype),
             ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype), ([*lead_q, 1, 3], "int32"), stats, stats, qr, kr, lq,
-            lk, sinks_input(sinks, omit)]
+            lk, sinks_input(sinks, omit), None if omit else ([0], "int32")]
 
 
 SLI = "sparse_lightning_indexer_grad_kl_loss"
@@ -549,7 +549,11 @@ def test_lightning_indexer_adapters_pass_the_inputs(driver: Path, layout: str, l
                                                     wdtype: str) -> None:
     lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
     lens: list[Input] = [([2], "int32"), ([2], "int32")] if lengths else [None, None]
-    inputs: list[Input] = [([*lead_q, 2, 16], dtype), ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype), *lens]
+    # cmp_residual_k (compressed keys, docs/contract.md section 9.1): given with the lengths (one per
+    # batch; the kernel reads none of it at cmp_ratio 1), omitted otherwise.
+    residual: Input = ([2], "int32") if lengths else None
+    inputs: list[Input] = [([*lead_q, 2, 16], dtype), ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype), *lens,
+                           residual]
     attrs = defaults("lightning_indexer", sparse_count=6, layout=layout, sparse_mode=0)
     assert adapter_infer(driver, "lightning_indexer", inputs, attrs) == rules("lightning_indexer", inputs, attrs)
     t = tiling(driver, "lightning_indexer", inputs, attrs)
@@ -572,7 +576,7 @@ def lig_inputs(layout: str, dtype: str, wdtype: str, *, lengths: bool, omit: boo
     lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
     lens: list[Input] = [([2], "int32"), ([2], "int32")] if lengths else [None if omit else ([0], "int32")] * 2
     return [([*lead_q, 2, 16], dtype), ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype),
-            ([*lead_q, 1, 3], "int32"), ([*lead_q, 1, 3], "float32"), *lens]
+            ([*lead_q, 1, 3], "int32"), ([*lead_q, 1, 3], "float32"), *lens, None if omit else ([0], "int32")]
 
 
 @pytest.mark.parametrize("layout, lengths", [("TND", True), ("TND", False), ("BSND", False)])
@@ -628,14 +632,15 @@ def dense_inputs(op: str, layout: str, dtype: str, wdtype: str, *, rope: bool = 
     absent: Input = None if omit else ([0], dtype)
     lq, lk = (([2], "int32"), ([2], "int32")) if lengths else (None if omit else ([0], "int32"),) * 2
     index = [([*lead_q, 2, 16], dtype), ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype)]
+    residual: Input = None if omit else ([0], "int32")  # cmp_residual_k (unread at cmp_ratio 1)
     if op == DLI:
-        return [*index, lq, lk]
+        return [*index, lq, lk, residual]
     g = 4 // n2
     qr, kr = (([*lead_q, 4, 16], dtype), ([*lead_k, n2, 16], dtype)) if rope else (absent, absent)
     stats = ([2, n2, 5, g] if layout == "BSND" else [n2, 10, g], "float32")
     index_stats = ([2, 1, 5] if layout == "BSND" else [1, 10], "float32")
     return [([*lead_q, 4, 32], dtype), ([*lead_k, n2, 32], dtype), *index, stats, stats, index_stats, index_stats,
-            qr, kr, lq, lk]
+            qr, kr, lq, lk, residual]
 
 
 @pytest.mark.parametrize("op", [DLI, DLIG])
@@ -713,13 +718,15 @@ def test_missing_attribute_is_a_clear_failure(driver: Path) -> None:
     assert err == "[ms_grad_ops] ClaGateBackward: attribute 'input_attn_layout' is missing"
 
 
-LI_INPUTS: list[Input] = [([10, 2, 16], "float16"), ([14, 1, 16], "float16"), ([10, 2], "float16"), None, None]
+LI_INPUTS: list[Input] = [([10, 2, 16], "float16"), ([14, 1, 16], "float16"), ([10, 2], "float16"), None, None, None]
 
 
 @pytest.mark.parametrize("step", ["shape", "dtype", "tiling"])
 @pytest.mark.parametrize(("change", "error"), [
     # an Ascend limit (the table's), refused from InferShape on: the kernel could not take it
     ({"sparse_count": 20000}, "attribute 'sparse_count' must be an integer in [1, 16384] on Ascend, got 20000"),
+    # compressed keys (docs/contract.md section 9.1): the CPU kernels only, for now
+    ({"cmp_ratio": 4}, "attribute 'cmp_ratio' must be an integer in [1, 1] on Ascend, got 4"),
     # a value outside the domain itself, in the one wording of every layer
     ({"sparse_count": 0}, "attribute 'sparse_count' must be an integer in [1, 1048576], got 0"),
     ({"layout": "SBH"}, 'attribute \'layout\' must be one of "BSND", "TND", got "SBH"'),
@@ -744,14 +751,16 @@ LENGTHS_CASES = {
                                     + [lq, lk] + sfa_inputs("sparse_flash_attention_grad", "BSND", "bfloat16",
                                                             rope=True, lengths=False)[10:], "actual_seq_lengths_kv"),
     "lightning_indexer": (lambda lq, lk: [([2, 5, 2, 16], "float16"), ([2, 7, 1, 16], "float16"),
-                                          ([2, 5, 2], "float16"), lq, lk], "actual_seq_lengths_key"),
-    "lightning_indexer_grad": (lambda lq, lk: lig_inputs("BSND", "float16", "float16", lengths=False)[:5] + [lq, lk],
+                                          ([2, 5, 2], "float16"), lq, lk, None], "actual_seq_lengths_key"),
+    "lightning_indexer_grad": (lambda lq, lk: lig_inputs("BSND", "float16", "float16", lengths=False)[:5]
+                               + [lq, lk, None],
                                "actual_seq_lengths_key"),
-    SLI: (lambda lq, lk: sli_inputs("BSND", "bfloat16", "float32", rope=True, lengths=False)[:10] + [lq, lk, None],
+    SLI: (lambda lq, lk: sli_inputs("BSND", "bfloat16", "float32", rope=True, lengths=False)[:10]
+          + [lq, lk, None, None],
           "actual_seq_lengths_key"),
-    DLI: (lambda lq, lk: dense_inputs(DLI, "BSND", "float16", "float16", lengths=False)[:3] + [lq, lk],
+    DLI: (lambda lq, lk: dense_inputs(DLI, "BSND", "float16", "float16", lengths=False)[:3] + [lq, lk, None],
           "actual_seq_lengths_key"),
-    DLIG: (lambda lq, lk: dense_inputs(DLIG, "BSND", "bfloat16", "float32", lengths=False)[:11] + [lq, lk],
+    DLIG: (lambda lq, lk: dense_inputs(DLIG, "BSND", "bfloat16", "float32", lengths=False)[:11] + [lq, lk, None],
            "actual_seq_lengths_key"),
 }
 

@@ -29,7 +29,8 @@ def _case(dtype: str, wdtype: str, layout: str, n2: int):  # noqa: ANN202
 
 
 def _lens(case) -> list[tuple[np.ndarray, str]]:  # noqa: ANN001
-    return [(np.asarray(x if x is not None else [], np.int32), "int32") for x in case.lens()]
+    """The lengths, then cmp_residual_k absent (plain keys)."""
+    return [(np.asarray(x if x is not None else [], np.int32), "int32") for x in (*case.lens(), None)]
 
 
 @pytest.mark.parametrize("dtype,wdtype,layout,n2", CASES)
@@ -39,8 +40,8 @@ def test_softmax_lse_writes_every_element(call_aot: Path, tmp_path: Path, dtype:
     a = case.arrays
     want = ref.dense_lightning_indexer_softmax_lse(*case.ref_lse_args(), **case.attrs())
     ins = [(a["query_index"], dtype), (a["key_index"], dtype), (a["weights"], wdtype), *_lens(case)]
-    got = call(call_aot, tmp_path, "DenseLightningIndexerSoftmaxLse", [f"attr str layout {layout}",
-                                                                       "attr int sparse_mode 3"],
+    attrs = [f"attr str layout {layout}", "attr int sparse_mode 3", "attr int cmp_ratio 1"]
+    got = call(call_aot, tmp_path, "DenseLightningIndexerSoftmaxLse", attrs,
                ins, [(want[0].shape, "float32"), (want[1].shape, "float32")])
     for g, w in zip(got, want):
         assert np.isfinite(g).all()
@@ -61,7 +62,7 @@ def test_grad_kl_loss_writes_every_element(call_aot: Path, tmp_path: Path, dtype
     outs = [(a["query_index"].shape, dtype), (a["key_index"].shape, dtype), (a["weights"].shape, wdtype),
             ((1,), "float32")]
     attrs = [f"attr float scale_value {case.scale!r}", f"attr str layout {layout}", "attr int sparse_mode 3",
-             "attr bool deterministic 0"]
+             "attr bool deterministic 0", "attr int cmp_ratio 1"]
     got = call(call_aot, tmp_path, "DenseLightningIndexerGradKLLoss", attrs, ins, outs)
     for (_, dt), name, g, w in zip(outs, ("d_query_index", "d_key_index", "d_weights"), got, want):
         g = g.astype(np.float64)

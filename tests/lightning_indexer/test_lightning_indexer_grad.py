@@ -378,9 +378,9 @@ def test_every_output_element_is_written(call_aot: Path, tmp_path: Path, dtype: 
                 b=2, s1=4, s2=9, k=3, drop=0.3)
     lens = [np.asarray(x if x is not None else [], np.int32) for x in case.lens]
     ins = [(case.qi, dtype), (case.ki, dtype), (case.w, wdtype), (case.si, "int32"), (case.dv, "float32"),
-           (lens[0], "int32"), (lens[1], "int32")]
+           (lens[0], "int32"), (lens[1], "int32"), (np.zeros(0, np.int32), "int32")]
     outs = [(case.qi.shape, dtype), (case.ki.shape, dtype), (case.w.shape, wdtype)]
-    attrs = [f"attr str layout {layout}", "attr int sparse_mode 3"]
+    attrs = [f"attr str layout {layout}", "attr int sparse_mode 3", "attr int cmp_ratio 1"]
     got_all = aot_call(call_aot, tmp_path, "LightningIndexerGrad", attrs, ins, outs)
     want = case.reference()
     for i, ((_, dt), name) in enumerate(zip(outs, NAMES)):

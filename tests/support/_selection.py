@@ -43,25 +43,28 @@ class Scores:
         return replace(self, exact=True)
 
 
-def _all_keys(qi: np.ndarray, ki: np.ndarray, w: np.ndarray, lens: tuple, layout: str, sparse_mode: int
-              ) -> tuple[np.ndarray, np.ndarray]:
+def _all_keys(qi: np.ndarray, ki: np.ndarray, w: np.ndarray, lens: tuple, layout: str, sparse_mode: int,
+              **cmp: object) -> tuple[np.ndarray, np.ndarray]:
     """The reference's ordered selection of every visible key, as [rows, n] indices and values."""
     n = ki.shape[0] if layout == "TND" else ki.shape[1]
-    idx, val = ref.lightning_indexer(qi, ki, w, *lens, sparse_count=max(n, 1), layout=layout, sparse_mode=sparse_mode)
+    idx, val = ref.lightning_indexer(qi, ki, w, *lens, sparse_count=max(n, 1), layout=layout, sparse_mode=sparse_mode,
+                                     **cmp)
     return idx.reshape(-1, idx.shape[-1]), val.reshape(-1, val.shape[-1])
 
 
 def indexer_scores(query_index: np.ndarray, key_index: np.ndarray, weights: np.ndarray,
                    actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None, *,
-                   layout: str, sparse_mode: int) -> Scores:
+                   layout: str, sparse_mode: int, cmp_ratio: int = 1, cmp_residual_k: object = None) -> Scores:
     """Scores ``I_j = sum_g w_g relu(q_g . k_j)`` of every visible key (the float64 reference) and
     the bound of their float32 evaluation: nested sums of Didx + Nidx + 1 terms (the q.k dot, the
     weight product, the head sum) over ``M_j = sum_g |w_g| sum_d |q_gd k_jd|``, which is the
     reference's score of the absolute values. Inputs as the reference takes them (float64 holding
-    values exact in the kernel's dtype), lengths cumulative."""
+    values exact in the kernel's dtype), lengths cumulative. Compressed keys (``cmp_ratio``,
+    ``cmp_residual_k``): docs/contract.md section 9.1 (a row's visible keys are still a prefix)."""
     lens = () if layout == "BSND" else (actual_seq_lengths_query, actual_seq_lengths_key)
-    idx, val = _all_keys(query_index, key_index, weights, lens, layout, sparse_mode)
-    aidx, aval = _all_keys(np.abs(query_index), np.abs(key_index), np.abs(weights), lens, layout, sparse_mode)
+    cmp = {"cmp_ratio": cmp_ratio, "cmp_residual_k": cmp_residual_k}
+    idx, val = _all_keys(query_index, key_index, weights, lens, layout, sparse_mode, **cmp)
+    aidx, aval = _all_keys(np.abs(query_index), np.abs(key_index), np.abs(weights), lens, layout, sparse_mode, **cmp)
     rows, n = idx.shape
     score, mag = np.full((rows, n), np.nan), np.full((rows, n), np.nan)
     for r in range(rows):

@@ -144,12 +144,15 @@ class DenseLightningIndexerSoftmaxLseKernel {
 }  // namespace mgo::kernel
 
 // Argument order: inputs (absent optional inputs are null), outputs, workspace, tiling.
+// cmp_residual_k is never read: the op_host takes cmp_ratio 1 only here (a table limit), where every
+// residual is 0.
 extern "C" __global__ __aicore__ void dense_lightning_indexer_softmax_lse(
     GM_ADDR query_index, GM_ADDR key_index, GM_ADDR weights, GM_ADDR actual_seq_lengths_query,
-    GM_ADDR actual_seq_lengths_key, GM_ADDR softmax_max_index, GM_ADDR softmax_sum_index, GM_ADDR workspace,
-    GM_ADDR tiling) {
+    GM_ADDR actual_seq_lengths_key, GM_ADDR cmp_residual_k, GM_ADDR softmax_max_index, GM_ADDR softmax_sum_index,
+    GM_ADDR workspace, GM_ADDR tiling) {
   using mgo::tiling::DenseLightningIndexerSoftmaxLseTilingKey;
   using mgo::tiling::DType;
+  (void)cmp_residual_k;
   AscendC::SetSysWorkspace(workspace);
   REGISTER_TILING_DEFAULT(mgo::tiling::DliTilingData);
   GET_TILING_DATA(tiling_data, tiling);

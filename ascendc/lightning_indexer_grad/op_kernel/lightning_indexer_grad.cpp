@@ -106,15 +106,18 @@ class LightningIndexerGradKernel {
 
 }  // namespace mgo::kernel
 
-// Argument order: inputs (absent optional inputs are null), outputs, workspace, tiling.
+// Argument order: inputs (absent optional inputs are null), outputs, workspace, tiling. cmp_residual_k is
+// never read: the op_host takes cmp_ratio 1 only here (a table limit), where every residual is 0.
 extern "C" __global__ __aicore__ void lightning_indexer_grad(GM_ADDR query_index, GM_ADDR key_index, GM_ADDR weights,
                                                              GM_ADDR sparse_indices, GM_ADDR d_values,
                                                              GM_ADDR actual_seq_lengths_query,
-                                                             GM_ADDR actual_seq_lengths_key, GM_ADDR d_query_index,
+                                                             GM_ADDR actual_seq_lengths_key,
+                                                             GM_ADDR cmp_residual_k, GM_ADDR d_query_index,
                                                              GM_ADDR d_key_index, GM_ADDR d_weights,
                                                              GM_ADDR workspace, GM_ADDR tiling) {
   using mgo::tiling::DType;
   using mgo::tiling::LightningIndexerGradTilingKey;
+  (void)cmp_residual_k;
   AscendC::SetSysWorkspace(workspace);
   REGISTER_TILING_DEFAULT(mgo::tiling::LigTilingData);
   GET_TILING_DATA(tiling_data, tiling);

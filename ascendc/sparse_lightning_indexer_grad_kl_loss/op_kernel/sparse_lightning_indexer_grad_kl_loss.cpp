@@ -352,13 +352,16 @@ class SparseLightningIndexerGradKernel {
 }  // namespace mgo::kernel
 
 // Argument order: inputs (absent optional inputs are null), outputs, workspace, tiling.
+// cmp_residual_k is never read: the op_host takes cmp_ratio 1 only here (a table limit), where every
+// residual is 0.
 extern "C" __global__ __aicore__ void sparse_lightning_indexer_grad_kl_loss(
     GM_ADDR query, GM_ADDR key, GM_ADDR query_index, GM_ADDR key_index, GM_ADDR weights, GM_ADDR sparse_indices,
     GM_ADDR softmax_max, GM_ADDR softmax_sum, GM_ADDR query_rope, GM_ADDR key_rope, GM_ADDR actual_seq_lengths_query,
-    GM_ADDR actual_seq_lengths_key, GM_ADDR sinks, GM_ADDR d_query_index, GM_ADDR d_key_index, GM_ADDR d_weights,
-    GM_ADDR loss, GM_ADDR workspace, GM_ADDR tiling) {
+    GM_ADDR actual_seq_lengths_key, GM_ADDR sinks, GM_ADDR cmp_residual_k, GM_ADDR d_query_index,
+    GM_ADDR d_key_index, GM_ADDR d_weights, GM_ADDR loss, GM_ADDR workspace, GM_ADDR tiling) {
   using mgo::tiling::DType;
   using mgo::tiling::SparseLightningIndexerGradKLLossTilingKey;
+  (void)cmp_residual_k;
   AscendC::SetSysWorkspace(workspace);
   REGISTER_TILING_DEFAULT(mgo::tiling::SliTilingData);
   GET_TILING_DATA(tiling_data, tiling);

@@ -71,6 +71,7 @@ struct LightningIndexerAttrArgs {
   int64_t sparse_count;
   const char* layout;
   int64_t sparse_mode;
+  int64_t cmp_ratio;
 };
 
 // As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
@@ -79,6 +80,7 @@ inline mgo::table::LightningIndexer::Attrs ToAttrs(const LightningIndexerAttrArg
   mgo::table::SetAttr(mgo::table::LightningIndexer::kName, a.sparse_count, raw.sparse_count);
   mgo::table::SetAttr(mgo::table::LightningIndexer::kName, a.layout, std::string(raw.layout));
   mgo::table::SetAttr(mgo::table::LightningIndexer::kName, a.sparse_mode, raw.sparse_mode);
+  mgo::table::SetAttr(mgo::table::LightningIndexer::kName, a.cmp_ratio, raw.cmp_ratio);
   mgo::table::LightningIndexer::CheckAttrs(a, mgo::table::Backend::kAscend);
   return a;
 }
@@ -87,6 +89,7 @@ inline mgo::table::LightningIndexer::Attrs ToAttrs(const LightningIndexerAttrArg
 struct LightningIndexerGradAttrArgs {
   const char* layout;
   int64_t sparse_mode;
+  int64_t cmp_ratio;
 };
 
 // As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
@@ -94,6 +97,7 @@ inline mgo::table::LightningIndexerGrad::Attrs ToAttrs(const LightningIndexerGra
   mgo::table::LightningIndexerGrad::Attrs a{};
   mgo::table::SetAttr(mgo::table::LightningIndexerGrad::kName, a.layout, std::string(raw.layout));
   mgo::table::SetAttr(mgo::table::LightningIndexerGrad::kName, a.sparse_mode, raw.sparse_mode);
+  mgo::table::SetAttr(mgo::table::LightningIndexerGrad::kName, a.cmp_ratio, raw.cmp_ratio);
   mgo::table::LightningIndexerGrad::CheckAttrs(a, mgo::table::Backend::kAscend);
   return a;
 }
@@ -104,6 +108,7 @@ struct SparseLightningIndexerGradKLLossAttrArgs {
   const char* layout;
   int64_t sparse_mode;
   bool deterministic;
+  int64_t cmp_ratio;
 };
 
 // As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
@@ -113,6 +118,7 @@ inline mgo::table::SparseLightningIndexerGradKLLoss::Attrs ToAttrs(const SparseL
   mgo::table::SetAttr(mgo::table::SparseLightningIndexerGradKLLoss::kName, a.layout, std::string(raw.layout));
   mgo::table::SetAttr(mgo::table::SparseLightningIndexerGradKLLoss::kName, a.sparse_mode, raw.sparse_mode);
   mgo::table::SetAttr(mgo::table::SparseLightningIndexerGradKLLoss::kName, a.deterministic, raw.deterministic);
+  mgo::table::SetAttr(mgo::table::SparseLightningIndexerGradKLLoss::kName, a.cmp_ratio, raw.cmp_ratio);
   mgo::table::SparseLightningIndexerGradKLLoss::CheckAttrs(a, mgo::table::Backend::kAscend);
   return a;
 }
@@ -121,6 +127,7 @@ inline mgo::table::SparseLightningIndexerGradKLLoss::Attrs ToAttrs(const SparseL
 struct DenseLightningIndexerSoftmaxLseAttrArgs {
   const char* layout;
   int64_t sparse_mode;
+  int64_t cmp_ratio;
 };
 
 // As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
@@ -128,6 +135,7 @@ inline mgo::table::DenseLightningIndexerSoftmaxLse::Attrs ToAttrs(const DenseLig
   mgo::table::DenseLightningIndexerSoftmaxLse::Attrs a{};
   mgo::table::SetAttr(mgo::table::DenseLightningIndexerSoftmaxLse::kName, a.layout, std::string(raw.layout));
   mgo::table::SetAttr(mgo::table::DenseLightningIndexerSoftmaxLse::kName, a.sparse_mode, raw.sparse_mode);
+  mgo::table::SetAttr(mgo::table::DenseLightningIndexerSoftmaxLse::kName, a.cmp_ratio, raw.cmp_ratio);
   mgo::table::DenseLightningIndexerSoftmaxLse::CheckAttrs(a, mgo::table::Backend::kAscend);
   return a;
 }
@@ -138,6 +146,7 @@ struct DenseLightningIndexerGradKLLossAttrArgs {
   const char* layout;
   int64_t sparse_mode;
   bool deterministic;
+  int64_t cmp_ratio;
 };
 
 // As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
@@ -147,6 +156,7 @@ inline mgo::table::DenseLightningIndexerGradKLLoss::Attrs ToAttrs(const DenseLig
   mgo::table::SetAttr(mgo::table::DenseLightningIndexerGradKLLoss::kName, a.layout, std::string(raw.layout));
   mgo::table::SetAttr(mgo::table::DenseLightningIndexerGradKLLoss::kName, a.sparse_mode, raw.sparse_mode);
   mgo::table::SetAttr(mgo::table::DenseLightningIndexerGradKLLoss::kName, a.deterministic, raw.deterministic);
+  mgo::table::SetAttr(mgo::table::DenseLightningIndexerGradKLLoss::kName, a.cmp_ratio, raw.cmp_ratio);
   mgo::table::DenseLightningIndexerGradKLLoss::CheckAttrs(a, mgo::table::Backend::kAscend);
   return a;
 }

@@ -81,7 +81,7 @@ int twin_dense_lightning_indexer_softmax_lse(int dtype, const IndexerArgs* a,
         tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
           dense_lightning_indexer_softmax_lse(u8(qi), u8(ki), u8(w), tnd ? u8(lens_q) : nullptr,
-                                              tnd ? u8(lens_kv) : nullptr, u8(smax), u8(ssum), ws.data(),
+                                              tnd ? u8(lens_kv) : nullptr, nullptr, u8(smax), u8(ssum), ws.data(),
                                               tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),

@@ -108,7 +108,7 @@ int twin_dense_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a,
           dense_lightning_indexer_grad_kl_loss(u8(q), u8(k), u8(qi), u8(ki), u8(w), u8(smax), u8(ssum),
                                                u8(smax_idx), u8(ssum_idx), rope ? u8(qr) : nullptr,
                                                rope ? u8(kr) : nullptr, tnd ? u8(lens_q) : nullptr,
-                                               tnd ? u8(lens_kv) : nullptr, u8(dqi), u8(dki), u8(dw), u8(loss),
+                                               tnd ? u8(lens_kv) : nullptr, nullptr, u8(dqi), u8(dki), u8(dw), u8(loss),
                                                ws.data(), tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),

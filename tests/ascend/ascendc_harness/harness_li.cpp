@@ -78,7 +78,7 @@ int twin_lightning_indexer(int dtype, const IndexerArgs* a, const LightningIndex
         tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
           lightning_indexer(u8(qi), u8(ki), u8(w), tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr,
-                            u8(indices), u8(values), ws.data(), tiling_gm.data());
+                            nullptr, u8(indices), u8(values), ws.data(), tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),
                              stats.cores, tiling.result.data.keyChunk, 0, 0};

@@ -87,7 +87,7 @@ int twin_lightning_indexer_grad(int dtype, const IndexerArgs* a, const Lightning
         tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
           lightning_indexer_grad(u8(qi), u8(ki), u8(w), u8(idx), u8(d_values), tnd ? u8(lens_q) : nullptr,
-                                 tnd ? u8(lens_kv) : nullptr, u8(dqi), u8(dki), u8(dw), ws.data(), tiling_gm.data());
+                                 tnd ? u8(lens_kv) : nullptr, nullptr, u8(dqi), u8(dki), u8(dw), ws.data(), tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),
                              stats.cores, tiling.result.data.kPad, 0, 0};

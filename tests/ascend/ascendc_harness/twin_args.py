@@ -78,6 +78,7 @@ class LightningIndexerAttrArgs(ctypes.Structure):
         ("sparse_count", ctypes.c_int64),
         ("layout", ctypes.c_char_p),
         ("sparse_mode", ctypes.c_int64),
+        ("cmp_ratio", ctypes.c_int64),
     ]
 
 
@@ -87,6 +88,7 @@ class LightningIndexerGradAttrArgs(ctypes.Structure):
     _fields_ = [
         ("layout", ctypes.c_char_p),
         ("sparse_mode", ctypes.c_int64),
+        ("cmp_ratio", ctypes.c_int64),
     ]
 
 
@@ -98,6 +100,7 @@ class SparseLightningIndexerGradKLLossAttrArgs(ctypes.Structure):
         ("layout", ctypes.c_char_p),
         ("sparse_mode", ctypes.c_int64),
         ("deterministic", ctypes.c_bool),
+        ("cmp_ratio", ctypes.c_int64),
     ]
 
 
@@ -107,6 +110,7 @@ class DenseLightningIndexerSoftmaxLseAttrArgs(ctypes.Structure):
     _fields_ = [
         ("layout", ctypes.c_char_p),
         ("sparse_mode", ctypes.c_int64),
+        ("cmp_ratio", ctypes.c_int64),
     ]
 
 
@@ -118,6 +122,7 @@ class DenseLightningIndexerGradKLLossAttrArgs(ctypes.Structure):
         ("layout", ctypes.c_char_p),
         ("sparse_mode", ctypes.c_int64),
         ("deterministic", ctypes.c_bool),
+        ("cmp_ratio", ctypes.c_int64),
     ]
 
 
