@@ -28,12 +28,16 @@ non-zero gradient.
 Written against mindformers master at commit ``167a50dec750bf8ea0b03f1dabf2818c28747a5a``
 (2026-07-24).
 
-A fused variant (``apply_dsa_kernel_fusion=True``, hyper-parallel's ``npu_sparse_flash_mla``,
-``npu_sparse_flash_mla_grad``, ``npu_sparse_lightning_indexer_kl_loss_grad`` and
-``npu_lightning_indexer`` taken from ``ms_grad_ops.builtins``) needs ``FUSED_OPS`` filled before
-``import_mindformers`` (mindformers imports those names from the stand-in
-``hyper_parallel.custom_ops.experimental`` module below), ``fused=True`` passed to ``build_layers``,
-and ``csa_window_size`` 128 (mindformers accepts no other window with its fused kernels).
+``--fused`` builds the same layers with ``apply_dsa_kernel_fusion=True``: hyper-parallel's
+``npu_sparse_flash_mla``, ``npu_sparse_flash_mla_grad``, ``npu_sparse_lightning_indexer_kl_loss_grad`` and
+``npu_lightning_indexer`` are ``ms_grad_ops.builtins``' (``FUSED_OPS`` below, filled before mindformers is
+imported), with ``csa_window_size`` 128 (mindformers' fused path accepts no other window). Two things
+the fused path alone needs: the loss scale as a Python float (``_loss_scale_as_float``: MindSpore's CPU
+gap for a bfloat16 x float32 ``Mul``), and S a multiple of 16 (``--seq-len 304``): mindformers' fused
+indexer passes ``cmp_residual_k = (S // 4) % 4`` (its compressed key count mod the ratio) where
+CANN's causal rule takes ``S % 4`` (the original tokens of the last incomplete block, as mindformers'
+own ``npu_sparse_flash_mla`` call passes), so unless both are 0 every row may pick one compressed
+key it cannot see yet, and loses a visible pick (measured at S = 300: 37 of 300 rows).
 """
 from __future__ import annotations
 
@@ -84,8 +88,11 @@ SIZES = dict(hidden_size=64, num_attention_heads=4, v_head_dim=64, kv_channels=6
 # 4. ``hyper_parallel`` (not on PyPI) is imported for ``DTensor`` checks and activation
 #    checkpointing: an empty stand-in (inert classes). Its ``custom_ops.experimental`` module holds
 #    exactly ``FUSED_OPS``: empty, mindformers' ``try: from ... import npu_sparse_flash_mla``
-#    fails and the layers use their unfused path.
+#    fails and the layers use their unfused path; with ``--fused`` it holds ``ms_grad_ops.builtins``'.
 FUSED_OPS: dict[str, object] = {}
+FUSED_NAMES = ("npu_sparse_flash_mla", "npu_sparse_flash_mla_grad", "npu_sparse_lightning_indexer_kl_loss_grad",
+               "npu_lightning_indexer")
+FUSED_WINDOW = 128  # mindformers' fused path accepts no other csa_window_size
 
 
 class _PackagingStandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -140,6 +147,18 @@ def _deepseek_name(name: str) -> str:
     return name
 
 
+def _loss_scale_as_float() -> None:
+    """The one MindSpore CPU gap only the fused path meets, worked around here rather than by
+    ``install()``: MindSpore 2.10 has no CPU ``Mul`` kernel for a bfloat16 tensor and a float32 tensor
+    (either order). mindformers' fused backward multiplies the indexer gradients (bfloat16: it casts the
+    indexer's query and key to bfloat16 for CANN's kernels) by its loss scale, a float32 ``Tensor(1.0)``
+    until a trainer calls ``set_loss_scale``. The example sets that scale itself, to the Python float
+    1.0: the same value, and a bfloat16 tensor times a Python float runs on CPU."""
+    from mindformers.pynative.transformers.experimental_attention_variant.indexer import _IndexerLossAutoScaler
+
+    _IndexerLossAutoScaler.set_loss_scale(1.0)
+
+
 def build_layers(seed: int, fused: bool = False) -> list[nn.Cell]:
     """One ``DSv4HybridSelfAttention`` per ratio of ``RATIOS``, parameters drawn from ``seed``
     (linear weights N(0, 0.1^2), norm weights 1 + N(0, 0.1^2), ``ape`` and ``attn_sink`` N(0, 0.5^2):
@@ -158,6 +177,8 @@ def build_layers(seed: int, fused: bool = False) -> list[nn.Cell]:
         softmax_compute_dtype="float32", seq_length=SEQ_LEN, dsa_indexer_loss_coeff=1.0,
         dsa_indexer_use_sparse_loss=True, **SIZES)
     spec = get_dsv4_hybrid_module_spec(qk_layernorm=True)  # DeepSeek normalises q_lora and kv
+    if fused:
+        _loss_scale_as_float()
     rng = np.random.default_rng(seed)
     layers = []
     for number in range(len(RATIOS)):
@@ -191,9 +212,10 @@ class _RecordPicks:
 
 def forward_and_gradient(layer: nn.Cell, x: np.ndarray, g: np.ndarray) -> dict:
     """The layer's output for ``x [S, B, dim]`` and the gradients of ``sum(out * g)`` with respect to
-    ``x`` and every parameter outside the indexer (the indexer learns from its own KL loss)."""
+    ``x`` and every parameter (``grad.*``); the indexer's (``igrad.*``) are those of mindformers' indexer
+    KL loss alone (its input is detached; the loss reaches it through mindformers' autograd functions)."""
     recorder = _RecordPicks(layer.core_attention.indexer) if layer.compress_ratio == 4 else None
-    params = [p for p in layer.trainable_params() if ".indexer." not in p.name]
+    params = layer.trainable_params()
     g_t = Tensor(g.astype(np.float32))
 
     def objective(x_t: Tensor) -> Tensor:
@@ -202,7 +224,8 @@ def forward_and_gradient(layer: nn.Cell, x: np.ndarray, g: np.ndarray) -> dict:
 
     (_, out), (dx, dparams) = ms.value_and_grad(objective, 0, params, has_aux=True)(Tensor(x.astype(np.float32)))
     found = {"out": out.asnumpy(), "grad.x": dx.asnumpy()}
-    found.update({f"grad.{_deepseek_name(p.name)}": d.asnumpy() for p, d in zip(params, dparams)})
+    for p, d in zip(params, dparams):  # the indexer's gradient is its KL loss's, whatever g is
+        found[f"{'igrad' if '.indexer.' in p.name else 'grad'}.{_deepseek_name(p.name)}"] = d.asnumpy()
     if recorder is not None:
         found["picks"] = recorder.picks
         layer.core_attention.indexer.construct = recorder.construct
@@ -234,6 +257,7 @@ def train(layer: nn.Cell, x: np.ndarray, target: np.ndarray, steps: int, learnin
 
 
 def main() -> None:
+    global SEQ_LEN
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mindformers", type=Path, default=os.environ.get("MGO_MINDFORMERS_MASTER"),
                         help="a mindformers master checkout (default: $MGO_MINDFORMERS_MASTER)")
@@ -243,9 +267,20 @@ def main() -> None:
     parser.add_argument("--dump", type=Path, help="save inputs, parameters, outputs and gradients here (.npz)")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 unless every layer's loss falls and every parameter gets a non-zero gradient")
+    parser.add_argument("--fused", action="store_true",
+                        help="apply_dsa_kernel_fusion=True: hyper-parallel's fused ops from ms_grad_ops.builtins")
+    parser.add_argument("--window", type=int, default=None,
+                        help=f"csa_window_size (default {SIZES['csa_window_size']}, {FUSED_WINDOW} with --fused)")
+    parser.add_argument("--seq-len", type=int, default=SEQ_LEN,
+                        help=f"S (default {SEQ_LEN}; with --fused, a multiple of 16 for the indexer's causality: "
+                             "see the module docstring)")
     args = parser.parse_args()
     if args.mindformers is None:
         raise SystemExit("give --mindformers <checkout> or set MGO_MINDFORMERS_MASTER")
+    SIZES["csa_window_size"] = args.window or (FUSED_WINDOW if args.fused else SIZES["csa_window_size"])
+    if args.fused:
+        FUSED_OPS.update({name: getattr(ms_grad_ops.builtins, name) for name in FUSED_NAMES})
+    SEQ_LEN = args.seq_len
     import_mindformers(args.mindformers.resolve())
     start = time.time()
     rng = np.random.default_rng(args.seed + 1)
@@ -254,7 +289,7 @@ def main() -> None:
     dump: dict[str, np.ndarray] = {"x": x, "g": g}
     for key, value in SIZES.items():
         dump[f"size.{key}"] = np.asarray(value)
-    layers = build_layers(args.seed)
+    layers = build_layers(args.seed, fused=args.fused)
     for ratio, layer in zip(RATIOS, layers):
         dump.update({f"{ratio}.param.{k}": v for k, v in deepseek_parameters(layer).items()})
         dump.update({f"{ratio}.{k}": v for k, v in forward_and_gradient(layer, x, g).items()})

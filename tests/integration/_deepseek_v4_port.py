@@ -121,8 +121,8 @@ def compress(args: V4Args, p: dict, prefix: str, x: np.ndarray, ratio: int, head
     return pooled
 
 
-def indexer_picks(args: V4Args, p: dict, x: np.ndarray, qr: np.ndarray, ratio: int) -> np.ndarray:
-    """``[B, S, min(topk, S // ratio)]`` compressed entries each query attends (-1: none)."""
+def indexer_scores(args: V4Args, p: dict, x: np.ndarray, qr: np.ndarray, ratio: int) -> np.ndarray:
+    """``[B, S, S // ratio]``: the indexer's score of every compressed entry (``-inf``: not yet visible)."""
     b, s, _ = x.shape
     h, d = args.index_heads, args.index_head_dim
     q = (qr @ p["indexer.wq_b"].T).reshape(b, s, h, d)
@@ -131,14 +131,23 @@ def indexer_picks(args: V4Args, p: dict, x: np.ndarray, qr: np.ndarray, ratio: i
     w = (x @ p["indexer.weights_proj"].T) * (d ** -0.5 * h ** -0.5)
     score = (np.maximum(np.einsum("bshd,btd->bsht", q, k), 0) * w[..., None]).sum(2)
     visible = np.arange(k.shape[1])[None, :] < (np.arange(1, s + 1) // ratio)[:, None]
-    score = np.where(visible, score, -np.inf)
-    top = min(args.index_topk, k.shape[1])
+    return np.where(visible, score, -np.inf)
+
+
+def indexer_picks(args: V4Args, p: dict, x: np.ndarray, qr: np.ndarray, ratio: int) -> np.ndarray:
+    """``[B, S, min(topk, S // ratio)]`` compressed entries each query attends (-1: none)."""
+    score = indexer_scores(args, p, x, qr, ratio)
+    visible = np.isfinite(score)
+    top = min(args.index_topk, score.shape[-1])
     picks = np.argsort(-score, -1, kind="stable")[..., :top]
     return np.where(np.take_along_axis(np.broadcast_to(visible, score.shape), picks, -1), picks, -1)
 
 
-def attention(args: V4Args, p: dict, x: np.ndarray, ratio: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """(the layer's output ``[B, S, dim]``, the indexer's picks ``[B, S, K]`` or None)."""
+def attention(args: V4Args, p: dict, x: np.ndarray, ratio: int,
+              target: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the layer's output ``[B, S, dim]``, the indexer's picks ``[B, S, K]`` or None). ``target``
+    (ratio 4, ``[B, S, K]``) receives the main attention's head-mean probability of each picked entry
+    (the window's keys and the sink in the denominator: CANN's ``cmp_softmax_l1_norm``; 0 for -1)."""
     b, s, _ = x.shape
     h, d = args.n_heads, args.head_dim
     angles = rope_angles(args, s, ratio > 0)
@@ -164,7 +173,33 @@ def attention(args: V4Args, p: dict, x: np.ndarray, ratio: int) -> tuple[np.ndar
             logits = q[bi, i] @ keys.T * d ** -0.5  # [H, K]
             m = np.maximum(logits.max(-1), sink)
             e = np.exp(logits - m[:, None])
-            out[bi, i] = (e @ keys) / (e.sum(-1) + np.exp(sink - m))[:, None]
+            denominator = (e.sum(-1) + np.exp(sink - m))[:, None]
+            out[bi, i] = (e @ keys) / denominator
+            if target is not None:
+                n = len(extra[bi][i])
+                target[bi, i] = 0.0
+                target[bi, i, :n] = (e[:, len(e[0]) - n:] / denominator).mean(0)
     out = rope(out, angles, inverse=True).reshape(b, s, args.o_groups, -1)
     wo_a = p["wo_a"].reshape(args.o_groups, args.o_lora_rank, -1)
     return np.einsum("bsgd,grd->bsgr", out, wo_a).reshape(b, s, -1) @ p["wo_b"].T, picks
+
+
+def indexer_kl_loss(args: V4Args, p: dict, x: np.ndarray, target: np.ndarray, picks: np.ndarray,
+                    coeff: float) -> float:
+    """mindformers' fused indexer loss as its gradients define it (ratio 4): ``coeff / (B S)`` times the
+    sum over rows of ``sum_s p_s (ln p_s - ln y_s)``, ``p`` the raw ``target`` (``attention``'s, held
+    fixed), ``y`` the softmax of the indexer's scores over the row's valid picks (contract 9.2)."""
+    b, s, _ = x.shape
+    qr = rms_norm(x @ p["wq_a"].T, p["q_norm"], args.eps)
+    score = indexer_scores(args, p, x, qr, 4)
+    total = 0.0
+    for bi in range(b):
+        for i in range(s):
+            valid = picks[bi, i] >= 0
+            if not valid.any():
+                continue
+            logits = score[bi, i, picks[bi, i, valid]]
+            log_y = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
+            t = target[bi, i, valid]
+            total += float((t * (np.log(t) - log_y)).sum())
+    return coeff * total / (b * s)

@@ -128,3 +128,84 @@ def test_every_layer_trains(run: tuple[dict, dict]) -> None:
     assert counts == {0: 8, 4: 18, 128: 12}, counts
     for r in RATIOS:
         assert len(result["trained"][str(r)]["losses"]) == STEPS
+
+
+# ----------------------------------------------------------------------------------------------
+# apply_dsa_kernel_fusion=True: hyper-parallel's fused ops bound to ms_grad_ops.builtins
+# ----------------------------------------------------------------------------------------------
+def _dump(tmp_path_factory: pytest.TempPathFactory, name: str, options: list[str]) -> tuple[dict, dict]:
+    folder = tmp_path_factory.mktemp(name)
+    dump = folder / f"{name}.npz"
+    out = run_example(EXAMPLES / "mindformers_v4_cpu.py",
+                      ["--check", "--steps", str(STEPS), "--dump", str(dump), "--mindformers", CHECKOUT, *options],
+                      Path(CHECKOUT), folder, TIMEOUT)
+    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, out[-4000:]
+    return json.loads(lines[0].split(" ", 1)[1]), dict(np.load(dump))
+
+
+# S a multiple of 16: mindformers' fused indexer derives cmp_residual_k from its compressed key count
+# (examples/mindformers_v4_cpu.py's docstring), which agrees with CANN's causal rule only then.
+FUSED_SIZES = ["--seq-len", "304"]
+
+
+@pytest.fixture(scope="module")
+def fused(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    """``--fused`` (its window is 128, the only one mindformers' fused path accepts)."""
+    return _dump(tmp_path_factory, "fused", ["--fused", *FUSED_SIZES])
+
+
+@pytest.fixture(scope="module")
+def unfused_128(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    """The unfused layers with the fused run's window, weights and inputs."""
+    return _dump(tmp_path_factory, "unfused_128", ["--window", "128", *FUSED_SIZES])
+
+
+@pytest.mark.parametrize("ratio", RATIOS)
+def test_fused_equals_unfused(fused: tuple[dict, dict], unfused_128: tuple[dict, dict], ratio: int) -> None:
+    """Same weights and inputs: the fused layer's output and every gradient of ``sum(out * G)`` outside the
+    indexer equal the unfused layer's, max |difference| / max |value| <= 1e-5 each (float32 precision);
+    ratio 4's visible picks identical."""
+    (_, got), (_, want) = fused, unfused_128
+    assert int(got["size.csa_window_size"]) == int(want["size.csa_window_size"]) == 128
+    names = [k for k in want if k.startswith(f"{ratio}.grad.")] + [f"{ratio}.out"]
+    assert sorted(k for k in got if k.startswith(f"{ratio}.grad.")) == sorted(names[:-1])
+    assert np.array_equal(got["x"], want["x"]) and np.array_equal(got["g"], want["g"])
+    assert all(np.array_equal(got[k], want[k]) for k in want if k.startswith(f"{ratio}.param."))
+    errors = {}
+    for name in names:
+        errors[name] = float(np.abs(got[name] - want[name]).max() / np.abs(want[name]).max())
+    print(f"ratio {ratio}: " + ", ".join(f"{k} {e:.2g}" for k, e in sorted(errors.items(), key=lambda kv: -kv[1])))
+    assert max(errors.values()) <= 1e-5, errors
+    if ratio == 4:  # each path's raw top-k, the entries not yet visible set to -1 (the fused one has -1 there)
+        def visible(picks: np.ndarray) -> np.ndarray:
+            return np.sort(np.where(picks < (np.arange(1, picks.shape[1] + 1) // 4)[None, :, None], picks, -1), -1)
+
+        assert np.array_equal(visible(got["4.picks"]), visible(want["4.picks"]))
+
+
+def test_fused_indexer_gradient_is_canns_kl(fused: tuple[dict, dict]) -> None:
+    """The fused layer's indexer gradients are those of the KL loss against CANN's raw target
+    (``cmp_softmax_l1_norm``: the head-mean attention probability of each pick, the window and sink
+    holding the rest, never renormalised) scaled by ``coeff / (B S)``: ``<grad, V>`` vs the port's central
+    difference of ``indexer_kl_loss`` along a random V, error / (|grad| |V|) <= 2e-2 (mindformers feeds
+    the indexer's query and key to the kernel in bfloat16). The unfused path's loss is another one
+    (a target renormalised over the picks, no window or sink), so its indexer gradients are not compared."""
+    _, dump = fused
+    args, params, x = _args(dump), _params(dump, 4), _x(dump)
+    target = np.zeros(dump["4.picks"].shape)
+    _, picks = port.attention(args, params, x, 4, target=target)
+    rng = np.random.default_rng(44)
+    step = 1e-6
+    names = [k[len("4.igrad."):] for k in dump if k.startswith("4.igrad.")]
+    assert len(names) == 6, names
+    worst = {}
+    for name in names:
+        grad = dump[f"4.igrad.{name}"].astype(np.float64)
+        v = rng.standard_normal(grad.shape)
+        up = port.indexer_kl_loss(args, {**params, name: params[name] + step * v}, x, target, picks, 1.0)
+        down = port.indexer_kl_loss(args, {**params, name: params[name] - step * v}, x, target, picks, 1.0)
+        worst[name] = abs((up - down) / (2 * step) - float((grad * v).sum())) / (
+            np.linalg.norm(grad) * np.linalg.norm(v))
+    print("fused indexer: " + ", ".join(f"{k} {e:.2g}" for k, e in sorted(worst.items(), key=lambda kv: -kv[1])))
+    assert max(worst.values()) <= 2e-2, worst
