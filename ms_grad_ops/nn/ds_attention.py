@@ -44,6 +44,23 @@ def _positions(t: int, lengths: Tensor) -> Tensor:
     return tokens - msops.gather(starts, seq, 0)
 
 
+def longest_sequence(lengths: Tensor) -> Tensor:
+    """The longest sequence of cumulative int ``lengths`` (TND, no leading 0), a scalar tensor."""
+    starts = msops.concat((msops.zeros(1, lengths.dtype), lengths[:-1]))
+    return (lengths - starts).max()
+
+
+def _check_max_seq_len(length: object, max_seq_len: int, what: str, owner: str = "DSAttention") -> None:
+    """``ValueError`` naming ``owner``, ``max_seq_len`` and ``length`` (``what`` says what it is) when
+    a sequence is longer than the rope tables: an int (a static shape, or Python lengths) raises
+    eagerly in PyNative and at compile time in GRAPH mode; a scalar tensor (tensor lengths, a dynamic
+    dim) in PyNative when the layer runs and in GRAPH mode when the graph runs (MindSpore raises the
+    same ValueError from the running graph, which then refuses later steps: docs/troubleshooting.md)."""
+    if length > max_seq_len:
+        raise ValueError(f"{owner}: {what} has {length} tokens, more than max_seq_len = {max_seq_len} (the "
+                         f"length of its rope tables; build the layer with a larger max_seq_len)")
+
+
 class _RMSNorm(nn.Cell):
     """``x * rsqrt(mean(x^2) + eps) * weight`` over the last axis, float32."""
 
@@ -282,17 +299,24 @@ class DSAttention(nn.Cell):
 
     def _lengths(self, x: Tensor, actual_seq_lengths: object) -> Tensor | None:
         """The lengths as an int tensor (cumulative in TND, per batch in BSND), or None; the values
-        of Python lengths checked against ``x`` here. A tensor is passed on unchanged: an int64 one
-        reaches the kernels as int64, which check its values (a cast to int32 would wrap an invalid
-        2**32 + 2 into a valid 2)."""
-        if actual_seq_lengths is None:
-            return None
+        of Python lengths checked against ``x`` here, and every sequence against ``max_seq_len``
+        (``_check_max_seq_len``). A tensor is passed on unchanged: an int64 one reaches the kernels
+        as int64, which check its values (a cast to int32 would wrap an invalid 2**32 + 2 into a valid 2)."""
         op, arg = "DSAttention", "actual_seq_lengths"
         if self.layout == "BSND":
             check_batch_lengths(op, arg, actual_seq_lengths, x.shape[1])
-        else:
-            check_cumulative_values(op, arg, actual_seq_lengths, x.shape[0])
-        return lengths_input(op, arg, actual_seq_lengths)
+            lengths = None if actual_seq_lengths is None else lengths_input(op, arg, actual_seq_lengths)
+            # the rope tables are read for every padded row: the padded length S must fit
+            _check_max_seq_len(x.shape[1], self.max_seq_len, "the padded length S of x (layout BSND)")
+            return lengths
+        if actual_seq_lengths is None:
+            _check_max_seq_len(x.shape[0], self.max_seq_len, "one sequence of all T tokens of x (layout TND, "
+                               "no actual_seq_lengths)")
+            return None
+        check_cumulative_values(op, arg, actual_seq_lengths, x.shape[0])
+        lengths = lengths_input(op, arg, actual_seq_lengths)
+        _check_max_seq_len(longest_sequence(lengths), self.max_seq_len, "the longest sequence of actual_seq_lengths")
+        return lengths
 
     def _tables_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos/sin float32 ``[N, Dr // 2]`` at the int ``positions [N]`` (each token's position in its
