@@ -93,7 +93,8 @@ def dense_lightning_indexer_grad_kl_loss(
     """docs/contract.md section 4.4: (d_query_index, d_key_index, d_weights, loss) for d(loss) = 1, over every
     visible key: teacher ``p`` the head mean of the attention probabilities from the given statistics,
     ``y = exp(I - softmax_max_index) / softmax_sum_index``, the loss a raw sum over rows, CANN's ``dI = y - p``.
-    ``terms=True``: each gradient is the sum of the absolute values of its terms (``|dI| <= y + p``)."""
+    ``terms=True``: each output is the sum of the absolute values of its terms (``|dI| <= y + p``; the
+    loss ``sum p (|ln p| + |ln y| + 1)``, as in ``sparse_lightning_indexer_grad_kl_loss``)."""
     t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
     q, k, qr, kr, qi, ki, w = _to_tnd(layout, query, key, query_rope, key_rope, query_index, key_index, weights)
     mx, sm = _heads(layout, softmax_max), _heads(layout, softmax_sum)
@@ -113,7 +114,8 @@ def dense_lightning_indexer_grad_kl_loss(
         sx = qt @ kt.T
         log_y = wt @ np.maximum(sx, 0.0) - mxi[t] - np.log(smi[t])
         y = np.exp(log_y)
-        loss += float(np.sum(p * (np.log(np.maximum(p, LOG_FLOOR)) - np.maximum(log_y, np.log(LOG_FLOOR)))))
+        log_p, log_y_floor = np.log(np.maximum(p, LOG_FLOOR)), np.maximum(log_y, np.log(LOG_FLOOR))
+        loss += float(np.sum(p * (np.abs(log_p) + np.abs(log_y_floor) + 1 if terms else log_p - log_y_floor)))
         backward = score_backward_terms if terms else _score_backward
         dw[t], dqi[t], dk = backward(qt, kt, wt, sx, y + p if terms else y - p)
         dki[base:base + n, 0] += dk

@@ -192,9 +192,10 @@ def sparse_lightning_indexer_grad_kl_loss(
     head sum renormalised to 1 over the row's keys (CANN's ``1 / (N1 - sum_h P_sink,h)`` for
     statistics of the same keys and sinks), in log-shifted form so that large sinks stay finite.
     ``return_kl_grad=True`` uses the exact gradient of the loss instead (``dI = y * sum(p) - p``;
-    identical when ``sum(p) = 1``), for finite-difference checks. ``terms=True``: each gradient is the
-    sum of the absolute values of its terms (``|dI| <= y + p``, :func:`score_backward_terms`), the
-    scale of its rounding error where they cancel."""
+    identical when ``sum(p) = 1``), for finite-difference checks. ``terms=True``: each output is the
+    sum of the absolute values of its terms (``|dI| <= y + p``, :func:`score_backward_terms`; the loss
+    ``sum p (|ln p| + |ln y| + 1)``, the 1 for the rounding of p and y themselves, which ``ln`` hands on
+    where they are near 1), the scale of its rounding error where they cancel."""
     t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode)
     q, k, qr, kr, qi, ki, w, si = _to_tnd(layout, query, key, query_rope, key_rope, query_index, key_index,
                                           weights, sparse_indices)
@@ -223,7 +224,8 @@ def sparse_lightning_indexer_grad_kl_loss(
         log_y = i_score - i_score.max()
         log_y = log_y - np.log(np.exp(log_y).sum())
         y = np.exp(log_y)
-        loss += float(np.sum(p * (np.log(np.maximum(p, LOG_FLOOR)) - np.log(np.maximum(y, LOG_FLOOR)))))
+        log_p, log_y = np.log(np.maximum(p, LOG_FLOOR)), np.log(np.maximum(y, LOG_FLOOR))
+        loss += float(np.sum(p * (np.abs(log_p) + np.abs(log_y) + 1 if terms else log_p - log_y)))
         d_i = y * p.sum() - p if return_kl_grad else y - p
         backward = score_backward_terms if terms else _score_backward
         dw[t], dqi[t], dk = backward(qt, kt, wt, sx, y + p if terms else d_i)
