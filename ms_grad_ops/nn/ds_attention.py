@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import mindspore as ms
+import numpy as np
 from mindspore import Parameter, Tensor, nn
 from mindspore import ops as msops
 from mindspore.common.initializer import Normal, initializer
@@ -147,7 +148,10 @@ class DSAttention(nn.Cell):
         qk_rope_head_dim: the attention's Dr, even [64]. v_head_dim: [128].
         index_n_heads: [64]. index_head_dim: [128] (>= qk_rope_head_dim). index_topk: K [2048].
         max_seq_len: positions covered by the rope tables (>= the longest sequence) [DeepSeek's
-            ModelArgs default 16384]. rope_theta: [10000].
+            ModelArgs default 16384]; a longer sequence is a ``ValueError`` naming the layer,
+            ``max_seq_len`` and its length (eagerly, at GRAPH compile, or from the running graph for
+            tensor lengths and dynamic dims; ``check_batch`` checks a batch first:
+            docs/troubleshooting.md). rope_theta: [10000].
         original_seq_len, rope_factor, beta_fast, beta_slow, mscale: YaRN, applied when
             ``max_seq_len > original_seq_len`` [DeepSeek's defaults 4096, 40, 32, 1, 1.0].
         softmax_scale: attention logit scale; None = ``(qk_nope_head_dim + qk_rope_head_dim)**-0.5``,
@@ -294,6 +298,30 @@ class DSAttention(nn.Cell):
         """The parameters as float32 NumPy arrays under DeepSeek's names (``prefix`` prepended): the
         inverse of ``load_deepseek_state_dict``, bitwise."""
         return deepseek_io.state_dict(self, prefix)
+
+    def check_batch(self, x_shape: tuple[int, ...] | Tensor, actual_seq_lengths: object = None) -> None:
+        """Host-side pre-flight of a batch (``ms_grad_ops.preflight``, docs/troubleshooting.md): the
+        ``ValueError`` the layer or its kernels would give on ``x`` (a tensor or its shape) and
+        ``actual_seq_lengths`` (a list, NumPy array or int tensor), raised before any graph runs: the
+        lengths rule as the kernels read it (their message), then every sequence against
+        ``max_seq_len``. In GRAPH mode a bad batch found inside the graph leaves it refusing later
+        steps; a loop that calls this first can skip the batch and train on."""
+        from .. import preflight
+        shape = tuple(x_shape.shape if isinstance(x_shape, Tensor) else x_shape)
+        if self.layout == "BSND":
+            preflight.check_lengths(actual_seq_lengths, actual_seq_lengths, query_tokens=shape[:2],
+                                    key_tokens=shape[1], layout="BSND")
+            _check_max_seq_len(shape[1], self.max_seq_len, "the padded length S of x (layout BSND)")
+        elif actual_seq_lengths is None:
+            _check_max_seq_len(shape[0], self.max_seq_len, "one sequence of all T tokens of x (layout TND, "
+                               "no actual_seq_lengths)")
+        else:
+            preflight.check_lengths(actual_seq_lengths, actual_seq_lengths, query_tokens=shape[0], key_tokens=shape[0],
+                                    layout="TND")
+            lens = np.asarray(actual_seq_lengths.asnumpy() if isinstance(actual_seq_lengths, Tensor)
+                              else actual_seq_lengths, np.int64)
+            _check_max_seq_len(int(np.diff(lens, prepend=0).max()), self.max_seq_len,
+                               "the longest sequence of actual_seq_lengths")
 
     # -- helpers -------------------------------------------------------------------------------
 
