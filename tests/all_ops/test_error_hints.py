@@ -98,11 +98,18 @@ def test_mindspores_positional_scale_value() -> None:
     q, k, idx = _t(6, 4, 8), _t(6, 1, 8), _t(6, 1, 2, dtype=np.int32)
     with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'scale_value'"):
         mgo.ops.sparse_flash_attention(q, k, k, idx, 0.5, layout="TND")
+
+
+def test_number_in_a_tensor_slot(mode: str) -> None:
+    q, k, idx = _t(6, 4, 8), _t(6, 1, 8), _t(6, 1, 2, dtype=np.int32)
+
+    def call(q: Tensor, k: Tensor, idx: Tensor) -> object:
+        return mgo.ops.sparse_flash_attention(q, k, k, idx, 0.5, scale_value=0.5, layout="TND")
     with pytest.raises(TypeError, match=r"sparse_flash_attention: argument 'query_rope' must be a mindspore Tensor, "
                                         r"got float 0.5 \(a number here looks like a positional scale_value: "
                                         r"scale_value is keyword-only here, scale_value=...; the MindSpore-signature "
                                         r"version is ms_grad_ops.builtins.sparse_flash_attention\)"):
-        mgo.ops.sparse_flash_attention(q, k, k, idx, 0.5, scale_value=0.5, layout="TND")
+        _call(mode, call, q, k, idx)
     with pytest.raises(TypeError, match=r"sparse_flash_attention_grad: argument 'sparse_indices' must be a mindspore "
                                         r"Tensor, got list \[\[0, 1\]\]$"):
         mgo.ops.sparse_flash_attention_grad(q, k, None, [[0, 1]], q, q, _t(1, 6, 4), _t(1, 6, 4), scale_value=0.5,
