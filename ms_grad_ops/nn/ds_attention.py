@@ -45,10 +45,19 @@ def _positions(t: int, lengths: Tensor) -> Tensor:
     return tokens - msops.gather(starts, seq, 0)
 
 
-def longest_sequence(lengths: Tensor) -> Tensor:
-    """The longest sequence of cumulative int ``lengths`` (TND, no leading 0), a scalar tensor."""
-    starts = msops.concat((msops.zeros(1, lengths.dtype), lengths[:-1]))
-    return (lengths - starts).max()
+# What a max_seq_len error names (the layer's and check_batch's, one wording).
+_PADDED_S = "the padded length S of x (layout BSND)"
+_ALL_T = "one sequence of all T tokens of x (layout TND, no actual_seq_lengths)"
+_LONGEST = "the longest sequence of actual_seq_lengths"
+
+
+def _longest_sequence(lengths: object) -> object:
+    """The longest sequence of cumulative lengths (TND, no leading 0): a scalar tensor for an int
+    tensor (known when the graph runs), an int for a Python sequence or NumPy array."""
+    if isinstance(lengths, Tensor):
+        starts = msops.concat((msops.zeros(1, lengths.dtype), lengths[:-1]))
+        return (lengths - starts).max()
+    return int(np.diff(np.asarray(lengths, np.int64), prepend=0).max())
 
 
 def _check_max_seq_len(length: object, max_seq_len: int, what: str, owner: str = "DSAttention") -> None:
@@ -311,17 +320,14 @@ class DSAttention(nn.Cell):
         if self.layout == "BSND":
             preflight.check_lengths(actual_seq_lengths, actual_seq_lengths, query_tokens=shape[:2],
                                     key_tokens=shape[1], layout="BSND")
-            _check_max_seq_len(shape[1], self.max_seq_len, "the padded length S of x (layout BSND)")
+            _check_max_seq_len(shape[1], self.max_seq_len, _PADDED_S)
         elif actual_seq_lengths is None:
-            _check_max_seq_len(shape[0], self.max_seq_len, "one sequence of all T tokens of x (layout TND, "
-                               "no actual_seq_lengths)")
+            _check_max_seq_len(shape[0], self.max_seq_len, _ALL_T)
         else:
             preflight.check_lengths(actual_seq_lengths, actual_seq_lengths, query_tokens=shape[0], key_tokens=shape[0],
                                     layout="TND")
-            lens = np.asarray(actual_seq_lengths.asnumpy() if isinstance(actual_seq_lengths, Tensor)
-                              else actual_seq_lengths, np.int64)
-            _check_max_seq_len(int(np.diff(lens, prepend=0).max()), self.max_seq_len,
-                               "the longest sequence of actual_seq_lengths")
+            lens = actual_seq_lengths.asnumpy() if isinstance(actual_seq_lengths, Tensor) else actual_seq_lengths
+            _check_max_seq_len(_longest_sequence(lens), self.max_seq_len, _LONGEST)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -335,16 +341,14 @@ class DSAttention(nn.Cell):
             check_batch_lengths(op, arg, actual_seq_lengths, x.shape[1])
             lengths = None if actual_seq_lengths is None else lengths_input(op, arg, actual_seq_lengths)
             # the rope tables are read for every padded row: the padded length S must fit
-            _check_max_seq_len(x.shape[1], self.max_seq_len, "the padded length S of x (layout BSND)")
+            _check_max_seq_len(x.shape[1], self.max_seq_len, _PADDED_S)
             return lengths
         if actual_seq_lengths is None:
-            _check_max_seq_len(x.shape[0], self.max_seq_len, "one sequence of all T tokens of x (layout TND, "
-                               "no actual_seq_lengths)")
+            _check_max_seq_len(x.shape[0], self.max_seq_len, _ALL_T)
             return None
         check_cumulative_values(op, arg, actual_seq_lengths, x.shape[0])
-        lengths = lengths_input(op, arg, actual_seq_lengths)
-        _check_max_seq_len(longest_sequence(lengths), self.max_seq_len, "the longest sequence of actual_seq_lengths")
-        return lengths
+        _check_max_seq_len(_longest_sequence(actual_seq_lengths), self.max_seq_len, _LONGEST)
+        return lengths_input(op, arg, actual_seq_lengths)
 
     def _tables_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos/sin float32 ``[N, Dr // 2]`` at the int ``positions [N]`` (each token's position in its
