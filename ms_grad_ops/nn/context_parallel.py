@@ -9,7 +9,7 @@ from mindspore import ops as msops
 
 from .._checks import size_argument
 from ._amp import rewrite_leaf
-from .ds_attention import DSAttention, SparseStage, _check_max_seq_len
+from .ds_attention import DSAttention, SparseStage
 
 
 class GatherTokens(nn.Cell):
@@ -149,9 +149,6 @@ class ContextParallelDSAttention(nn.Cell):
         if positions.shape != (n,):
             raise ValueError(f"ContextParallelDSAttention: positions must be [{n}] (one per token of x {x.shape}), "
                              f"got {positions.shape}")
-        # a position beyond the rope tables: a ValueError naming the layer, not Gather's index error
-        _check_max_seq_len(positions.max() + 1, attn.max_seq_len, "the sequence of the largest entry of positions",
-                           "ContextParallelDSAttention")
         cos, sin = attn._tables_at(positions)
         qr, q_lat, q_pe, latent, k_pe = attn._project(flat, cos, sin)
         q_idx, k_idx, weights = attn._index_inputs(flat, qr, cos, sin, (n,))

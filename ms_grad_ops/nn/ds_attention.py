@@ -60,14 +60,14 @@ def _longest_sequence(lengths: object) -> object:
     return int(np.diff(np.asarray(lengths, np.int64), prepend=0).max())
 
 
-def _check_max_seq_len(length: object, max_seq_len: int, what: str, owner: str = "DSAttention") -> None:
-    """``ValueError`` naming ``owner``, ``max_seq_len`` and ``length`` (``what`` says what it is) when
+def _check_max_seq_len(length: object, max_seq_len: int, what: str) -> None:
+    """``ValueError`` naming the layer, ``max_seq_len`` and ``length`` (``what`` says what it is) when
     a sequence is longer than the rope tables: an int (a static shape, or Python lengths) raises
     eagerly in PyNative and at compile time in GRAPH mode; a scalar tensor (tensor lengths, a dynamic
     dim) in PyNative when the layer runs and in GRAPH mode when the graph runs (MindSpore raises the
     same ValueError from the running graph, which then refuses later steps: docs/troubleshooting.md)."""
     if length > max_seq_len:
-        raise ValueError(f"{owner}: {what} has {length} tokens, more than max_seq_len = {max_seq_len} (the "
+        raise ValueError(f"DSAttention: {what} has {length} tokens, more than max_seq_len = {max_seq_len} (the "
                          f"length of its rope tables; build the layer with a larger max_seq_len)")
 
 

@@ -1,4 +1,4 @@
-"""``nn.DSAttention`` (and ``nn.ContextParallelDSAttention``) refuse a sequence longer than
+"""``nn.DSAttention`` refuses a sequence longer than
 ``max_seq_len``, the length of the layer's rope tables, with a ``ValueError`` naming the Cell,
 ``max_seq_len`` and the length (not MindSpore's ``Gather`` index error or a ``Mul`` broadcast error
 deep inside the layer): in PyNative when the layer runs; in GRAPH mode at compile time where the
@@ -74,12 +74,3 @@ def test_dynamic_shape_in_graph_mode_raises_when_the_graph_runs() -> None:
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
 
-
-def test_context_parallel_positions_beyond_max_seq_len() -> None:
-    layer = mgo.nn.DSAttention(**CFG, max_seq_len=MAX, layout="TND")
-    cp = mgo.nn.ContextParallelDSAttention(layer, 1)
-    plan = mgo.nn.ContextParallelPlan([4, 13], 1, 0)     # a second sequence of 9 tokens
-    inputs = [Tensor(a) for a in plan.inputs()]
-    with pytest.raises(ValueError, match=rf"ContextParallelDSAttention: .* has {MAX + 1} tokens, more than "
-                                         rf"max_seq_len = {MAX}"):
-        cp(_x(13, 20), *inputs)
