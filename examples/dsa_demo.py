@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 
@@ -226,13 +227,27 @@ def main() -> None:
     parser.add_argument("--log-every", type=int, default=20)
     parser.add_argument("--checkpoint", default=None, help="checkpoint file (default: a temporary one)")
     args = parser.parse_args()
+    # One temporary folder for what the run writes (the default checkpoint; GRAPH-mode failure files,
+    # rank_0/, go to the working directory): removed when the run succeeds, kept to look at when it fails.
+    folder, cwd = tempfile.mkdtemp(prefix="dsa_demo_"), os.getcwd()
+    os.chdir(folder)
+    try:
+        run_stages(args, args.checkpoint or os.path.join(folder, "dsa_demo.safetensors"))
+    except BaseException:
+        print(f"the run failed; its temporary folder {folder} is kept")
+        raise
+    finally:
+        os.chdir(cwd)
+    shutil.rmtree(folder)
 
+
+def run_stages(args: argparse.Namespace, ckpt: str) -> None:
+    """The three stages and the dense baseline, the checkpoint in the file ``ckpt``."""
     start = time.time()
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     ms.set_seed(0)
     task = make_task(args)
-    ckpt = args.checkpoint or os.path.join(tempfile.mkdtemp(), "dsa_demo.safetensors")
 
     def run(name: str, step: TrainStep, steps: int) -> dict[str, float]:
         return train(name, step, task, steps, args.batch, args.log_every)

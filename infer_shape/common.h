@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "op_attrs.h"
+
 namespace mgo::infer {
 
 using Shape = std::vector<int64_t>;
@@ -127,6 +129,19 @@ class Checker {
     if (rank_known(t.shape) && t.shape.size() != want) {
       value_error(std::string("argument '") + arg + "' must be " + std::to_string(want) + "-D, got shape " +
                   shape_str(t.shape));
+    }
+  }
+
+  // The rank of a tensor whose rank the layout decides (TND's [T, ...] or BSND's [B, S, ...]): the
+  // message names the layout and the other one, since a wrong rank there is most often a layout not
+  // passed (BSND is the default: 3-D [T, N, D] tensors need layout="TND").
+  void rank(const char* arg, const TensorDesc& t, size_t want, table::Layout layout) const {
+    if (rank_known(t.shape) && t.shape.size() != want) {
+      const bool tnd = layout == table::Layout::kTND;
+      value_error(std::string("argument '") + arg + "' must be " + std::to_string(want) + "-D (layout " +
+                  (tnd ? "\"TND\"; pass layout=\"BSND\" for [B, S, N, D] tensors"
+                       : "\"BSND\"; pass layout=\"TND\" for [T, N, D] tensors") +
+                  "), got shape " + shape_str(t.shape));
     }
   }
 

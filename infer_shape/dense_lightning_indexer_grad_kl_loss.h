@@ -30,8 +30,8 @@ inline InferResult dense_lightning_indexer_grad_kl_loss(const std::vector<Tensor
   const TensorDesc &q = in[In::kQuery], &k = in[In::kKey], &qi = in[In::kQueryIndex], &ki = in[In::kKeyIndex];
   const TensorDesc& w = in[In::kWeights];
   const size_t r = token_rank(l);
-  c.rank("query", q, r);
-  c.rank("key", k, r);
+  c.rank("query", q, r, l);
+  c.rank("key", k, r, l);
   c.positive("query", q);
   c.positive("key", k);
   const int64_t n1 = dim_or_unknown(q, r - 2);
@@ -48,7 +48,7 @@ inline InferResult dense_lightning_indexer_grad_kl_loss(const std::vector<Tensor
   check_attention_stats(c, l, in[In::kSoftmaxMax], in[In::kSoftmaxSum], q, n2);
   // The indexer's statistics: [1, T1] or [B, 1, S1].
   const TensorDesc &mxi = in[In::kSoftmaxMaxIndex], &smi = in[In::kSoftmaxSumIndex];
-  c.rank("softmax_max_index", mxi, r - 1);
+  c.rank("softmax_max_index", mxi, r - 1, l);
   if (l == Layout::kTND) {
     c.dim("softmax_max_index", mxi, 0, 1, "N2 of the indexer");
     c.dim("softmax_max_index", mxi, 1, dim_or_unknown(q, 0), "T1 of 'query'");
@@ -60,7 +60,7 @@ inline InferResult dense_lightning_indexer_grad_kl_loss(const std::vector<Tensor
   c.same_shape("softmax_sum_index", smi, "softmax_max_index", mxi);
   check_float32(c, "softmax_max_index", mxi);
   check_float32(c, "softmax_sum_index", smi);
-  check_rope_pair(c, r, q, k, in[In::kQueryRope], in[In::kKeyRope]);
+  check_rope_pair(c, l, q, k, in[In::kQueryRope], in[In::kKeyRope]);
   check_seq_lengths(c, l == Layout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
                     "actual_seq_lengths_key", dim_or_unknown(q, 0));
   check_cmp_residual(c, l == Layout::kBSND, in[In::kCmpResidualK], q, in[In::kActualSeqLengthsQuery]);

@@ -37,9 +37,9 @@ inline void same_tokens(const Checker& c, Layout l, const char* arg, const Tenso
 inline void check_indexer_tensors(const Checker& c, Layout l, const TensorDesc& qi, const TensorDesc& ki,
                                   const TensorDesc& w) {
   const size_t r = token_rank(l);
-  c.rank("query_index", qi, r);
-  c.rank("key_index", ki, r);
-  c.rank("weights", w, r - 1);
+  c.rank("query_index", qi, r, l);
+  c.rank("key_index", ki, r, l);
+  c.rank("weights", w, r - 1, l);
   c.positive("query_index", qi);
   c.dim("key_index", ki, r - 2, 1, "the key head count N2");
   c.dim("key_index", ki, r - 1, dim_or_unknown(qi, r - 1), "Didx of 'query_index'");
@@ -56,7 +56,7 @@ inline void check_indexer_tensors(const Checker& c, Layout l, const TensorDesc& 
 inline void check_sparse_indices(const Checker& c, Layout l, const TensorDesc& si, const char* ref_arg,
                                  const TensorDesc& ref) {
   const size_t r = token_rank(l);
-  c.rank("sparse_indices", si, r);
+  c.rank("sparse_indices", si, r, l);
   same_tokens(c, l, "sparse_indices", si, ref_arg, ref);
   c.dim("sparse_indices", si, r - 2, 1, "N2");
   c.positive("sparse_indices", si);
@@ -78,7 +78,7 @@ inline void check_attention_stats(const Checker& c, Layout l, const TensorDesc& 
                                   const TensorDesc& q, int64_t n2) {
   const size_t r = token_rank(l);
   const int64_t n1 = dim_or_unknown(q, r - 2);
-  c.rank("softmax_max", mx, r);
+  c.rank("softmax_max", mx, r, l);
   if (l == Layout::kTND) {
     c.dim("softmax_max", mx, 0, n2, "N2");
     c.dim("softmax_max", mx, 1, dim_or_unknown(q, 0), "T1 of 'query'");

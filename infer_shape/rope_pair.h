@@ -8,7 +8,7 @@
 namespace mgo::infer {
 
 // Returns true when the pair is present (or its shapes are not known yet).
-inline bool check_rope_pair(const Checker& c, size_t r, const TensorDesc& q, const TensorDesc& k,
+inline bool check_rope_pair(const Checker& c, table::Layout layout, const TensorDesc& q, const TensorDesc& k,
                             const TensorDesc& qr, const TensorDesc& kr) {
   if (rank_known(qr.shape) && rank_known(kr.shape) && is_absent(qr.shape) != is_absent(kr.shape)) {
     c.value_error("arguments 'query_rope' and 'key_rope' must be given together (or both be None), got shapes " +
@@ -17,8 +17,9 @@ inline bool check_rope_pair(const Checker& c, size_t r, const TensorDesc& q, con
   c.same_dtype("query_rope", qr, "query", q);
   c.same_dtype("key_rope", kr, "query", q);
   if (is_absent(qr.shape)) return false;
-  c.rank("query_rope", qr, r);
-  c.rank("key_rope", kr, r);
+  const size_t r = layout == table::Layout::kTND ? 3 : 4;
+  c.rank("query_rope", qr, r, layout);
+  c.rank("key_rope", kr, r, layout);
   for (size_t i = 0; i + 1 < r; ++i) {
     c.dim("query_rope", qr, i, dim_or_unknown(q, i), "the matching dim of 'query'");
     c.dim("key_rope", kr, i, dim_or_unknown(k, i), "the matching dim of 'key'");

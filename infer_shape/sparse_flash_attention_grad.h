@@ -29,7 +29,7 @@ inline InferResult sparse_flash_attention_grad(const std::vector<TensorDesc>& in
   const TensorDesc want{stats, DType::kFloat32};
   for (int i : {In::kSoftmaxMax, In::kSoftmaxSum}) {
     const char* name = Op::kInputNames[i];
-    c.rank(name, in[i], stats.size());
+    c.rank(name, in[i], stats.size(), attrs.layout);
     c.same_shape(name, in[i], "the statistics shape", want);
     if (in[i].dtype != DType::kUnknown && in[i].dtype != DType::kFloat32) {
       c.type_error(std::string("argument '") + name + "' must be float32, got " + dtype_name(in[i].dtype));

@@ -42,9 +42,9 @@ inline Shape check_sfa_inputs(const Checker& c, const SfaInputs& in, table::Layo
   const size_t r = bsnd ? 4 : 3;
   const TensorDesc& q = in.query;
   const TensorDesc& k = in.key;
-  c.rank("query", q, r);
-  c.rank("key", k, r);
-  c.rank("sparse_indices", in.sparse_indices, r);
+  c.rank("query", q, r, layout);
+  c.rank("key", k, r, layout);
+  c.rank("sparse_indices", in.sparse_indices, r, layout);
   if (!is_absent(in.value.shape)) c.same_shape("value", in.value, "key", k);
   c.floating("query", q);
   c.same_dtype("key", k, "query", q);
@@ -68,7 +68,7 @@ inline Shape check_sfa_inputs(const Checker& c, const SfaInputs& in, table::Layo
   c.dim("sparse_indices", in.sparse_indices, n_ax, n2, "N2 of 'key'");
   c.positive("sparse_indices", in.sparse_indices);
   c.positive("query", q);
-  check_rope_pair(c, r, q, k, in.query_rope, in.key_rope);
+  check_rope_pair(c, layout, q, k, in.query_rope, in.key_rope);
   check_seq_lengths(c, bsnd, in.lens_q, in.lens_kv, "actual_seq_lengths_kv", dim_or_unknown(q, 0));
   check_sinks(c, in.sinks, q, r);
   const int64_t g = known(n1) && known(n2) && n2 > 0 ? n1 / n2 : kUnknownDim;

@@ -31,8 +31,8 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   const TensorDesc &w = in[In::kWeights], &si = in[In::kSparseIndices], &mx = in[In::kSoftmaxMax];
   const TensorDesc &sm = in[In::kSoftmaxSum], &qr = in[In::kQueryRope], &kr = in[In::kKeyRope];
   const size_t r = token_rank(l);
-  c.rank("query", q, r);
-  c.rank("key", k, r);
+  c.rank("query", q, r, l);
+  c.rank("key", k, r, l);
   c.positive("query", q);
   c.dim("key", k, r - 2, 1, "the key head count N2");
   c.dim("key", k, r - 1, dim_or_unknown(q, r - 1), "D of 'query'");
@@ -42,7 +42,7 @@ inline InferResult sparse_lightning_indexer_grad_kl_loss(const std::vector<Tenso
   same_tokens(c, l, "key_index", ki, "key", k);
   check_sparse_indices(c, l, si, "query", q);
   check_attention_stats(c, l, mx, sm, q, 1);  // [1, T1, N1] or [B, 1, S1, N1]
-  check_rope_pair(c, r, q, k, qr, kr);
+  check_rope_pair(c, l, q, k, qr, kr);
   check_seq_lengths(c, l == Layout::kBSND, in[In::kActualSeqLengthsQuery], in[In::kActualSeqLengthsKey],
                     "actual_seq_lengths_key", dim_or_unknown(q, 0));
   check_cmp_residual(c, l == Layout::kBSND, in[In::kCmpResidualK], q, in[In::kActualSeqLengthsQuery]);

@@ -2,8 +2,9 @@
 
 ``ms_grad_ops.ops`` holds the functional ops, ``ms_grad_ops.nn`` the Cells whose backward runs
 our fused kernels, ``ms_grad_ops.reference`` the float64 NumPy oracle. ``builtins`` MindSpore's built-in
-``sparse_flash_attention``/``lightning_indexer`` on these kernels (``builtins.install()``). ``ops``,
-``nn`` and ``builtins`` import MindSpore on first access; ``reference`` is pure NumPy.
+``sparse_flash_attention``/``lightning_indexer`` on these kernels (``builtins.install()``),
+``preflight`` host-side checks of a batch's indices and lengths before a step. ``ops``, ``nn``,
+``builtins`` and ``preflight`` import MindSpore on first access; ``reference`` is pure NumPy.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 __version__ = "0.1.0"
-__all__ = ["builtins", "nn", "ops", "reference"]
+__all__ = ["builtins", "nn", "ops", "preflight", "reference"]
 
 _VENDOR_DIR = Path(__file__).resolve().parent / "vendors"
 

@@ -21,10 +21,31 @@ from ._custom import device_target, reads_int64
 from ._dtypes import dtype_name
 from ._specs import BACKENDS, INT32_MAX, INT32_MIN, OP_SPECS, AttrSpec
 
+# The ops whose MindSpore built-in takes ``scale_value`` positionally (after sparse_indices), and the
+# binding with that signature: a number in a tensor slot of the functional op there is most likely
+# that positional scale_value.
+_MINDSPORE_SIGNATURE = {"sparse_flash_attention": "ms_grad_ops.builtins.sparse_flash_attention"}
+
+
+def _signature_hint(op: str, value: object) -> str:
+    """For a number passed where a tensor belongs to an op with a ``scale_value`` attribute: the
+    hint that ``scale_value`` is keyword-only here (and where MindSpore's signature is)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or op not in OP_SPECS:
+        return ""
+    if "scale_value" not in [a.name for a in OP_SPECS[op].attrs]:
+        return ""
+    hint = " (a number here looks like a positional scale_value: scale_value is keyword-only here, scale_value=..."
+    if op in _MINDSPORE_SIGNATURE:
+        hint += f"; the MindSpore-signature version is {_MINDSPORE_SIGNATURE[op]}"
+    return hint + ")"
+
 
 def check_tensor(op: str, arg: str, value: object) -> Tensor:
+    """``value`` if it is a Tensor, else a ``TypeError`` naming the op and the argument (with a hint
+    when the value looks like a positional ``scale_value`` of MindSpore's signature)."""
     if not isinstance(value, Tensor):
-        raise TypeError(f"{op}: argument '{arg}' must be a mindspore Tensor, got {type(value).__name__}")
+        raise TypeError(f"{op}: argument '{arg}' must be a mindspore Tensor, got {type(value).__name__} "
+                        f"{value!r:.60}{_signature_hint(op, value)}")
     return value
 
 
@@ -131,13 +152,28 @@ def validate(op: str, names: tuple[str, ...], tensors: tuple[Tensor, ...], attrs
     return _run_rules(op, tuple(t.shape for t in tensors), tuple(t.dtype for t in tensors), attr_items)
 
 
+def _per_sequence_hint(lens: np.ndarray, n_tokens: int) -> str:
+    """What every rope lengths error adds (worded as the kernels' ``per_sequence_hint``,
+    cpu/rope_common.cc): rope's lengths are per sequence; values that look cumulative
+    (non-decreasing, ending at n_tokens) in their per-sequence form."""
+    hint = " (rope's q_seq_len are per-sequence lengths, not cumulative like the attention ops' actual_seq_lengths"
+    lens = lens.astype(np.int64)
+    if lens.size > 1 and lens[0] > 0 and lens[-1] == n_tokens and (np.diff(lens) >= 0).all():
+        steps = np.diff(np.concatenate([[0], lens[:8]])).tolist()
+        more = ", ..." if lens.size > 8 else ""
+        hint += f"; these look cumulative: per sequence they are [{', '.join(map(str, steps))}{more}]"
+    return hint + ")"
+
+
 def _check_length_values(op: str, arg: str, lens: np.ndarray, n_tokens: int, max_seq_len: int) -> None:
     bad = np.flatnonzero((lens <= 0) | (lens > max_seq_len))
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"{op}: {arg}[{i}] = {int(lens[i])} must be in [1, max_seq_len = {max_seq_len}]")
+        raise ValueError(f"{op}: {arg}[{i}] = {int(lens[i])} must be in [1, max_seq_len = {max_seq_len}]"
+                         + _per_sequence_hint(lens, n_tokens))
     if int(lens.sum()) != n_tokens:
-        raise ValueError(f"{op}: sum({arg}) = {int(lens.sum())} must equal n_tokens = {n_tokens}")
+        raise ValueError(f"{op}: sum({arg}) = {int(lens.sum())} must equal n_tokens = {n_tokens}"
+                         + _per_sequence_hint(lens, n_tokens))
 
 
 def kernel_lengths(op: str, arg: str, value: Tensor) -> Tensor:

@@ -34,6 +34,10 @@ def optional(op: str, arg: str, value: Tensor | None, dtype: ms.dtype) -> Tensor
 def rope_pair(op: str, query_rope: Tensor | None, key_rope: Tensor | None, dtype: ms.dtype) -> tuple[Tensor, Tensor]:
     """The rope pair as kernel inputs: both tensors, or both placeholders; ValueError for one alone."""
     if (query_rope is None) != (key_rope is None):
+        # The one given checked first: a number in query_rope's slot (MindSpore's positional
+        # scale_value) is a TypeError naming it, not a missing key_rope.
+        given = "key_rope" if query_rope is None else "query_rope"
+        check_tensor(op, given, key_rope if query_rope is None else query_rope)
         raise ValueError(f"{op}: arguments 'query_rope' and 'key_rope' must be given together (or both be None)")
     return optional(op, "query_rope", query_rope, dtype), optional(op, "key_rope", key_rope, dtype)
 

@@ -4,7 +4,6 @@
 # warm-up with the model frozen, top-k sparse training; a checkpoint under DeepSeek's tensor names
 # between stages), beside a dense-attention run of the same model.
 set -euo pipefail
+# The demo works in a temporary folder of its own and removes it when it succeeds.
 source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh"
-WORK="$(mktemp -d)"
-cd "$WORK"
 exec "$PY" "$ROOT/examples/dsa_demo.py" "$@"

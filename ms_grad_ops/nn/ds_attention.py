@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import mindspore as ms
+import numpy as np
 from mindspore import Parameter, Tensor, nn
 from mindspore import ops as msops
 from mindspore.common.initializer import Normal, initializer
@@ -42,6 +43,32 @@ def _positions(t: int, lengths: Tensor) -> Tensor:
     seq = (tokens.reshape(-1, 1) >= lengths.reshape(1, -1)).astype(ms.int32).sum(1)
     starts = msops.concat((msops.zeros(1, ms.int32), lengths))
     return tokens - msops.gather(starts, seq, 0)
+
+
+# What a max_seq_len error names (the layer's and check_batch's, one wording).
+_PADDED_S = "the padded length S of x (layout BSND)"
+_ALL_T = "one sequence of all T tokens of x (layout TND, no actual_seq_lengths)"
+_LONGEST = "the longest sequence of actual_seq_lengths"
+
+
+def _longest_sequence(lengths: object) -> object:
+    """The longest sequence of cumulative lengths (TND, no leading 0): a scalar tensor for an int
+    tensor (known when the graph runs), an int for a Python sequence or NumPy array."""
+    if isinstance(lengths, Tensor):
+        starts = msops.concat((msops.zeros(1, lengths.dtype), lengths[:-1]))
+        return (lengths - starts).max()
+    return int(np.diff(np.asarray(lengths, np.int64), prepend=0).max())
+
+
+def _check_max_seq_len(length: object, max_seq_len: int, what: str) -> None:
+    """``ValueError`` naming the layer, ``max_seq_len`` and ``length`` (``what`` says what it is) when
+    a sequence is longer than the rope tables: an int (a static shape, or Python lengths) raises
+    eagerly in PyNative and at compile time in GRAPH mode; a scalar tensor (tensor lengths, a dynamic
+    dim) in PyNative when the layer runs and in GRAPH mode when the graph runs (MindSpore raises the
+    same ValueError from the running graph, which then refuses later steps: docs/troubleshooting.md)."""
+    if length > max_seq_len:
+        raise ValueError(f"DSAttention: {what} has {length} tokens, more than max_seq_len = {max_seq_len} (the "
+                         f"length of its rope tables; build the layer with a larger max_seq_len)")
 
 
 class _RMSNorm(nn.Cell):
@@ -130,7 +157,10 @@ class DSAttention(nn.Cell):
         qk_rope_head_dim: the attention's Dr, even [64]. v_head_dim: [128].
         index_n_heads: [64]. index_head_dim: [128] (>= qk_rope_head_dim). index_topk: K [2048].
         max_seq_len: positions covered by the rope tables (>= the longest sequence) [DeepSeek's
-            ModelArgs default 16384]. rope_theta: [10000].
+            ModelArgs default 16384]; a longer sequence is a ``ValueError`` naming the layer,
+            ``max_seq_len`` and its length (eagerly, at GRAPH compile, or from the running graph for
+            tensor lengths and dynamic dims; ``check_batch`` checks a batch first:
+            docs/troubleshooting.md). rope_theta: [10000].
         original_seq_len, rope_factor, beta_fast, beta_slow, mscale: YaRN, applied when
             ``max_seq_len > original_seq_len`` [DeepSeek's defaults 4096, 40, 32, 1, 1.0].
         softmax_scale: attention logit scale; None = ``(qk_nope_head_dim + qk_rope_head_dim)**-0.5``,
@@ -278,20 +308,46 @@ class DSAttention(nn.Cell):
         inverse of ``load_deepseek_state_dict``, bitwise."""
         return deepseek_io.state_dict(self, prefix)
 
+    def check_batch(self, x_shape: tuple[int, ...] | Tensor, actual_seq_lengths: object = None) -> None:
+        """Host-side pre-flight of a batch (``ms_grad_ops.preflight``, docs/troubleshooting.md): the
+        ``ValueError`` the layer or its kernels would give on ``x`` (a tensor or its shape) and
+        ``actual_seq_lengths`` (a list, NumPy array or int tensor), raised before any graph runs: the
+        lengths rule as the kernels read it (their message), then every sequence against
+        ``max_seq_len``. In GRAPH mode a bad batch found inside the graph leaves it refusing later
+        steps; a loop that calls this first can skip the batch and train on."""
+        from .. import preflight
+        shape = tuple(x_shape.shape if isinstance(x_shape, Tensor) else x_shape)
+        if self.layout == "BSND":
+            preflight.check_lengths(actual_seq_lengths, actual_seq_lengths, query_tokens=shape[:2],
+                                    key_tokens=shape[1], layout="BSND")
+            _check_max_seq_len(shape[1], self.max_seq_len, _PADDED_S)
+        elif actual_seq_lengths is None:
+            _check_max_seq_len(shape[0], self.max_seq_len, _ALL_T)
+        else:
+            preflight.check_lengths(actual_seq_lengths, actual_seq_lengths, query_tokens=shape[0], key_tokens=shape[0],
+                                    layout="TND")
+            lens = actual_seq_lengths.asnumpy() if isinstance(actual_seq_lengths, Tensor) else actual_seq_lengths
+            _check_max_seq_len(_longest_sequence(lens), self.max_seq_len, _LONGEST)
+
     # -- helpers -------------------------------------------------------------------------------
 
     def _lengths(self, x: Tensor, actual_seq_lengths: object) -> Tensor | None:
         """The lengths as an int tensor (cumulative in TND, per batch in BSND), or None; the values
-        of Python lengths checked against ``x`` here. A tensor is passed on unchanged: an int64 one
-        reaches the kernels as int64, which check its values (a cast to int32 would wrap an invalid
-        2**32 + 2 into a valid 2)."""
-        if actual_seq_lengths is None:
-            return None
+        of Python lengths checked against ``x`` here, and every sequence against ``max_seq_len``
+        (``_check_max_seq_len``). A tensor is passed on unchanged: an int64 one reaches the kernels
+        as int64, which check its values (a cast to int32 would wrap an invalid 2**32 + 2 into a valid 2)."""
         op, arg = "DSAttention", "actual_seq_lengths"
         if self.layout == "BSND":
             check_batch_lengths(op, arg, actual_seq_lengths, x.shape[1])
-        else:
-            check_cumulative_values(op, arg, actual_seq_lengths, x.shape[0])
+            lengths = None if actual_seq_lengths is None else lengths_input(op, arg, actual_seq_lengths)
+            # the rope tables are read for every padded row: the padded length S must fit
+            _check_max_seq_len(x.shape[1], self.max_seq_len, _PADDED_S)
+            return lengths
+        if actual_seq_lengths is None:
+            _check_max_seq_len(x.shape[0], self.max_seq_len, _ALL_T)
+            return None
+        check_cumulative_values(op, arg, actual_seq_lengths, x.shape[0])
+        _check_max_seq_len(_longest_sequence(actual_seq_lengths), self.max_seq_len, _LONGEST)
         return lengths_input(op, arg, actual_seq_lengths)
 
     def _tables_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._common import f64
-from .lightning_indexer import LOG_FLOOR, _prepare, _score_backward, _to_tnd, index_scores
+from .lightning_indexer import LOG_FLOOR, _prepare, _score_backward, _to_tnd, index_scores, score_backward_terms
 
 
 def _index_stats_shape(layout: str, query_index: np.ndarray) -> tuple[int, ...]:
@@ -95,11 +95,12 @@ def dense_lightning_indexer_grad_kl_loss(
         softmax_sum_index: np.ndarray, query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
         actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
         cmp_residual_k: object = None, *, scale_value: float, layout: str = "BSND", sparse_mode: int = 3,
-        cmp_ratio: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        cmp_ratio: int = 1, terms: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """docs/contract.md section 4.4: (d_query_index, d_key_index, d_weights, loss) for d(loss) = 1, over every
     visible key: teacher ``p`` the head mean of the attention probabilities from the given statistics,
     ``y = exp(I - softmax_max_index) / softmax_sum_index``, the loss a raw sum over rows, CANN's ``dI = y - p``.
-    Compressed keys: section 9.1."""
+    Compressed keys: section 9.1. ``terms=True``: each output is the sum of the absolute values of its terms
+    (``|dI| <= y + p``; the loss ``sum p (|ln p| + |ln y| + 1)``, as in ``sparse_lightning_indexer_grad_kl_loss``)."""
     t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode, cmp_ratio,
                         cmp_residual_k)
     q, k, qr, kr, qi, ki, w = _to_tnd(layout, query, key, query_rope, key_rope, query_index, key_index, weights)
@@ -120,7 +121,9 @@ def dense_lightning_indexer_grad_kl_loss(
         sx = qt @ kt.T
         log_y = wt @ np.maximum(sx, 0.0) - mxi[t] - np.log(smi[t])
         y = np.exp(log_y)
-        loss += float(np.sum(p * (np.log(np.maximum(p, LOG_FLOOR)) - np.maximum(log_y, np.log(LOG_FLOOR)))))
-        dw[t], dqi[t], dk = _score_backward(qt, kt, wt, sx, y - p)
+        log_p, log_y_floor = np.log(np.maximum(p, LOG_FLOOR)), np.maximum(log_y, np.log(LOG_FLOOR))
+        loss += float(np.sum(p * (np.abs(log_p) + np.abs(log_y_floor) + 1 if terms else log_p - log_y_floor)))
+        backward = score_backward_terms if terms else _score_backward
+        dw[t], dqi[t], dk = backward(qt, kt, wt, sx, y + p if terms else y - p)
         dki[base:base + n, 0] += dk
     return dqi.reshape(query_index.shape), dki.reshape(key_index.shape), dw.reshape(weights.shape), loss

@@ -98,6 +98,13 @@ def _score_backward(qt: np.ndarray, kt: np.ndarray, wt: np.ndarray, sx: np.ndarr
     return np.maximum(sx, 0.0) @ d_i, ds @ kt, ds.T @ qt
 
 
+def score_backward_terms(qt: np.ndarray, kt: np.ndarray, wt: np.ndarray, sx: np.ndarray, d_i: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_score_backward` over the absolute values of ``qt``, ``kt``, ``wt`` and ``d_i`` (the ReLU's
+    mask still from the signed ``sx``): the sum of the absolute values of each gradient's terms."""
+    return _score_backward(np.abs(qt), np.abs(kt), np.abs(wt), sx, np.abs(d_i))
+
+
 def _prepare(layout: str, query_index: np.ndarray, key_index: np.ndarray, cum_q: object, cum_k: object,
              sparse_mode: int, cmp_ratio: int = 1, cmp_residual_k: object = None) -> tuple[int, _Rows]:
     """T1 (B * S1 in BSND) and the row plan of the lengths rule (docs/contract.md section 0.3) and
@@ -199,14 +206,17 @@ def sparse_lightning_indexer_grad_kl_loss(
         query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
         actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
         sinks: np.ndarray | None = None, cmp_residual_k: object = None, *, scale_value: float,
-        layout: str = "BSND", sparse_mode: int = 3, cmp_ratio: int = 1, return_kl_grad: bool = False
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        layout: str = "BSND", sparse_mode: int = 3, cmp_ratio: int = 1, return_kl_grad: bool = False,
+        terms: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """docs/contract.md section 4.2: returns (d_query_index, d_key_index, d_weights, loss) for d(loss) = 1 with
     CANN's ``dI = y - p``; the target ``p`` is the head sum over ``N1``, or with a sink > -inf the
     head sum renormalised to 1 over the row's keys (CANN's ``1 / (N1 - sum_h P_sink,h)`` for
     statistics of the same keys and sinks), in log-shifted form so that large sinks stay finite.
     ``return_kl_grad=True`` uses the exact gradient of the loss instead (``dI = y * sum(p) - p``;
-    identical when ``sum(p) = 1``), for finite-difference checks."""
+    identical when ``sum(p) = 1``), for finite-difference checks. ``terms=True``: each output is the
+    sum of the absolute values of its terms (``|dI| <= y + p``, :func:`score_backward_terms`; the loss
+    ``sum p (|ln p| + |ln y| + 1)``, the 1 for the rounding of p and y themselves, which ``ln`` hands on
+    where they are near 1), the scale of its rounding error where they cancel. Compressed keys: section 9.1."""
     t1, rows = _prepare(layout, query, key, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode, cmp_ratio,
                         cmp_residual_k)
     q, k, qr, kr, qi, ki, w, si = _to_tnd(layout, query, key, query_rope, key_rope, query_index, key_index,
@@ -236,9 +246,11 @@ def sparse_lightning_indexer_grad_kl_loss(
         log_y = i_score - i_score.max()
         log_y = log_y - np.log(np.exp(log_y).sum())
         y = np.exp(log_y)
-        loss += float(np.sum(p * (np.log(np.maximum(p, LOG_FLOOR)) - np.log(np.maximum(y, LOG_FLOOR)))))
+        log_p, log_y = np.log(np.maximum(p, LOG_FLOOR)), np.log(np.maximum(y, LOG_FLOOR))
+        loss += float(np.sum(p * (np.abs(log_p) + np.abs(log_y) + 1 if terms else log_p - log_y)))
         d_i = y * p.sum() - p if return_kl_grad else y - p
-        dw[t], dqi[t], dk = _score_backward(qt, kt, wt, sx, d_i)
+        backward = score_backward_terms if terms else _score_backward
+        dw[t], dqi[t], dk = backward(qt, kt, wt, sx, y + p if terms else d_i)
         np.add.at(dki[:, 0], j, dk)
     if layout == "BSND":
         dqi = dqi.reshape(query_index.shape)
@@ -251,14 +263,15 @@ def lightning_indexer_grad(query_index: np.ndarray, key_index: np.ndarray, weigh
                            sparse_indices: np.ndarray, d_values: np.ndarray,
                            actual_seq_lengths_query: object = None, actual_seq_lengths_key: object = None,
                            cmp_residual_k: object = None, *, layout: str = "BSND", sparse_mode: int = 3,
-                           cmp_ratio: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                           cmp_ratio: int = 1, terms: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradient of the selected index scores ``sparse_values[t, 0, k] = I[t, j]``,
     ``I[t, j] = sum_g weights[t, g] * relu(query_index[t, g] . key_index[j])``, ``j = sparse_indices[t, 0, k]``,
     for the incoming gradient ``d_values`` (shaped like ``sparse_indices``).
 
     A ``-1`` slot and a key the mask (``sparse_mode``) hides are skipped (their ``d_values`` entry is
     never read); duplicate indices each count; an index ``< -1`` or ``>= S2_b`` raises ``IndexError``.
-    Returns float64 (d_query_index, d_key_index, d_weights) shaped like query_index, key_index, weights.
+    Returns float64 (d_query_index, d_key_index, d_weights) shaped like query_index, key_index, weights;
+    with ``terms=True`` the sums of the absolute values of their terms (:func:`score_backward_terms`).
     """
     t1, rows = _prepare(layout, query_index, key_index, actual_seq_lengths_query, actual_seq_lengths_key, sparse_mode,
                         cmp_ratio, cmp_residual_k)
@@ -272,7 +285,7 @@ def lightning_indexer_grad(query_index: np.ndarray, key_index: np.ndarray, weigh
             continue
         qt, kt, wt = f64(qi[t]), f64(ki[j, 0]), f64(w[t])
         d_i = f64(dv[t]).reshape(-1)[slots]
-        dw[t], dqi[t], dk = _score_backward(qt, kt, wt, qt @ kt.T, d_i)
+        dw[t], dqi[t], dk = (score_backward_terms if terms else _score_backward)(qt, kt, wt, qt @ kt.T, d_i)
         np.add.at(dki[:, 0], j, dk)
     return dqi.reshape(query_index.shape), dki.reshape(key_index.shape), dw.reshape(weights.shape)
 

@@ -72,12 +72,14 @@ def sparse_flash_attention(query: np.ndarray, key: np.ndarray, value: np.ndarray
                            query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
                            actual_seq_lengths_query: Sequence[int] | None = None,
                            actual_seq_lengths_kv: Sequence[int] | None = None, sinks: np.ndarray | None = None, *,
-                           scale_value: float, sparse_block_size: int = 1, layout: str = "BSND", sparse_mode: int = 3
-                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                           scale_value: float, sparse_block_size: int = 1, layout: str = "BSND", sparse_mode: int = 3,
+                           terms: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Forward: ``(out, softmax_max, softmax_sum)`` in float64 (statistics shaped as docs/contract.md section 3;
     with sinks they include the sink, and a row with no visible key gets max sigma, sum 1 for each head
-    whose sigma > -inf)."""
+    whose sigma > -inf). ``terms=True``: ``out`` is ``sum_j P_j |v_j|`` instead, the size of the terms
+    its sum adds (the scale of its rounding error, for condition-aware comparisons)."""
     q, k, v, qr, kr = _flat(layout, query, key, value, query_rope, key_rope)
+    v = np.abs(v) if terms else v
     n1, n2 = q.shape[1], k.shape[1]
     grp = n1 // n2
     qf = q if qr is None else np.concatenate([q, qr], axis=-1)
@@ -113,10 +115,14 @@ def sparse_flash_attention_grad(query: np.ndarray, key: np.ndarray, value: np.nd
                                 actual_seq_lengths_kv: Sequence[int] | None = None,
                                 query_rope: np.ndarray | None = None, key_rope: np.ndarray | None = None,
                                 sinks: np.ndarray | None = None, *, scale_value: float, sparse_block_size: int = 1,
-                                layout: str = "BSND", sparse_mode: int = 3) -> tuple[np.ndarray | None, ...]:
+                                layout: str = "BSND", sparse_mode: int = 3, terms: bool = False
+                                ) -> tuple[np.ndarray | None, ...]:
     """Backward: ``(d_query, d_key, d_value, d_query_rope, d_key_rope)`` in float64, exactly the
     docs/contract.md section 3 formulas with P recomputed from the given statistics; rope grads None without rope.
-    With sinks, ``d_sinks`` (``[N1]``, ``-sum over rows of P_sink * (dO . O)``) is appended."""
+    With sinks, ``d_sinks`` (``[N1]``, ``-sum over rows of P_sink * (dO . O)``) is appended.
+    ``terms=True``: each gradient is the sum of the absolute values of the terms that make it
+    (``|dS_j| <= P_j (|dO| . |v_j| + |dO| . |O|)``, then absolute keys, queries, ``dO``): the scale of
+    its rounding error where the terms cancel, for condition-aware comparisons."""
     q, k, v, qr, kr, do, o = _flat(layout, query, key, value, query_rope, key_rope, d_out, out)
     smax, ssum = f64(softmax_max), f64(softmax_sum)
     n1, n2 = q.shape[1], k.shape[1]
@@ -139,13 +145,15 @@ def sparse_flash_attention_grad(query: np.ndarray, key: np.ndarray, value: np.nd
             m = smax[_stats_index(layout, b, s1, t, g)][:, None]
             l_sum = ssum[_stats_index(layout, b, s1, t, g)][:, None]
             p = np.exp(scale_value * qf[t, heads] @ kf[j, g].T - m) / l_sum   # [G, n]
-            delta = (do[t, heads] * o[t, heads]).sum(axis=1, keepdims=True)
-            dp = do[t, heads] @ v[j, g].T
-            ds = p * (dp - delta)
-            d_sinks[heads] -= np.exp(sig[heads] - m[:, 0]) / l_sum[:, 0] * delta[:, 0]
-            dqf[t, heads] = scale_value * ds @ kf[j, g]
-            np.add.at(dkf[:, g], j, scale_value * ds.T @ qf[t, heads])
-            np.add.at(dv[:, g], j, p.T @ do[t, heads])
+            # with terms: every factor by its absolute value and -delta's terms added, not subtracted
+            a = np.abs if terms else (lambda x: x)
+            delta = (a(do[t, heads]) * a(o[t, heads])).sum(axis=1, keepdims=True)
+            dp = a(do[t, heads]) @ a(v[j, g]).T
+            ds = p * (dp + delta if terms else dp - delta)
+            d_sinks[heads] -= (-1 if terms else 1) * np.exp(sig[heads] - m[:, 0]) / l_sum[:, 0] * delta[:, 0]
+            dqf[t, heads] = scale_value * ds @ a(kf[j, g])
+            np.add.at(dkf[:, g], j, scale_value * ds.T @ a(qf[t, heads]))
+            np.add.at(dv[:, g], j, p.T @ a(do[t, heads]))
 
     def back(x: np.ndarray, like: np.ndarray) -> np.ndarray:
         return x.reshape(like.shape)

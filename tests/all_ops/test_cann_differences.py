@@ -321,3 +321,35 @@ def test_cann_style_bsnd_call_through_the_builtins(exec_mode: str) -> None:
                                       packed(kr, pk), cq, ck, scale_value=SCALE, layout="TND")
     assert_close(packed(out, pq), want[0], "float32", "attention", "attention_out")
     assert (to_np(mx)[:, :, 4] == 0).all() and (to_np(sm)[:, :, 4] == 0).all(), "the padding row's statistics"
+
+
+# ---------------------------------------------------------------- section 6.7: sink rows above the diagonal
+
+def test_sink_statistics_of_rows_above_the_diagonal() -> None:
+    """Sinks, sparse_mode 3, more queries than keys (S1 = 6 > S2 = 3): rows 0-2 are above the diagonal
+    (query s1 sees keys <= s1 - 3, none). This package gives them, as every row without a visible key
+    with a sink, statistics sigma / 1 (the softmax over the sink alone); CANN's golden gives them 0 / 0
+    and sigma / 1 only to a row whose selection is empty (row 4). out is 0 in both, and the backward
+    never reads these statistics: CANN's 0 / 0 there gives the same gradients, d_sinks included."""
+    rng = np.random.default_rng(7)
+    t1, t2 = 6, 3
+    q, k = rng.standard_normal((t1, N1, D)), rng.standard_normal((t2, 1, D))
+    d_out, sinks = rng.standard_normal((t1, N1, D)), np.array([0.7, -1.2])
+    idx = np.array([[0, 1], [0, 2], [1, -1], [0, -1], [-1, -1], [2, 1]], np.int32)[:, None]
+    q32, k32, s32 = (to_ms(x, "float32") for x in (q, k, sinks))
+    out, mx, sm = (to_np(x) for x in ops.sparse_flash_attention(q32, k32, None, Tensor(idx), sinks=s32,
+                                                                 scale_value=SCALE, layout="TND"))
+    above, empty = [0, 1, 2], [4]
+    for rows in (above, empty):   # this package: sigma / 1 for both kinds of rows; out 0
+        assert (out[rows] == 0).all()
+        np.testing.assert_array_equal(mx[0, rows], np.broadcast_to(sinks.astype(np.float32), (len(rows), N1)))
+        assert (sm[0, rows] == 1).all()
+    cann_mx, cann_sm = mx.copy(), sm.copy()
+    cann_mx[0, above], cann_sm[0, above] = 0.0, 0.0       # CANN's golden above the diagonal
+    grads = [[to_np(g) for g in ops.sparse_flash_attention_grad(
+        q32, k32, None, Tensor(idx), to_ms(d_out, "float32"), to_ms(out, "float32"), Tensor(m.astype(np.float32)),
+        Tensor(s.astype(np.float32)), sinks=s32, scale_value=SCALE, layout="TND") if g is not None]
+        for m, s in ((mx, sm), (cann_mx, cann_sm))]
+    for a, b in zip(*grads):
+        np.testing.assert_array_equal(a, b)
+    assert all(np.isfinite(g).all() for g in grads[0])

@@ -323,14 +323,14 @@ def test_attributes_have_exact_types_and_stated_ranges(exec_mode: str, op: str, 
 _RANK_CASES = [
     ("rope_grad", dict(q_grad=t((11,)), k_grad=t((11,))), r"rope_grad: argument 'q_grad' must be 2-D, got shape \[11\]"),
     ("rope_grad", dict(q_grad=t(()), k_grad=t(())), r"rope_grad: argument 'q_grad' must be 2-D, got shape \[\]"),
-    ("sparse_flash_attention", dict(query=t(())), r"sparse_flash_attention: argument 'query' must be 3-D, got shape \[\]"),
-    ("sparse_flash_attention", dict(key=t(())), r"argument 'key' must be 3-D, got shape \[\]"),
-    ("sparse_flash_attention_grad", dict(query=t((4, 2, 8, 1))), r"argument 'query' must be 3-D, got shape \[4, 2, 8, 1\]"),
-    ("lightning_indexer", dict(query_index=t(())), r"lightning_indexer: argument 'query_index' must be 3-D, got shape \[\]"),
-    ("sparse_lightning_indexer_grad_kl_loss", dict(key=t(())), r"argument 'key' must be 3-D, got shape \[\]"),
+    ("sparse_flash_attention", dict(query=t(())), r"sparse_flash_attention: argument 'query' must be 3-D \(layout \"TND\"; pass layout=\"BSND\" for \[B, S, N, D\] tensors\), got shape \[\]"),
+    ("sparse_flash_attention", dict(key=t(())), r"argument 'key' must be 3-D \(layout \"TND\"; pass layout=\"BSND\" for \[B, S, N, D\] tensors\), got shape \[\]"),
+    ("sparse_flash_attention_grad", dict(query=t((4, 2, 8, 1))), r"argument 'query' must be 3-D \(layout \"TND\"; pass layout=\"BSND\" for \[B, S, N, D\] tensors\), got shape \[4, 2, 8, 1\]"),
+    ("lightning_indexer", dict(query_index=t(())), r"lightning_indexer: argument 'query_index' must be 3-D \(layout \"TND\"; pass layout=\"BSND\" for \[B, S, N, D\] tensors\), got shape \[\]"),
+    ("sparse_lightning_indexer_grad_kl_loss", dict(key=t(())), r"argument 'key' must be 3-D \(layout \"TND\"; pass layout=\"BSND\" for \[B, S, N, D\] tensors\), got shape \[\]"),
     ("cla_gate_merge", dict(global_gate_logits=t(())), r"argument 'global_gate_logits' must be 2-D, got shape \[\]"),
     ("lightning_indexer_grad", dict(sparse_indices=Tensor(np.zeros((4, 3), np.int32))),
-     r"lightning_indexer_grad: argument 'sparse_indices' must be 3-D, got shape \[4, 3\]"),
+     r"lightning_indexer_grad: argument 'sparse_indices' must be 3-D \(layout \"TND\"; pass layout=\"BSND\" for \[B, S, N, D\] tensors\), got shape \[4, 3\]"),
 ]
 
 

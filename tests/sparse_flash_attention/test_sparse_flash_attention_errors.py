@@ -44,7 +44,9 @@ def _fwd(**over: object) -> object:
     (dict(key=_t((6, 1, 7)), value=_t((6, 1, 7))), ValueError,
      r"sparse_flash_attention: argument 'key' dim 2 must be the head size D of 'query' = 8, got shape \[6, 1, 7\]"),
     (dict(value=_t((6, 1, 9))), ValueError, r"argument 'value' must have the shape of 'key' \[6, 1, 8\]"),
-    (dict(query=_t((4, 2, 2, 8))), ValueError, r"argument 'query' must be 3-D, got shape \[4, 2, 2, 8\]"),
+    (dict(query=_t((4, 2, 2, 8))), ValueError,
+     r"argument 'query' must be 3-D \(layout \"TND\"; pass layout=\"BSND\" for \[B, S, N, D\] tensors\), "
+     r"got shape \[4, 2, 2, 8\]"),
     (dict(key=_t((6, 3, 8)), value=_t((6, 3, 8))), ValueError, r"N1 = 2 of 'query' must be a multiple of N2 = 3"),
     (dict(sparse_indices=Tensor(np.zeros((5, 1, 3), np.int32))), ValueError,
      r"argument 'sparse_indices' dim 0 must be the matching dim of 'query' = 4"),

@@ -4,7 +4,10 @@ A case is a JSON-able dict made by the hypothesis strategies of tests/all_ops/te
 ``{"op", "kind": "valid" | "malformed", "mode": "pynative" | "graph", "seed", "cfg": {...},
 "mutation": [...]}``. :func:`run` builds the inputs from it (NumPy, seeded), calls the functional
 op and returns ``(ok, detail)``:
-- valid: the outputs must match the float64 reference (shape, dtype-aware tolerance, NaN-free);
+- valid: the outputs must match the float64 reference (shape, NaN-free), each element within a
+  dtype's tolerance of the size of the terms that make it (``terms``: the reference's sum of their
+  absolute values, ``terms=True``), so an output whose terms cancel (a gradient that is exactly 0 in
+  float64) is held to the rounding of its terms, not to its own tiny value;
 - malformed: the call must raise ValueError / TypeError / RuntimeError whose message names the
   op; returning normally is a silent acceptance, any other exception a failure.
 """
@@ -23,6 +26,8 @@ from ms_grad_ops._specs import OP_SPECS
 
 TOL = {"elementwise": {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2},
        "attention": {"float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}}
+# The smallest subnormal of each output dtype: a value below it rounds to 0 whatever its terms.
+SUBNORMAL = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
 MS_DTYPES = {"float16": ms.float16, "bfloat16": ms.bfloat16, "float32": ms.float32, "float64": ms.float64,
              "int8": ms.int8, "uint8": ms.uint8, "int16": ms.int16, "int32": ms.int32, "int64": ms.int64,
              "bool": ms.bool_, "complex64": ms.complex64}
@@ -100,10 +105,19 @@ def build_rope(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
         kwargs["q_seq_len"] = lens_arg
     call = Call(op, tensors, kwargs)
 
+    f = ref.rope if op == "rope" else ref.rope_grad
+    mode = {"mode": c["mode"]} if op == "rope_grad" else {}
+
     def reference() -> list:
-        f = ref.rope if op == "rope" else ref.rope_grad
-        return list(f(x0.a, x1.a, cos.a, sin.a, lens, **({"mode": c["mode"]} if op == "rope_grad" else {})))
-    return call, reference
+        return list(f(x0.a, x1.a, cos.a, sin.a, lens, **mode))
+
+    def terms() -> list:
+        # every output element is a sum of two products, one of them with a sign taken from the sine
+        # (rotate_half's or ATB's): with absolute inputs, one of the sine's signs adds both terms
+        plus, minus = (f(np.abs(x0.a), np.abs(x1.a), np.abs(cos.a), sign * np.abs(sin.a), lens, **mode)
+                       for sign in (1, -1))
+        return [np.maximum(a, b) for a, b in zip(plus, minus)]
+    return call, reference, terms
 
 
 def build_cla(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
@@ -115,11 +129,14 @@ def build_cla(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
         tensors = {"grad_merged": _fl(rng, (t, n, d), dt), **tensors}
     call = Call(op, tensors, {})
 
-    def reference() -> list:
-        f = ref.cla_gate_merge if op == "cla_gate_merge" else ref.cla_gate_backward
-        out = f(*(x.a for x in tensors.values()))
+    f = ref.cla_gate_merge if op == "cla_gate_merge" else ref.cla_gate_backward
+
+    def reference(absolute: bool = False) -> list:
+        # the gates are sigmoids (positive): absolute attention values and gradients add every term
+        out = f(*(np.abs(x.a) if absolute and name not in gates else x.a for name, x in tensors.items()))
         return list(out) if isinstance(out, tuple) else [out]
-    return call, reference
+    gates = ("global_gate_logits", "local_gate_logits")
+    return call, reference, (lambda: reference(absolute=True))
 
 
 def _geometry(c: dict) -> tuple[list[tuple[int, int]], tuple, tuple]:
@@ -201,13 +218,13 @@ def build_sfa(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
     vv = k if v is None else v
     sk = _sinks(rng, c, n1)
     sinks = None if sk is None else sk.a
-    fwd = ref.sparse_flash_attention(q.a, k.a, vv.a, idx.a, None if qr is None else qr.a, None if kr is None else kr.a,
-                                     rq, rk, sinks, **attrs)
+    fwd_args = (q.a, k.a, vv.a, idx.a, None if qr is None else qr.a, None if kr is None else kr.a, rq, rk, sinks)
+    fwd = ref.sparse_flash_attention(*fwd_args, **attrs)
     if op == "sparse_flash_attention":
         call = Call(op, {"query": q, "key": k, "value": v, "sparse_indices": idx},
                     {"query_rope": qr, "key_rope": kr, "actual_seq_lengths_query": lq, "actual_seq_lengths_kv": lk,
                      "sinks": sk, **attrs})
-        return call, (lambda: list(fwd))
+        return call, (lambda: list(fwd)), (lambda: list(ref.sparse_flash_attention(*fwd_args, **attrs, terms=True)))
     out = _Arr(quantize(fwd[0], dt), dt)
     smax = _Arr(fwd[1].astype(np.float32).astype(np.float64), "float32")
     ssum = _Arr(fwd[2].astype(np.float32).astype(np.float64), "float32")
@@ -217,15 +234,15 @@ def build_sfa(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
                 {"actual_seq_lengths_query": lq, "actual_seq_lengths_kv": lk, "query_rope": qr, "key_rope": kr,
                  "sinks": sk, **attrs})
 
-    def reference() -> list:
+    def reference(terms: bool = False) -> list:
         g_ = ref.sparse_flash_attention_grad(q.a, k.a, vv.a, idx.a, d_out.a, out.a, smax.a, ssum.a, rq, rk,
                                              None if qr is None else qr.a, None if kr is None else kr.a, sinks,
-                                             **attrs)
+                                             **attrs, terms=terms)
         g_ = list(g_) + [None] * (sinks is None)  # d_sinks
         if v is None:
             g_[1], g_[2] = g_[1] + g_[2], None
         return g_
-    return call, reference
+    return call, reference, (lambda: reference(terms=True))
 
 
 def _small_ints(rng: np.random.Generator, shape: tuple) -> np.ndarray:
@@ -244,7 +261,7 @@ def build_indexer(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any
         attrs = {"sparse_count": c["k"], "layout": c["layout"], "sparse_mode": c["mode"]}
         call = Call(op, {"query_index": qi, "key_index": ki, "weights": w},
                     {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk, **attrs})
-        return call, (lambda: list(ref.lightning_indexer(qi.a, ki.a, w.a, rq, rk, **attrs)))
+        return call, (lambda: list(ref.lightning_indexer(qi.a, ki.a, w.a, rq, rk, **attrs))), None
     n1, d, dr = c["n1"], c["d"], c["dr"]
     q, k = _fl(rng, (*tq, n1, d), dt), _fl(rng, (*tk, 1, d), dt)
     qr = _fl(rng, (*tq, n1, dr), dt) if dr else None
@@ -264,12 +281,12 @@ def build_indexer(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any
                 {"query_rope": qr, "key_rope": kr, "actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk,
                  "sinks": sk, **attrs})
 
-    def reference() -> list:
+    def reference(terms: bool = False) -> list:
         out = ref.sparse_lightning_indexer_grad_kl_loss(
             q.a, k.a, qi.a, ki.a, w.a, si.a, mx.a, sm.a.astype(np.float64), None if qr is None else qr.a,
-            None if kr is None else kr.a, rq, rk, sinks, **attrs)
+            None if kr is None else kr.a, rq, rk, sinks, **attrs, terms=terms)
         return [out[0], out[1], out[2], np.asarray([out[3]])]
-    return call, reference
+    return call, reference, (lambda: reference(terms=True))
 
 
 def _token_indices(rng: np.random.Generator, c: dict, k: int) -> np.ndarray:
@@ -301,7 +318,8 @@ def build_indexer_grad(op: str, rng: np.random.Generator, c: dict) -> tuple[Call
     attrs = {"layout": c["layout"], "sparse_mode": c["mode"]}
     call = Call(op, {"query_index": qi, "key_index": ki, "weights": w, "sparse_indices": si, "d_values": dvals},
                 {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk, **attrs})
-    return call, (lambda: list(ref.lightning_indexer_grad(qi.a, ki.a, w.a, si.a, dvals.a, rq, rk, **attrs)))
+    return call, (lambda: list(ref.lightning_indexer_grad(qi.a, ki.a, w.a, si.a, dvals.a, rq, rk, **attrs))), \
+        (lambda: list(ref.lightning_indexer_grad(qi.a, ki.a, w.a, si.a, dvals.a, rq, rk, **attrs, terms=True)))
 
 
 def build_dense(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
@@ -317,7 +335,7 @@ def build_dense(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
     lens = {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk}
     if op == "dense_lightning_indexer_softmax_lse":
         call = Call(op, {"query_index": qi, "key_index": ki, "weights": w}, {**lens, **kw})
-        return call, (lambda: list(ref.dense_lightning_indexer_softmax_lse(qi.a, ki.a, w.a, rq, rk, **kw)))
+        return call, (lambda: list(ref.dense_lightning_indexer_softmax_lse(qi.a, ki.a, w.a, rq, rk, **kw))), None
     n1, d, dr = c["n1"], c["d"], c["dr"]
     n2 = n1 if c["mha"] else 1
     q, k = _fl(rng, (*tq, n1, d), dt), _fl(rng, (*tk, n2, d), dt)
@@ -332,12 +350,12 @@ def build_dense(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
                      "softmax_sum": sm, "softmax_max_index": mxi, "softmax_sum_index": smi},
                 {"query_rope": qr, "key_rope": kr, **lens, **attrs})
 
-    def reference() -> list:
+    def reference(terms: bool = False) -> list:
         out = ref.dense_lightning_indexer_grad_kl_loss(q.a, k.a, qi.a, ki.a, w.a, mx.a, sm.a, mxi.a, smi.a,
                                                        None if qr is None else qr.a, None if kr is None else kr.a,
-                                                       rq, rk, **attrs)
+                                                       rq, rk, **attrs, terms=terms)
         return [out[0], out[1], out[2], np.asarray([out[3]])]
-    return call, reference
+    return call, reference, (lambda: reference(terms=True))
 
 
 BUILDERS = {"rope": build_rope, "rope_grad": build_rope, "cla_gate_merge": build_cla, "cla_gate_backward": build_cla,
@@ -350,7 +368,13 @@ FAMILY = {"rope": "elementwise", "rope_grad": "elementwise", "cla_gate_merge": "
 
 
 # ---------------------------------------------------------------- checks
-def _compare(op: str, c: dict, got: list, want: list) -> str | None:
+def _compare(op: str, c: dict, got: list, want: list, terms: list | None) -> str | None:
+    """None when every output matches; else what differs. Each element of an output must be within
+    ``tol * max(terms, |want|)`` (plus the dtype's smallest subnormal) of the reference: ``terms`` is
+    the sum of the absolute values of the terms that make it (the reference with ``terms=True``; None
+    for an op whose outputs do not cancel), so the bound scales with what float32 (or bfloat16
+    operands) round, also where the exact value is 0. ``tol`` is the dtype's (float32 for the
+    forward's float32 statistics)."""
     fam = FAMILY.get(op, "attention")
     dt = c["dtype"]
     if op == "lightning_indexer":
@@ -374,10 +398,15 @@ def _compare(op: str, c: dict, got: list, want: list) -> str | None:
             return f"output {i}: non-finite values"
         tol = TOL[fam]["float32" if (op.startswith("sparse_") and i > 0 and op == "sparse_flash_attention")
                        else dt]
-        err = rel_l2(g, w)
-        scale = max(np.abs(w).max(), 1e-2)  # near-zero outputs (a loss of 0) compare absolutely
-        if err > tol and np.abs(g - w).max() > tol * scale:
-            return f"output {i}: relative L2 error {err:.3g} > {tol:g} ({dt})"
+        size = np.abs(w) if terms is None or terms[i] is None else np.maximum(np.asarray(terms[i], np.float64),
+                                                                              np.abs(w))
+        if size.shape != w.shape:
+            return f"output {i}: terms shaped {size.shape}, output {w.shape}"
+        excess = np.abs(g - w) - tol * size - SUBNORMAL[dt]
+        if (excess > 0).any():
+            at = np.unravel_index(int(np.argmax(excess)), w.shape)
+            return (f"output {i}: element {at} = {g[at]:.6g}, reference {w[at]:.6g}, terms {size[at]:.3g}: error "
+                    f"{abs(g[at] - w[at]):.3g} > {tol:g} x terms ({dt}; relative L2 {rel_l2(g, w):.3g})")
     return None
 
 
@@ -385,10 +414,10 @@ def run(case: dict) -> tuple[bool, str]:
     """Runs one case; (ok, what happened)."""
     op, c = case["op"], case["cfg"]
     rng = np.random.default_rng(case["seed"])
-    call, reference = BUILDERS[op](op, rng, c)
+    call, reference, terms = BUILDERS[op](op, rng, c)
     if case["kind"] == "valid":
         got = call.run(case["mode"])
-        problem = _compare(op, c, got, reference())
+        problem = _compare(op, c, got, reference(), None if terms is None else terms())
         return problem is None, problem or "matches the reference"
     from _fuzz_mutations import mutate
     what = mutate(call, case["mutation"], c)

@@ -41,11 +41,11 @@ def _free_port() -> int:
 class _Child:
     """A child process in its own process group, with its output collected to a file."""
 
-    def __init__(self, cmd: list[str], cwd: Path, name: str) -> None:
+    def __init__(self, cmd: list[str], cwd: Path, name: str, env: dict[str, str] | None = None) -> None:
         self.cmd, self.log = cmd, cwd / f"{name}.out"
         with open(self.log, "w") as out:
-            self.proc = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(cmd, cwd=cwd, env={**_env(), **(env or {})}, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
 
     def result(self) -> str:
         """Waits (bounded) for the process; fails the test on timeout or a nonzero exit."""
@@ -83,7 +83,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
     children = {
         "msrun": msrun,
         "demo": _Child([sys.executable, str(EXAMPLES / "dsa_demo.py"), *TINY, "--batch", "4", "--dense-steps", "2",
-                        "--warmup-steps", "3", "--sparse-steps", "2", "--log-every", "1"], work, "demo"),
+                        "--warmup-steps", "3", "--sparse-steps", "2", "--log-every", "1"], work, "demo",
+                       {"TMPDIR": str(_empty(work / "demo_tmp"))}),
         "one": _Child([sys.executable, *dp_args, "--save", str(work / "one")], work, "one"),
     }
     yield work, children
@@ -93,12 +94,21 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
     assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
 
 
+def _empty(folder: Path) -> Path:
+    folder.mkdir()
+    return folder
+
+
 def test_demo_runs_every_stage(runs: tuple[Path, dict[str, _Child]]) -> None:
     out = runs[1]["demo"].result()
     for line in ("[stage 0 dense] step    2", "saved and reloaded bitwise", "[stage 1 warm-up] step    3",
                  "saved and loaded bitwise into the sparse model", "[stage 2 sparse] step    2",
                  "[dense baseline] step    2", "final accuracy"):
         assert line in out, out[-3000:]
+    # Its temporary folder (checkpoint, working directory) is gone: the demo ran with TMPDIR there.
+    tmp = runs[0] / "demo_tmp"
+    assert f"checkpoint {tmp}/dsa_demo_" in out, out[-3000:]
+    assert not list(tmp.iterdir()), list(tmp.iterdir())
 
 
 def test_data_parallel_matches_one_process(runs: tuple[Path, dict[str, _Child]]) -> None:
