@@ -52,8 +52,8 @@ inline Shape check_smla_inputs(const Checker& c, const SmlaInputs& in, table::La
   // present and known: an unknown shape (a dtype-only infer) neither breaks nor passes a rule
   const auto given = [](const TensorDesc& t) { return rank_known(t.shape) && !is_absent(t.shape); };
   const bool has_cmp = !is_absent(in.cmp_kv.shape);
-  c.rank("query", q, r);
-  c.rank("ori_kv", in.ori_kv, r);
+  c.rank("query", q, r, layout);
+  c.rank("ori_kv", in.ori_kv, r, layout);
   c.floating("query", q);
   c.same_dtype("ori_kv", in.ori_kv, "query", q);
   c.positive("query", q);
@@ -67,7 +67,7 @@ inline Shape check_smla_inputs(const Checker& c, const SmlaInputs& in, table::La
                   " of 'ori_kv', got shapes " + shape_str(q.shape) + " and " + shape_str(in.ori_kv.shape));
   }
   if (has_cmp) {
-    c.rank("cmp_kv", in.cmp_kv, r);
+    c.rank("cmp_kv", in.cmp_kv, r, layout);
     c.same_dtype("cmp_kv", in.cmp_kv, "query", q);
     c.dim("cmp_kv", in.cmp_kv, r - 1, dim_or_unknown(q, r - 1), "the head size D of 'query'");
     c.dim("cmp_kv", in.cmp_kv, n_ax, n2, "N2 of 'ori_kv'");
@@ -78,7 +78,7 @@ inline Shape check_smla_inputs(const Checker& c, const SmlaInputs& in, table::La
   for (const auto& [name, idx] : {std::pair<const char*, const TensorDesc*>{"ori_sparse_indices", &in.ori_idx},
                                   {"cmp_sparse_indices", &in.cmp_idx}}) {
     if (is_absent(idx->shape)) continue;
-    c.rank(name, *idx, r);
+    c.rank(name, *idx, r, layout);
     if (idx->dtype != DType::kUnknown && idx->dtype != DType::kInt32) {
       c.type_error(std::string("argument '") + name + "' must be int32, got " + dtype_name(idx->dtype));
     }

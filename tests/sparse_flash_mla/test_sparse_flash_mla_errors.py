@@ -36,7 +36,8 @@ def test_valid_call_runs() -> None:
 
 
 @pytest.mark.parametrize("over,kind,words", [
-    (dict(query=t((6, 4))), ValueError, "argument 'query' must be 3-D"),
+    (dict(query=t((6, 4))), ValueError,
+     "argument 'query' must be 3-D (layout \"TND\"; pass layout=\"BSND\" for [B, S, N, D] tensors), got shape [6, 4]"),
     (dict(ori_kv=t((8, 1, 16))), ValueError, "argument 'ori_kv' dim 2 must be the head size D"),
     (dict(cmp_kv=t((4, 2, 8))), ValueError, "argument 'cmp_kv' dim 1 must be N2 of 'ori_kv'"),
     (dict(ori_kv=t((8, 3, 8))), ValueError, "must be a multiple of N2"),
@@ -51,7 +52,7 @@ def test_valid_call_runs() -> None:
     (dict(seqused_q=i32([1, 2, 3])), ValueError, "argument 'seqused_q' dim 0 must be the batch count"),
     (dict(cmp_residual_kv=ms.Tensor(np.zeros(2, np.int64))), TypeError, "'cmp_residual_kv' must be int32"),
     (dict(sinks=t((3,))), ValueError, "argument 'sinks' must have shape [N1] = [4]"),
-    (dict(layout="BSND"), ValueError, "must be 4-D"),
+    (dict(layout="BSND"), ValueError, "must be 4-D (layout \"BSND\"; pass layout=\"TND\" for [T, N, D] tensors)"),
     (dict(cmp_ratio=0), ValueError, "attribute 'cmp_ratio' must be an integer in [1, 128], got 0"),
     (dict(ori_mask_mode=1), ValueError, "attribute 'ori_mask_mode' must be one of 0 (no mask), 3"),
     (dict(ori_win_left=-2), ValueError, "attribute 'ori_win_left' must be an integer in [-1,"),
