@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../infer_shape/op_table.h"
@@ -246,6 +247,35 @@ void run_rows_with_key_grads(const char* op, const aot::KernelArgs& args, int64_
       store(acc.data(), dki + j * didx, didx);
     }
   }
+}
+
+// The sizes and row plan of a launch that differentiates the scores of the slots of sparse_indices
+// [.., 1, K] (lightning_indexer_grad, sparse_lightning_indexer_kl_loss_grad: the same input names), its
+// indices checked against the plan.
+struct IndexerGradSizes {
+  int64_t t1, t2, nidx, didx, k;
+};
+struct IndexerGradLaunch {
+  IndexerGradSizes z;
+  RowPlan plan;
+};
+
+template <class OpT>
+IndexerGradLaunch plan_indexer_grad(const aot::KernelArgs& args, const typename OpT::Attrs& attrs) {
+  using In = typename OpT::In;
+  const bool bsnd = attrs.layout == table::Layout::kBSND;
+  const int r = bsnd ? 4 : 3;
+  IndexerGradSizes z{};
+  z.t1 = token_count(args, In::kQueryIndex, bsnd);
+  z.t2 = token_count(args, In::kKeyIndex, bsnd);
+  z.nidx = args.dim(In::kQueryIndex, r - 2);
+  z.didx = args.dim(In::kQueryIndex, r - 1);
+  z.k = args.dim(In::kSparseIndices, r - 1);
+  RowPlan plan = plan_rows(OpT::kName, args, bsnd, In::kQueryIndex, In::kKeyIndex, In::kActualSeqLengthsQuery,
+                           In::kActualSeqLengthsKey, attrs.sparse_mode,
+                           Compression{attrs.cmp_ratio, In::kCmpResidualK});
+  check_sparse_indices(OpT::kName, args.as<const int32_t>(In::kSparseIndices), z.t1, z.k, plan);
+  return {z, std::move(plan)};
 }
 
 }  // namespace mgo::cpu

@@ -24,9 +24,7 @@ using Lig = mgo::table::LightningIndexerGrad;
 using In = Lig::In;
 using OutParam = Lig::OutParam;
 
-struct Sizes {
-  int64_t t1, t2, nidx, didx, k;
-};
+using Sizes = mgo::cpu::IndexerGradSizes;
 
 template <typename X, typename Op, typename W>
 class RowKernel {
@@ -88,19 +86,8 @@ void run(const mgo::aot::KernelArgs& args, const Sizes& z, const mgo::cpu::RowPl
 
 void mgo::cpu::kernels::lightning_indexer_grad(const aot::KernelArgs& args,
                                                const table::LightningIndexerGrad::Attrs& attrs) {
-  const bool bsnd = attrs.layout == table::Layout::kBSND;
-  const int r = bsnd ? 4 : 3;
-  Sizes z{};
-  z.t1 = token_count(args, In::kQueryIndex, bsnd);
-  z.t2 = token_count(args, In::kKeyIndex, bsnd);
-  z.nidx = args.dim(In::kQueryIndex, r - 2);
-  z.didx = args.dim(In::kQueryIndex, r - 1);
-  z.k = args.dim(In::kSparseIndices, r - 1);
-  const RowPlan plan = plan_rows(Lig::kName, args, bsnd, In::kQueryIndex, In::kKeyIndex, In::kActualSeqLengthsQuery,
-                                 In::kActualSeqLengthsKey, attrs.sparse_mode,
-                                 Compression{attrs.cmp_ratio, In::kCmpResidualK});
-  check_sparse_indices(Lig::kName, args.as<const int32_t>(In::kSparseIndices), z.t1, z.k, plan);
+  const mgo::cpu::IndexerGradLaunch g = mgo::cpu::plan_indexer_grad<Lig>(args, attrs);
   dispatch_indexer(args, In::kQueryIndex, In::kWeights, [&](auto x, auto op, auto w) {
-    run<decltype(x), decltype(op), decltype(w)>(args, z, plan);
+    run<decltype(x), decltype(op), decltype(w)>(args, g.z, g.plan);
   });
 }
