@@ -208,11 +208,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="print the devkit's commit first: SHA if given, else git HEAD of the devkit directory")
     parser.add_argument("--jobs", type=int, default=2, choices=(1, 2), help="parallel g++ processes (at most 2)")
     parser.add_argument("--cxx", default=os.environ.get("CXX", "g++"), help="the compiler (default: $CXX or g++)")
+    parser.add_argument("--kernels", nargs="+", default=None, metavar="OP",
+                        help="check only these kernels (ascendc/<OP>/op_kernel); default: every kernel")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    unknown = sorted(set(args.kernels or ()) - {b.name for b in builds()})
+    if unknown:
+        print(f"check_ascend_api: no kernel named {', '.join(unknown)} under ascendc/*/op_kernel", file=sys.stderr)
+        return 2
     given = args.asc_devkit or (Path(os.environ["ASC_DEVKIT"]) if os.environ.get("ASC_DEVKIT") else None)
     if given is None:
         print("check_ascend_api: no asc-devkit: pass --asc-devkit DIR or set ASC_DEVKIT", file=sys.stderr)
@@ -227,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             includes = include_flags(devkit, stage(devkit, Path(tmp)))
             if args.commit is not None:
                 print(f"asc-devkit {devkit} commit {devkit_commit(devkit, args.commit)}", flush=True)
-            todo = builds()
+            todo = [b for b in builds() if args.kernels is None or b.name in args.kernels]
             with ThreadPoolExecutor(max_workers=args.jobs) as pool:
                 results = pool.map(lambda b: run_build(b, includes, args.cxx), todo)
                 failed = 0

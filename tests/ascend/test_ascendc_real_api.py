@@ -54,7 +54,7 @@ def test_every_kernel_compiles_against_the_real_api() -> None:
 def test_help_documents_the_options() -> None:
     proc = run("--help")
     assert proc.returncode == 0
-    for word in ("--asc-devkit", "ASC_DEVKIT", "--commit", "--jobs", "2201", "3510", "stub_def.h"):
+    for word in ("--asc-devkit", "ASC_DEVKIT", "--commit", "--jobs", "--kernels", "2201", "3510", "stub_def.h"):
         assert word in proc.stdout, word
 
 
@@ -70,6 +70,12 @@ def test_missing_devkit_directory_exits_2(how: str, tmp_path: Path) -> None:
     proc = run("--asc-devkit", missing) if how == "argument" else run(env_devkit=missing)
     assert proc.returncode == 2 and proc.stdout == ""
     assert "does not exist" in proc.stderr and missing in proc.stderr
+
+
+def test_an_unknown_kernel_exits_2_naming_it() -> None:
+    proc = run("--kernels", "rope", "no_such_kernel")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "no_such_kernel" in proc.stderr and "rope," not in proc.stderr
 
 
 def test_a_directory_that_is_not_a_devkit_exits_2(tmp_path: Path) -> None:
