@@ -130,9 +130,11 @@ def sparse_flash_mla(query: np.ndarray, ori_kv: np.ndarray, cmp_kv: np.ndarray |
                      seqused_q: Ints = None, seqused_ori_kv: Ints = None, seqused_cmp_kv: Ints = None,
                      cmp_residual_kv: Ints = None, sinks: np.ndarray | None = None, *, softmax_scale: float = 1.0,
                      cmp_ratio: int = 1, ori_mask_mode: int = 4, cmp_mask_mode: int = 3, ori_win_left: int = 127,
-                     ori_win_right: int = 0, layout: str = "BSND") -> tuple[np.ndarray, np.ndarray]:
+                     ori_win_right: int = 0, layout: str = "BSND", terms: bool = False
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """Forward: ``(attn_out, softmax_lse)`` in float64; the lse includes the sink (a row without keys: the sink's
-    logit, -inf without sinks; a padding row: 0)."""
+    logit, -inf without sinks; a padding row: 0). ``terms=True``: ``attn_out`` is ``sum_j P_j |kv_j|``, the size of
+    the terms that make each element (for condition-aware comparisons)."""
     q, o_kv, c_kv = _flat(layout, query), _flat(layout, ori_kv), _flat(layout, cmp_kv)
     n1, n2 = q.shape[1], o_kv.shape[1]
     grp = n1 // n2
@@ -154,7 +156,7 @@ def sparse_flash_mla(query: np.ndarray, ori_kv: np.ndarray, cmp_kv: np.ndarray |
                 total = e.sum(axis=1)
                 lse[_lse_index(layout, row, g)] = np.where(total > 0, m[:, 0] + np.log(total), -np.inf)
                 p = np.where(total[:, None] > 0, e[:, :-1] / np.where(total > 0, total, 1.0)[:, None], 0.0)
-            out[row.t, heads] = p @ kv
+            out[row.t, heads] = p @ (np.abs(kv) if terms else kv)
     return out.reshape(query.shape), lse
 
 
@@ -166,9 +168,11 @@ def sparse_flash_mla_grad(query: np.ndarray, d_out: np.ndarray, out: np.ndarray,
                           cmp_residual_kv: Ints = None, sinks: np.ndarray | None = None, *,
                           softmax_scale: float = 1.0, cmp_ratio: int = 1, ori_mask_mode: int = 4,
                           cmp_mask_mode: int = 3, ori_win_left: int = 127, ori_win_right: int = 0,
-                          layout: str = "BSND") -> tuple[np.ndarray | None, ...]:
+                          layout: str = "BSND", terms: bool = False) -> tuple[np.ndarray | None, ...]:
     """Backward in float64 with P recomputed from the given lse and delta = d_out . out: ``(d_query, d_ori_kv,
-    d_cmp_kv, d_sinks, ori_softmax_l1_norm, cmp_softmax_l1_norm)`` (None where the input is absent)."""
+    d_cmp_kv, d_sinks, ori_softmax_l1_norm, cmp_softmax_l1_norm)`` (None where the input is absent).
+    ``terms=True``: each gradient is the sum of the absolute values of the terms that make it (every factor by
+    its absolute value, delta's terms added), the l1 norms unchanged (sums of positive terms)."""
     q, do, o = _flat(layout, query), _flat(layout, d_out), _flat(layout, out)
     o_kv, c_kv = _flat(layout, ori_kv), _flat(layout, cmp_kv)
     lse = f64(softmax_lse)
@@ -191,11 +195,12 @@ def sparse_flash_mla_grad(query: np.ndarray, d_out: np.ndarray, out: np.ndarray,
             kv = np.concatenate([o_kv[jo, g], np.zeros((0, q.shape[-1])) if c_kv is None else c_kv[jc, g]])
             m = lse[_lse_index(layout, row, g)][:, None]
             p = np.exp(softmax_scale * q[row.t, heads] @ kv.T - m)           # [G, n]
-            delta = (do[row.t, heads] * o[row.t, heads]).sum(axis=1, keepdims=True)
-            ds = p * (do[row.t, heads] @ kv.T - delta)
-            d_sinks[heads] -= np.exp(sig[heads] - m[:, 0]) * delta[:, 0]
-            dq[row.t, heads] = softmax_scale * ds @ kv
-            dkv = softmax_scale * ds.T @ q[row.t, heads] + p.T @ do[row.t, heads]
+            a = np.abs if terms else (lambda x: x)
+            delta = (a(do[row.t, heads]) * a(o[row.t, heads])).sum(axis=1, keepdims=True)
+            ds = p * (a(do[row.t, heads]) @ a(kv).T + (delta if terms else -delta))
+            d_sinks[heads] -= (-1 if terms else 1) * np.exp(sig[heads] - m[:, 0]) * delta[:, 0]
+            dq[row.t, heads] = softmax_scale * ds @ a(kv)
+            dkv = softmax_scale * ds.T @ a(q[row.t, heads]) + p.T @ a(do[row.t, heads])
             np.add.at(d_ori[:, g], jo, dkv[:jo.size])
             if d_cmp is not None:
                 np.add.at(d_cmp[:, g], jc, dkv[jo.size:])

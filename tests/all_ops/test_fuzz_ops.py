@@ -1,4 +1,4 @@
-"""Property-based fuzz suite of the eleven ops (hypothesis).
+"""Property-based fuzz suite of the fourteen ops (hypothesis).
 
 Per op: random valid calls (shapes, dtypes, layouts, lengths as lists / int32 / int64 tensors or
 None, sparse indices with -1 anywhere, empty batches, K above the visible keys) must match the
@@ -37,7 +37,8 @@ PREFIX = "@@fuzz@@ "
 OPS = ("rope", "rope_grad", "cla_gate_merge", "cla_gate_backward", "sparse_flash_attention",
        "sparse_flash_attention_grad", "lightning_indexer", "lightning_indexer_grad",
        "sparse_lightning_indexer_grad_kl_loss", "dense_lightning_indexer_softmax_lse",
-       "dense_lightning_indexer_grad_kl_loss")
+       "dense_lightning_indexer_grad_kl_loss", "sparse_flash_mla", "sparse_flash_mla_grad",
+       "sparse_lightning_indexer_kl_loss_grad")
 COUNTS: dict[str, int] = {}
 OUTCOMES: collections.Counter = collections.Counter()   # "mutation kind -> exception type" of malformed cases
 
@@ -165,10 +166,15 @@ def sfa_cfg(draw: st.DrawFn) -> dict:
             "scale": draw(st.sampled_from([0.125, 0.5, 1.0])), "dtype": draw(FLOATS), "sinks": draw(SINKS)}
 
 
+# Compressed keys (docs/contract.md section 9.1): original tokens per key, and a residual per batch or none.
+CMP_RATIO = st.sampled_from([1, 1, 2, 4])
+
+
 @st.composite
 def indexer_cfg(draw: st.DrawFn) -> dict:
     dtype = draw(FLOATS)
     return {**draw(geometry()), "nidx": draw(st.integers(1, 3)), "didx": draw(st.integers(1, 8)),
+            "cmp_ratio": draw(CMP_RATIO), "residual": draw(st.booleans()),
             "k": draw(st.integers(1, 8)), "mode": draw(st.sampled_from([0, 3])), "dtype": dtype,
             "wdtype": draw(st.sampled_from([dtype, "float32"])), "n1": draw(st.integers(1, 3)),
             "d": draw(st.integers(1, 8)), "dr": draw(st.sampled_from([0, 2, 4])),
@@ -180,11 +186,31 @@ def dense_cfg(draw: st.DrawFn) -> dict:
     return {**draw(indexer_cfg()), "mha": draw(st.booleans())}
 
 
+@st.composite
+def smla_cfg(draw: st.DrawFn) -> dict:
+    """sparse_flash_mla(_grad) (docs/contract.md section 8): a case of tests/support/_smla_cases.make_case."""
+    layout, kind = draw(st.sampled_from(["TND", "BSND"])), draw(st.sampled_from(["swa", "hca", "csa"]))
+    ratio = draw(st.sampled_from([1, 2, 4]))
+    nb = draw(st.integers(1, 3))
+    lens = draw(st.lists(st.tuples(st.integers(1, 6), st.integers(1, 12)), min_size=nb, max_size=nb))
+    pad = draw(st.sampled_from([None, 0, 1]))
+    if kind != "swa" and layout == "TND" and not pad and all(s2 < ratio for _, s2 in lens):
+        lens[0] = (lens[0][0], ratio)   # TND needs a compressed entry to hold
+    n2 = draw(st.integers(1, 2))
+    return {"layout": layout, "kind": kind, "ratio": ratio, "lens": lens, "pad": pad, "n2": n2,
+            "n1": n2 * draw(st.integers(1, 3)), "d": draw(st.integers(1, 16)), "k": draw(st.integers(1, 6)),
+            "win_left": draw(st.sampled_from([-1, 0, 1, 3, 127])), "win_right": draw(st.sampled_from([0, 0, 1, -1])),
+            "ori_mask_mode": draw(st.sampled_from([4, 4, 3, 0])), "cmp_mask_mode": draw(st.sampled_from([3, 3, 0])),
+            "residual": draw(st.booleans()), "sinks": draw(st.booleans()), "ori_k": draw(st.sampled_from([0, 0, 3])),
+            "scale": draw(st.sampled_from([0.125, 0.5, 1.0])), "dtype": draw(FLOATS)}
+
+
 CFG = {"rope": rope_cfg, "rope_grad": rope_cfg, "cla_gate_merge": cla_cfg, "cla_gate_backward": cla_cfg,
        "sparse_flash_attention": sfa_cfg, "sparse_flash_attention_grad": sfa_cfg,
        "lightning_indexer": indexer_cfg, "lightning_indexer_grad": indexer_cfg,
        "sparse_lightning_indexer_grad_kl_loss": indexer_cfg, "dense_lightning_indexer_softmax_lse": dense_cfg,
-       "dense_lightning_indexer_grad_kl_loss": dense_cfg}
+       "dense_lightning_indexer_grad_kl_loss": dense_cfg, "sparse_flash_mla": smla_cfg,
+       "sparse_flash_mla_grad": smla_cfg, "sparse_lightning_indexer_kl_loss_grad": indexer_cfg}
 MUTATION = st.tuples(st.integers(0, 999), st.integers(0, 999))
 KINDS = ("rank", "dtype", "dim", "attr_type", "attr_range", "lengths", "indices", "pair")
 

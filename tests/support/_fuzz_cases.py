@@ -1,4 +1,4 @@
-"""Fuzz cases of the eleven ops, run inside the fuzz worker process (tests/support/_fuzz_worker.py).
+"""Fuzz cases of the fourteen ops, run inside the fuzz worker process (tests/support/_fuzz_worker.py).
 
 A case is a JSON-able dict made by the hypothesis strategies of tests/all_ops/test_fuzz_ops.py:
 ``{"op", "kind": "valid" | "malformed", "mode": "pynative" | "graph", "seed", "cfg": {...},
@@ -190,6 +190,17 @@ def _call_lens(c: dict) -> tuple:
     return _lens(cq, c["lens_as"]), _lens(ck, c["lens_as"])
 
 
+def _cmp(rng: np.random.Generator, c: dict) -> tuple[dict, dict]:
+    """Compressed keys (docs/contract.md section 9.1): (the op's keyword arguments, the reference's). The key
+    tensors hold the compressed entries; a residual per batch in [0, cmp_ratio) or none."""
+    r = c.get("cmp_ratio", 1)
+    res = None
+    if c.get("residual") and r > 1:
+        res = [int(x) for x in rng.integers(0, r, len(_geometry(c)[0]))]
+    how = c["lens_as"] if c["lens_as"] != "none" else "list"
+    return {"cmp_residual_k": _lens(res, how), "cmp_ratio": r}, {"cmp_residual_k": res, "cmp_ratio": r}
+
+
 def _sinks(rng: np.random.Generator, c: dict, n1: int) -> _Arr | None:
     """The case's float32 sinks [N1] (docs/contract.md section 0.7), or None."""
     kind = c.get("sinks", "none")
@@ -257,11 +268,12 @@ def build_indexer(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any
     w = _Arr(_small_ints(rng, (*tq, nidx)), wdt)
     lq, lk = _call_lens(c)
     rq, rk = _ref_lens(c)
+    cmp_op, cmp_ref = _cmp(rng, c)
     if op == "lightning_indexer":
         attrs = {"sparse_count": c["k"], "layout": c["layout"], "sparse_mode": c["mode"]}
         call = Call(op, {"query_index": qi, "key_index": ki, "weights": w},
-                    {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk, **attrs})
-        return call, (lambda: list(ref.lightning_indexer(qi.a, ki.a, w.a, rq, rk, **attrs))), None
+                    {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk, **cmp_op, **attrs})
+        return call, (lambda: list(ref.lightning_indexer(qi.a, ki.a, w.a, rq, rk, **cmp_ref, **attrs))), None
     n1, d, dr = c["n1"], c["d"], c["dr"]
     q, k = _fl(rng, (*tq, n1, d), dt), _fl(rng, (*tk, 1, d), dt)
     qr = _fl(rng, (*tq, n1, dr), dt) if dr else None
@@ -274,17 +286,17 @@ def build_indexer(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any
     sk = _sinks(rng, c, n1)
     sinks = None if sk is None else sk.a
     mx, sm = ref.attention_softmax_stats(q.a, k.a, si.a, None if qr is None else qr.a, None if kr is None else kr.a,
-                                         rq, rk, sinks, **attrs)
+                                         rq, rk, sinks, **cmp_ref, **attrs)
     mx, sm = _Arr(mx.astype(np.float32).astype(np.float64), "float32"), _Arr(sm.astype(np.float32), "float32")
     call = Call(op, {"query": q, "key": k, "query_index": qi, "key_index": ki, "weights": w, "sparse_indices": si,
                      "softmax_max": mx, "softmax_sum": sm},
                 {"query_rope": qr, "key_rope": kr, "actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk,
-                 "sinks": sk, **attrs})
+                 "sinks": sk, **cmp_op, **attrs})
 
     def reference(terms: bool = False) -> list:
         out = ref.sparse_lightning_indexer_grad_kl_loss(
             q.a, k.a, qi.a, ki.a, w.a, si.a, mx.a, sm.a.astype(np.float64), None if qr is None else qr.a,
-            None if kr is None else kr.a, rq, rk, sinks, **attrs, terms=terms)
+            None if kr is None else kr.a, rq, rk, sinks, **cmp_ref, **attrs, terms=terms)
         return [out[0], out[1], out[2], np.asarray([out[3]])]
     return call, reference, (lambda: reference(terms=True))
 
@@ -315,11 +327,80 @@ def build_indexer_grad(op: str, rng: np.random.Generator, c: dict) -> tuple[Call
     si, dvals = _Arr(idx, "int32"), _Arr(dv.astype(np.float32).astype(np.float64), "float32")
     lq, lk = _call_lens(c)
     rq, rk = _ref_lens(c)
+    cmp_op, cmp_ref = _cmp(rng, c)
     attrs = {"layout": c["layout"], "sparse_mode": c["mode"]}
     call = Call(op, {"query_index": qi, "key_index": ki, "weights": w, "sparse_indices": si, "d_values": dvals},
-                {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk, **attrs})
-    return call, (lambda: list(ref.lightning_indexer_grad(qi.a, ki.a, w.a, si.a, dvals.a, rq, rk, **attrs))), \
-        (lambda: list(ref.lightning_indexer_grad(qi.a, ki.a, w.a, si.a, dvals.a, rq, rk, **attrs, terms=True)))
+                {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk, **cmp_op, **attrs})
+    args = (qi.a, ki.a, w.a, si.a, dvals.a, rq, rk)
+    return call, (lambda: list(ref.lightning_indexer_grad(*args, **cmp_ref, **attrs))), \
+        (lambda: list(ref.lightning_indexer_grad(*args, **cmp_ref, **attrs, terms=True)))
+
+
+def build_kl_target(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
+    """sparse_lightning_indexer_kl_loss_grad: indices as lightning_indexer_grad's; a target of random positive
+    values whose row sum is below 1 (the window and the sink take the rest), NaN at -1 slots and padding rows
+    (never read)."""
+    _, tq, tk = _geometry(c)
+    dt, wdt, nidx, didx, k = c["dtype"], c["wdtype"], c["nidx"], c["didx"], c["k"]
+    qi, ki = _fl(rng, (*tq, nidx, didx), dt, 0.5), _fl(rng, (*tk, 1, didx), dt)
+    w = _fl(rng, (*tq, nidx), wdt, 1 / np.sqrt(nidx))
+    batches = _geometry(c)[0]
+    rows = [np.where(rng.random(k) < 0.25, -1, rng.integers(0, s2, k)) if s2 else np.full(k, -1)
+            for s1, s2 in batches for _ in range(s1)]
+    idx = _place(rows, c, tq, (1, k))
+    p = rng.random(idx.shape) / k
+    p[(idx == -1) | (idx == 10**6)] = np.nan
+    si, target = _Arr(idx, "int32"), _Arr(p.astype(np.float32).astype(np.float64), "float32")
+    lq, lk = _call_lens(c)
+    rq, rk = _ref_lens(c)
+    cmp_op, cmp_ref = _cmp(rng, c)
+    attrs = {"layout": c["layout"], "sparse_mode": c["mode"]}
+    call = Call(op, {"query_index": qi, "key_index": ki, "weights": w, "sparse_indices": si,
+                     "attn_softmax_l1_norm": target},
+                {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk, **cmp_op, **attrs})
+
+    def reference(terms: bool = False) -> list:
+        out = ref.sparse_lightning_indexer_kl_loss_grad(qi.a, ki.a, w.a, si.a, target.a, rq, rk, **cmp_ref, **attrs,
+                                                        terms=terms)
+        # the loss's terms have both signs: its bound gets an absolute floor of 1 (loss ~ O(rows))
+        return [*out[:4], np.asarray([max(abs(out[4]), 1.0) if terms else out[4]])]
+    return call, reference, (lambda: reference(terms=True))
+
+
+def build_smla(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
+    """sparse_flash_mla(_grad) on a tests/support/_smla_cases case (band or ori indices, SWA/HCA/CSA, TND with
+    cu_seqlens and maybe seqused, BSND with seqused); the grad's statistics from the float64 forward."""
+    from _smla_cases import make_case
+    case = make_case(rng, layout=c["layout"], lens=[tuple(x) for x in c["lens"]], kind=c["kind"], n1=c["n1"],
+                     n2=c["n2"], d=c["d"], k=c["k"], ratio=c["ratio"], win_left=c["win_left"],
+                     win_right=c["win_right"], ori_mask_mode=c["ori_mask_mode"], cmp_mask_mode=c["cmp_mask_mode"],
+                     residual=c["residual"], sinks=c["sinks"], ori_k=c["ori_k"], pad=c["pad"], scale=c["scale"])
+    # the query rows batches use (for the indices mutation: padding rows hold garbage that is never read)
+    c["_rows"] = [q0 + t for (q0, _, _), (s1, _, _) in zip(case.starts, case.lens) for t in range(s1)]
+    dt = c["dtype"]
+    q, okv = (_Arr(quantize(case.arrays[n], dt), dt) for n in ("query", "ori_kv"))
+    ckv = None if case.arrays["cmp_kv"] is None else _Arr(quantize(case.arrays["cmp_kv"], dt), dt)
+    sk = None if case.arrays["sinks"] is None else _Arr(case.arrays["sinks"].astype(np.float64), "float32")
+    ints = {n: None if v is None else _Arr(v, "int32") for n, v in case.ints.items()}
+    opt = {"cmp_kv": ckv, **ints, "sinks": sk}
+    ref_opt = {n: None if v is None else v.a for n, v in opt.items()}
+    fwd = ref.sparse_flash_mla(q.a, okv.a, **ref_opt, **case.attrs)
+    if op == "sparse_flash_mla":
+        def terms() -> list:
+            lse = fwd[1]
+            return [ref.sparse_flash_mla(q.a, okv.a, **ref_opt, **case.attrs, terms=True)[0],
+                    np.where(np.isfinite(lse), np.maximum(np.abs(lse), 1.0), 0.0)]
+        return Call(op, {"query": q, "ori_kv": okv}, {**opt, **case.attrs}), (lambda: list(fwd)), terms
+    out = _Arr(quantize(fwd[0], dt), dt)
+    lse = _Arr(fwd[1].astype(np.float32).astype(np.float64), "float32")
+    d_out = _fl(rng, out.a.shape, dt)
+    call = Call(op, {"query": q, "d_out": d_out, "out": out, "softmax_lse": lse, "ori_kv": okv},
+                {**opt, **case.attrs})
+
+    def reference(terms: bool = False) -> list:
+        return list(ref.sparse_flash_mla_grad(q.a, d_out.a, out.a, lse.a, okv.a, **ref_opt, **case.attrs,
+                                              terms=terms))
+    return call, reference, (lambda: reference(terms=True))
 
 
 def build_dense(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
@@ -331,11 +412,13 @@ def build_dense(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
     w = _fl(rng, (*tq, nidx), wdt, 1 / np.sqrt(nidx))
     lq, lk = _call_lens(c)
     rq, rk = _ref_lens(c)
+    cmp_op, cmp_ref = _cmp(rng, c)
     kw = {"layout": c["layout"], "sparse_mode": c["mode"]}
-    lens = {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk}
+    lens = {"actual_seq_lengths_query": lq, "actual_seq_lengths_key": lk, **cmp_op}
     if op == "dense_lightning_indexer_softmax_lse":
         call = Call(op, {"query_index": qi, "key_index": ki, "weights": w}, {**lens, **kw})
-        return call, (lambda: list(ref.dense_lightning_indexer_softmax_lse(qi.a, ki.a, w.a, rq, rk, **kw))), None
+        return call, (lambda: list(ref.dense_lightning_indexer_softmax_lse(qi.a, ki.a, w.a, rq, rk, **cmp_ref,
+                                                                           **kw))), None
     n1, d, dr = c["n1"], c["d"], c["dr"]
     n2 = n1 if c["mha"] else 1
     q, k = _fl(rng, (*tq, n1, d), dt), _fl(rng, (*tk, n2, d), dt)
@@ -343,8 +426,8 @@ def build_dense(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
     kr = _fl(rng, (*tk, n2, dr), dt) if dr else None
     attrs = {"scale_value": c["scale"], **kw}
     stats = [*ref.dense_attention_softmax_stats(q.a, k.a, None if qr is None else qr.a, None if kr is None else kr.a,
-                                                rq, rk, **attrs),
-             *ref.dense_lightning_indexer_softmax_lse(qi.a, ki.a, w.a, rq, rk, **kw)]
+                                                rq, rk, **cmp_ref, **attrs),
+             *ref.dense_lightning_indexer_softmax_lse(qi.a, ki.a, w.a, rq, rk, **cmp_ref, **kw)]
     mx, sm, mxi, smi = (_Arr(x.astype(np.float32).astype(np.float64), "float32") for x in stats)
     call = Call(op, {"query": q, "key": k, "query_index": qi, "key_index": ki, "weights": w, "softmax_max": mx,
                      "softmax_sum": sm, "softmax_max_index": mxi, "softmax_sum_index": smi},
@@ -353,7 +436,7 @@ def build_dense(op: str, rng: np.random.Generator, c: dict) -> tuple[Call, Any]:
     def reference(terms: bool = False) -> list:
         out = ref.dense_lightning_indexer_grad_kl_loss(q.a, k.a, qi.a, ki.a, w.a, mx.a, sm.a, mxi.a, smi.a,
                                                        None if qr is None else qr.a, None if kr is None else kr.a,
-                                                       rq, rk, **attrs, terms=terms)
+                                                       rq, rk, **cmp_ref, **attrs, terms=terms)
         return [out[0], out[1], out[2], np.asarray([out[3]])]
     return call, reference, (lambda: reference(terms=True))
 
@@ -362,7 +445,8 @@ BUILDERS = {"rope": build_rope, "rope_grad": build_rope, "cla_gate_merge": build
             "sparse_flash_attention": build_sfa, "sparse_flash_attention_grad": build_sfa,
             "lightning_indexer": build_indexer, "lightning_indexer_grad": build_indexer_grad,
             "sparse_lightning_indexer_grad_kl_loss": build_indexer, "dense_lightning_indexer_softmax_lse": build_dense,
-            "dense_lightning_indexer_grad_kl_loss": build_dense}
+            "dense_lightning_indexer_grad_kl_loss": build_dense, "sparse_flash_mla": build_smla,
+            "sparse_flash_mla_grad": build_smla, "sparse_lightning_indexer_kl_loss_grad": build_kl_target}
 FAMILY = {"rope": "elementwise", "rope_grad": "elementwise", "cla_gate_merge": "elementwise",
           "cla_gate_backward": "elementwise"}
 
@@ -394,6 +478,10 @@ def _compare(op: str, c: dict, got: list, want: list, terms: list | None) -> str
         w = np.asarray(w, np.float64)
         if g.shape != w.shape:
             return f"output {i}: shape {g.shape} != {w.shape}"
+        if np.isneginf(w).any():   # sparse_flash_mla's lse of a row without keys or sink: -inf exactly
+            if not np.array_equal(np.isneginf(g), np.isneginf(w)):
+                return f"output {i}: -inf at other places than the reference's"
+            g, w = (np.where(np.isneginf(w), 0.0, x) for x in (g, w))
         if not np.isfinite(g).all():
             return f"output {i}: non-finite values"
         tol = TOL[fam]["float32" if (op.startswith("sparse_") and i > 0 and op == "sparse_flash_attention")

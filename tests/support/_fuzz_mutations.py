@@ -37,6 +37,13 @@ _CONSTRAINED = {
     "dense_lightning_indexer_grad_kl_loss": [("key", -1), ("key_index", -1), ("weights", -1), ("softmax_max", -1),
                                              ("softmax_sum", -2), ("softmax_max_index", -1),
                                              ("softmax_sum_index", -1), ("query_rope", -2)],
+    # not ori_kv dim -2: N2 only has to divide N1
+    "sparse_flash_mla": [("ori_kv", -1), ("cmp_kv", -1), ("cmp_sparse_indices", -2), ("ori_sparse_indices", -2),
+                         ("sinks", -1)],
+    "sparse_flash_mla_grad": [("d_out", -1), ("out", -1), ("out", -2), ("softmax_lse", -1), ("ori_kv", -1),
+                              ("cmp_kv", -1), ("cmp_sparse_indices", -2), ("sinks", -1)],
+    "sparse_lightning_indexer_kl_loss_grad": [("key_index", -1), ("key_index", -2), ("weights", -1),
+                                              ("weights", -2), ("sparse_indices", -2), ("attn_softmax_l1_norm", -1)],
 }
 _ATTR_TYPES = {a.name: a.type for spec in OP_SPECS.values() for a in spec.attrs}
 _WRONG_TYPE = {"int": [1.5, "2", None, True, 3.0], "float": ["0.2", None, True, [0.5]],
@@ -44,7 +51,8 @@ _WRONG_TYPE = {"int": [1.5, "2", None, True, 3.0], "float": ["0.2", None, True, 
 _OUT_OF_RANGE = {"int": [2**31, -(2**31) - 1, 2**63 - 1, 2**64], "float": [float("nan"), float("inf"), 1e39, -1e40],
                  "str": ["", "BNSD", "tnd", "vjp "]}
 _INT_ATTR_BAD = {"sparse_count": [0, -1], "sparse_block_size": [0, -3], "sparse_mode": [1, 2, -1, 4],
-                 "pre_tokens": [0, 5], "next_tokens": [-1]}
+                 "pre_tokens": [0, 5], "next_tokens": [-1], "cmp_ratio": [0, -4, 129], "ori_mask_mode": [1, 2, 5],
+                 "cmp_mask_mode": [1, 4, -1], "ori_win_left": [-2], "ori_win_right": [-3]}
 _BAD_FLOAT_DTYPES = ("int8", "uint8", "int16", "complex64", "float64", "bool", "int32", "int64")
 _BAD_INT_DTYPES = ("float32", "int8", "bool", "float16")
 # Integer inputs (indices, lengths): every dtype combination of the table has an int there.
@@ -120,18 +128,21 @@ def mutate(call: Any, mutation: list, cfg: dict) -> str:
         if done:
             return done
         kind = "rank"
-    if kind == "indices" and "sparse_indices" in tensors:
+    index_args = [n for n in names if n.endswith("sparse_indices")]
+    if kind == "indices" and index_args:
         from _fuzz_cases import valid_rows
-        holder = tensors["sparse_indices"][0]
-        idx = holder["sparse_indices"].a.copy()
-        rows = valid_rows(cfg)   # a BSND padding row is never read: no error there
+        name = index_args[b % len(index_args)]
+        holder = tensors[name][0]
+        idx = holder[name].a.copy()
+        # a padding row (BSND, or sparse_flash_mla's unused rows) is never read: no error there
+        rows = np.asarray(cfg["_rows"], int) if "_rows" in cfg else valid_rows(cfg)
         per_row = idx.size // max(int(np.prod(idx.shape[:-2])), 1)
         if idx.size and rows.size:
             flat = idx.reshape(-1)
             at = int(rows[a % rows.size]) * per_row + b % per_row
             flat[at] = (-2 - b % 5) if b % 2 else 10**6 + b
-            holder["sparse_indices"] = _Arr(idx, "int32")
-            return f"sparse_indices[{at}] = {flat[at]}"
+            holder[name] = _Arr(idx, "int32")
+            return f"{name}[{at}] = {flat[at]}"
     if kind == "pair":
         # BSND lengths may be given alone (docs/contract.md section 0.3): only TND's must be paired.
         lq = "actual_seq_lengths_query"
@@ -177,6 +188,8 @@ def _bad_lengths(call: Any, cfg: dict, a: int, b: int) -> str | None:
         else:
             call.kwargs["q_seq_len"] = lens
         return f"q_seq_len = {lens}"
+    if call.op.startswith("sparse_flash_mla"):
+        return _bad_smla_lengths(call, a, b)
     keys = [k for k in call.kwargs if k.startswith("actual_seq_lengths_") and call.kwargs[k] is not None]
     if not keys:
         return None
@@ -190,4 +203,24 @@ def _bad_lengths(call: Any, cfg: dict, a: int, b: int) -> str | None:
     else:
         lens = [lens[-1] + 1] + lens[1:] if len(lens) > 1 else [lens[0] + 1]   # decreasing / wrong total
     call.kwargs[name] = _Arr(np.asarray(lens, v.dtype), v.dtype) if isinstance(v, _Arr) else lens
+    return f"{name} = {lens}"
+
+
+def _bad_smla_lengths(call: Any, a: int, b: int) -> str | None:
+    """sparse_flash_mla(_grad)'s CANN lengths (docs/contract.md section 8): a cumulative cu_seqlens_* whose last
+    entry is not the source's row count or that decreases; a seqused_* entry below 0 or beyond its batch's rows."""
+    from _fuzz_cases import _Arr
+    keys = sorted(k for k in call.kwargs if k.startswith(("cu_seqlens_", "seqused_")) and call.kwargs[k] is not None)
+    if not keys:
+        return None
+    name = keys[a % len(keys)]
+    lens = [int(x) for x in call.kwargs[name].a]
+    i = b % len(lens)
+    if name.startswith("seqused_"):
+        lens[i] = -1 if b % 2 else 10**6
+    elif b % 2 == 0 or len(lens) < 3:
+        lens[-1] += 1 + b % 3
+    else:
+        lens[1] = lens[-1] + 1          # decreasing afterwards
+    call.kwargs[name] = _Arr(np.asarray(lens, np.int32), "int32")
     return f"{name} = {lens}"

@@ -115,5 +115,6 @@ def _slots(rng: np.random.Generator, k: int, limit: int, n: int) -> np.ndarray:
         picks.append(int(rng.integers(limit, n)))
     if picks and rng.random() < 0.3:
         picks.append(picks[0])
+    picks = picks[:k]   # k < 3: the hidden or repeated entry may take the only slots
     row[rng.choice(k, size=len(picks), replace=False)] = picks
     return row
