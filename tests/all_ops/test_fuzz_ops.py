@@ -8,7 +8,7 @@ Every case runs in a long-lived worker subprocess (tests/support/_fuzz_worker.py
 the case and the worker is restarted, so it cannot end the run.
 
 CI runs a fixed set (``derandomize``): MGO_FUZZ_EXAMPLES examples per test (default 64, about
-1416 cases in all; the last test asserts and prints the count). Longer local runs draw fresh cases:
+1800 cases in all; the last test asserts and prints the count). Longer local runs draw fresh cases:
     pytest tests/all_ops/test_fuzz_ops.py --hypothesis-seed=12345            # another fixed sample
     MGO_FUZZ_EXAMPLES=1000 pytest tests/all_ops/test_fuzz_ops.py --hypothesis-seed=$RANDOM
 (``--hypothesis-seed`` switches ``derandomize`` off, so the seed decides the cases.)
