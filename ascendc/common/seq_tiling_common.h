@@ -1,8 +1,8 @@
 // The sequence geometry the attention and indexer tilings share (sparse_flash_attention(_grad),
 // lightning_indexer(_grad), sparse_lightning_indexer_grad_kl_loss): query and key tokens in BSND or
 // TND (docs/contract.md section 0.2), batches from the shape or the known lengths (TND's cumulative,
-// BSND's per batch: one BatchSpan either way), and
-// the split of query rows over the AIVs balanced by each row's visible-key bound.
+// BSND's per batch: one BatchSpan either way), and the split of query rows over the AIVs balanced
+// by each row's visible-key bound.
 // Plain C++17 over <cstdint>: compiles for the host tiling, the device and the CPU twin.
 #pragma once
 

@@ -3,8 +3,8 @@ kernel that takes lengths, on the twin: the same data packed as TND with the sam
 results (padded batch rows B = 4 of S1 = 5 queries, S2 = 7 keys: shorter batches, a batch without queries,
 one without keys, one of full length).
 
-Every input at a padding position is NaN and the sparse indices of padding query rows are out of range,
-so a read of a padding row would show. The TND run is checked against the float64 reference by each
+Every input at a padding position is NaN and the sparse indices of padding query rows select keys 0 and 1
+among out-of-range slots, so a read of a padding row, or a padding row seeing a key, would show. The TND run is checked against the float64 reference by each
 kernel's own test helpers; the BSND run's valid rows equal it bit for bit where both runs do the same
 float operations in the same order (every row pass, and the SFA grad's key blocks, which never span
 batches); the indexer grads' d_key_index sums key blocks spanning other batches' keys, so there each
@@ -38,7 +38,8 @@ from ms_grad_ops import reference as ref
 
 B, S1, S2 = 4, 5, 7
 LENS_Q, LENS_K = [4, 0, 5, 2], [6, 3, 7, 0]  # padding rows, no queries, full length, no keys
-GARBAGE = np.array([99999, -7], np.int32)  # a padding row's indices: out of range, were they read
+# A padding row's indices: in range of a key block (0, 1) or not; a padding row selects nothing either way.
+GARBAGE = np.array([0, 99999, 1, -7], np.int32)
 # (arch, dtype, weights dtype): Atlas A2/A3 and, for the ops registered there, Ascend 950.
 A2 = (twin.ARCH_A2, "bfloat16", "float32")
 A950 = (twin.ARCH_950, "float16", "float16")
