@@ -9,20 +9,22 @@
 
 namespace mgo::kernel {
 
-// The SFA geometry of the indexer's shapes: N2 = 1, block size 1 (token indices), G = n1 heads
-// per statistics row (n1 = 1 where no statistics are read).
-__aicore__ inline SfaTilingData IndexerGeometry(uint32_t layout, uint32_t sparse_mode, uint32_t batch, uint32_t s1,
-                                                uint32_t s2, uint32_t t1, uint32_t t2, uint32_t n1) {
+// The SFA geometry of the indexer's shapes (tiling data `t`: its sequence fields, SetSeqFields):
+// N2 = 1, block size 1 (token indices), int32 lengths, G = n1 heads per statistics row (n1 = 1
+// where no statistics are read).
+template <typename Tiling>
+__aicore__ inline SfaTilingData IndexerGeometry(const Tiling& t, uint32_t n1) {
   SfaTilingData g{};
-  g.layout = layout;
-  g.sparseMode = sparse_mode;
+  g.layout = t.layout;
+  g.sparseMode = t.sparseMode;
   g.blockSize = 1;
   g.seqLensInt64 = 0;
-  g.batch = batch;
-  g.s1 = s1;
-  g.s2 = s2;
-  g.t1 = t1;
-  g.t2 = t2;
+  g.bsndLens = t.bsndLens;
+  g.batch = t.batch;
+  g.s1 = t.s1;
+  g.s2 = t.s2;
+  g.t1 = t.t1;
+  g.t2 = t.t2;
   g.n1 = n1;
   g.n2 = 1;
   g.g = n1;

@@ -222,41 +222,11 @@ auto Plan(const Pure& t, uint32_t block_dim, uint64_t user_workspace = 0, bool a
   return {t.result.ok, t.result.error, t.result.data, t.tilingKey, block_dim, user_workspace, all_cores_at_once};
 }
 
-// Whether an op's Attrs have a `layout` (the attention and indexer ops).
-template <typename Attrs, typename = void>
-struct HasLayout : std::false_type {};
-template <typename Attrs>
-struct HasLayout<Attrs, std::void_t<decltype(std::declval<Attrs>().layout)>> : std::true_type {};
-
-// A backend limit, not a rule (the shape rule accepts them): the Ascend kernels read
-// actual_seq_lengths_* as TND's cumulative lengths only, so BSND's per-batch lengths
-// (docs/contract.md section 0.3) are refused here, naming the arguments given, until the kernels
-// take them (CPU only for now, docs/ascend.md).
-template <typename Op>
-void RejectBsndLengths(const std::vector<mgo::infer::TensorDesc>& in, const typename Op::Table::Attrs& a) {
-  if constexpr (HasLayout<typename Op::Table::Attrs>::value) {
-    if (a.layout != mgo::table::Layout::kBSND) return;
-    std::string given;
-    for (size_t i = 0; i < in.size(); ++i) {
-      const std::string name = Op::Table::kInputNames[i];
-      if (name.rfind("actual_seq_lengths", 0) == 0 && !mgo::infer::is_absent(in[i].shape)) {
-        given += (given.empty() ? "'" : "/'") + name + "'";
-      }
-    }
-    if (!given.empty()) {
-      throw std::invalid_argument("arguments " + given + " with layout BSND (per-batch valid lengths) are CPU only "
-                                  "for now: the Ascend kernels take lengths in TND only; pass None, or pack the "
-                                  "batch as TND with cumulative lengths");
-    }
-  }
-}
-
 template <typename Op>
 ge::graphStatus Tiling(gert::TilingContext* ctx) {
   return Guarded(Op::Table::kOpType, [ctx] {
     const std::vector<mgo::infer::TensorDesc> in = InputDescs<Op>(ctx);
     const typename Op::Table::Attrs attrs = ReadAttrs<Op>(ctx->GetAttrs());
-    RejectBsndLengths<Op>(in, attrs);
     mgo::tiling::DType dtype;
     if (!KernelDtype(in.at(0).dtype, &dtype)) {
       throw std::invalid_argument("the kernel takes float16 or bfloat16 inputs only");

@@ -22,7 +22,8 @@ struct SfaTilingInputs {
   const mgo::infer::TensorDesc& value;           // like key, or absent (key is value)
   const mgo::infer::TensorDesc& sparse_indices;  // [T1, N2, K] / [B, S1, N2, K]
   const mgo::infer::TensorDesc& query_rope;      // [..., Dr] or absent
-  const mgo::infer::TensorDesc& lens_q;          // TND: [B] int32/int64 cumulative, or absent
+  const mgo::infer::TensorDesc& lens_q;          // [B] int32/int64 (TND cumulative, BSND per batch), or absent
+  const mgo::infer::TensorDesc& lens_kv;         // like lens_q
   const mgo::infer::TensorDesc& sinks;           // float32 [N1], or absent
 };
 
@@ -32,7 +33,7 @@ inline mgo::tiling::SfaShape SfaTilingShape(const SfaTilingInputs& in, mgo::tabl
   // The head-dim axis is r - 1, the head axis r - 2.
   const size_t r = CheckTokenRank(layout, {&in.query, &in.key, &in.sparse_indices}, "query/key/sparse_indices");
   mgo::tiling::SfaShape s{};
-  s.seq = ReadTokens(layout, in.query, in.key, in.lens_q);
+  s.seq = ReadTokens(layout, in.query, in.key, in.lens_q, in.lens_kv);
   s.n1 = Dim(in.query, r - 2);
   s.n2 = Dim(in.key, r - 2);
   s.d = Dim(in.query, r - 1);
@@ -40,7 +41,9 @@ inline mgo::tiling::SfaShape SfaTilingShape(const SfaTilingInputs& in, mgo::tabl
   s.dr = mgo::infer::is_absent(in.query_rope.shape) ? 0 : Dim(in.query_rope, r - 1);
   s.valueAbsent = mgo::infer::is_absent(in.value.shape);
   s.sinksPresent = !mgo::infer::is_absent(in.sinks.shape);
-  s.seqLensInt64 = in.lens_q.dtype == mgo::infer::DType::kInt64;
+  // Both sides have one integer type (the table's rows); BSND may give the key side alone.
+  const mgo::infer::TensorDesc& lens = mgo::infer::is_absent(in.lens_q.shape) ? in.lens_kv : in.lens_q;
+  s.seqLensInt64 = lens.dtype == mgo::infer::DType::kInt64;
   return s;
 }
 
@@ -49,7 +52,7 @@ template <typename T>
 SfaTilingInputs SfaTilingInputsOf(const std::vector<mgo::infer::TensorDesc>& in) {
   return {in[T::In::kQuery],          in[T::In::kKey],       in[T::In::kValue],
           in[T::In::kSparseIndices], in[T::In::kQueryRope], in[T::In::kActualSeqLengthsQuery],
-          in[T::In::kSinks]};
+          in[T::In::kActualSeqLengthsKv], in[T::In::kSinks]};
 }
 
 // Runs `compute` (ComputeSparseFlashAttention(Grad)Tiling) on the inputs of op `T` with its table

@@ -1,7 +1,8 @@
 // The sequence geometry the attention and indexer tilings share (sparse_flash_attention(_grad),
 // lightning_indexer(_grad), sparse_lightning_indexer_grad_kl_loss): query and key tokens in BSND or
-// TND (docs/contract.md section 0.2), batches from the shape or the known cumulative lengths, and
-// the split of query rows over the AIVs balanced by each row's visible-key bound.
+// TND (docs/contract.md section 0.2), batches from the shape or the known lengths (TND's cumulative,
+// BSND's per batch: one BatchSpan either way), and the split of query rows over the AIVs balanced
+// by each row's visible-key bound.
 // Plain C++17 over <cstdint>: compiles for the host tiling, the device and the CPU twin.
 #pragma once
 
@@ -17,10 +18,17 @@ using mgo::table::SparseMode;
 
 inline constexpr uint32_t kRowOverheadKeys = 16;  // balance weight of a row with no key
 
-// Tokens as the op sees them. BSND: batch = B, s1/s2 = S1/S2, t1 = B*S1, t2 = B*S2.
-// TND: batch = entries of actual_seq_lengths_*, s1/s2 unused (0), t1/t2 = T1/T2; batch = 0 means
-// the lengths are absent (zero-size placeholder or no tensor): one sequence of T1 queries and
-// T2 keys, which the tilings lay out as BSND with B = 1 (same memory and statistics layout).
+// Which per-batch BSND lengths a launch has (bits of SeqShape::bsndLens and the tiling data's
+// bsndLens): either may be given alone, the other side is then the full S1 or S2 (contract 0.3).
+inline constexpr uint32_t kBsndLensQuery = 1;
+inline constexpr uint32_t kBsndLensKv = 2;
+
+// Tokens as the op sees them. BSND: batch = B, s1/s2 = S1/S2, t1 = B*S1, t2 = B*S2; bsndLens says
+// which per-batch lengths are given (batch b's tokens are then its first len[b] slots, the rest
+// padding). TND: batch = entries of actual_seq_lengths_*, s1/s2 unused (0), t1/t2 = T1/T2,
+// bsndLens 0; batch = 0 means the lengths are absent (zero-size placeholder or no tensor): one
+// sequence of T1 queries and T2 keys, which the tilings lay out as BSND with B = 1 (same memory
+// and statistics layout).
 struct SeqShape {
   Layout layout;
   uint64_t batch;
@@ -28,10 +36,12 @@ struct SeqShape {
   uint64_t s2;
   uint64_t t1;
   uint64_t t2;
+  uint32_t bsndLens = 0;
 };
 
-// Cumulative TND lengths (no leading 0) when the host knows their values, for balancing rows
-// by visible keys; {nullptr, nullptr, 0} when not (the split is then by rows).
+// The lengths' values when the host knows them, for balancing rows by visible keys: TND's
+// cumulative ones (no leading 0, both), or BSND's per-batch ones (nullptr for a side not given);
+// {nullptr, nullptr, 0} when the host does not know them (the split is then by rows).
 struct SeqLengths {
   const int64_t* q;
   const int64_t* kv;
@@ -41,6 +51,8 @@ struct SeqLengths {
 // The checks of the token geometry every sequence tiling makes; nullptr when it holds.
 inline const char* CheckSeqShape(const SeqShape& s) {
   if (s.batch == 0 && s.layout == Layout::kBSND) return "batch must be positive";
+  if (s.layout != Layout::kBSND && s.bsndLens != 0) return "per-batch lengths are BSND's (TND's are cumulative)";
+  if (s.bsndLens > (kBsndLensQuery | kBsndLensKv)) return "bsndLens has unknown bits";
   if (s.layout == Layout::kBSND && (s.t1 != s.batch * s.s1 || s.t2 != s.batch * s.s2)) {
     return "BSND: t1/t2 must equal B*S1/B*S2";
   }
@@ -69,6 +81,7 @@ inline void SetSeqFields(TilingData& t, const SeqShape& s) {
   t.s2 = static_cast<uint32_t>(s.s2);
   t.t1 = static_cast<uint32_t>(s.t1);
   t.t2 = static_cast<uint32_t>(s.t2);
+  t.bsndLens = s.bsndLens;
 }
 
 // Upper bound of visible keys of local query row s1 in a batch of (S1_b, S2_b): the causal
@@ -86,23 +99,48 @@ __aicore__ inline uint64_t RowKeyBound(uint64_t s1, uint64_t s1_len, uint64_t s2
   return visible < selected ? visible : selected;
 }
 
-// (S1_b, S2_b) and the first query token of batch b, from the shape or the known lengths.
+// Batch b as both layouts yield it: its first query and key token, its query and key lengths
+// (S1_b, S2_b) and its query slots (BSND: S1, of which the slots from S1_b on are padding; TND:
+// S1_b). The kernels read the same span from the device lengths (SfaGeometry::Batch).
 struct BatchSpan {
   uint64_t q0;
   uint64_t s1;
+  uint64_t kv0;
   uint64_t s2;
+  uint64_t slots;
 };
 
+// Batch b from the shape and the known lengths (LengthsKnown).
 inline BatchSpan SpanOf(const SeqShape& s, const SeqLengths& lens, uint64_t b) {
-  if (s.layout == Layout::kBSND) return BatchSpan{b * s.s1, s.s1, s.s2};
+  if (s.layout == Layout::kBSND) {
+    const bool q = (s.bsndLens & kBsndLensQuery) != 0;
+    const bool kv = (s.bsndLens & kBsndLensKv) != 0;
+    return BatchSpan{b * s.s1, q ? static_cast<uint64_t>(lens.q[b]) : s.s1, b * s.s2,
+                     kv ? static_cast<uint64_t>(lens.kv[b]) : s.s2, s.s1};
+  }
   const int64_t q_prev = b == 0 ? 0 : lens.q[b - 1];
   const int64_t kv_prev = b == 0 ? 0 : lens.kv[b - 1];
-  return BatchSpan{static_cast<uint64_t>(q_prev), static_cast<uint64_t>(lens.q[b] - q_prev),
-                   static_cast<uint64_t>(lens.kv[b] - kv_prev)};
+  const auto s1 = static_cast<uint64_t>(lens.q[b] - q_prev);
+  return BatchSpan{static_cast<uint64_t>(q_prev), s1, static_cast<uint64_t>(kv_prev),
+                   static_cast<uint64_t>(lens.kv[b] - kv_prev), s1};
 }
 
+// Whether `lens` holds valid values for every length the shape has (BSND without lengths has
+// none to know): TND cumulative and ending at T1/T2, BSND per batch within [0, S1] / [0, S2].
 inline bool LengthsKnown(const SeqShape& s, const SeqLengths& lens) {
-  if (s.layout == Layout::kBSND) return true;
+  if (s.layout == Layout::kBSND) {
+    if (s.bsndLens == 0) return true;
+    if (lens.count != s.batch) return false;
+    const auto within = [&](const int64_t* v, uint32_t bit, uint64_t max) {
+      if ((s.bsndLens & bit) == 0) return true;
+      if (v == nullptr) return false;
+      for (uint64_t b = 0; b < lens.count; ++b) {
+        if (v[b] < 0 || static_cast<uint64_t>(v[b]) > max) return false;
+      }
+      return true;
+    };
+    return within(lens.q, kBsndLensQuery, s.s1) && within(lens.kv, kBsndLensKv, s.s2);
+  }
   if (lens.q == nullptr || lens.kv == nullptr || lens.count != s.batch) return false;
   int64_t pq = 0;
   int64_t pkv = 0;
@@ -121,9 +159,9 @@ struct RowWork {
 };
 
 // Splits the t1 * n2 query rows of a normalised shape over `aiv` AIVs into contiguous ranges
-// whose weights (kRowOverheadKeys + the visible-key bound) stay within one row of the mean:
-// boundary i is the first row whose weight prefix reaches i * total / aiv. Without known lengths
-// the split is by row count.
+// whose weights (kRowOverheadKeys + the visible-key bound; a BSND padding row sees no key) stay
+// within one row of the mean: boundary i is the first row whose weight prefix reaches
+// i * total / aiv. Without known lengths the split is by row count.
 inline void SplitQueryRows(const SeqShape& s, uint64_t n2, const RowWork& work, const SeqLengths& lens, uint32_t aiv,
                            uint32_t* start) {
   const uint64_t rows = s.t1 * n2;
@@ -138,19 +176,20 @@ inline void SplitQueryRows(const SeqShape& s, uint64_t n2, const RowWork& work, 
     return;
   }
   const auto weight = [&](const BatchSpan& span, uint64_t local) {
-    return kRowOverheadKeys + RowKeyBound(local, span.s1, span.s2, work.mode, work.selected);
+    if (local >= span.s1) return uint64_t{kRowOverheadKeys};
+    return uint64_t{kRowOverheadKeys} + RowKeyBound(local, span.s1, span.s2, work.mode, work.selected);
   };
   uint64_t total = 0;
   for (uint64_t b = 0; b < s.batch; ++b) {
     const BatchSpan span = SpanOf(s, lens, b);
-    for (uint64_t i = 0; i < span.s1; ++i) total += n2 * weight(span, i);
+    for (uint64_t i = 0; i < span.slots; ++i) total += n2 * weight(span, i);
   }
   uint32_t next = 1;
   uint64_t prefix = 0;
   uint64_t row = 0;
   for (uint64_t b = 0; b < s.batch && next < aiv; ++b) {
     const BatchSpan span = SpanOf(s, lens, b);
-    for (uint64_t i = 0; i < span.s1 && next < aiv; ++i) {
+    for (uint64_t i = 0; i < span.slots && next < aiv; ++i) {
       const uint64_t w = weight(span, i);
       for (uint64_t g = 0; g < n2; ++g) {
         // Close ranges whose target the prefix already reached (before adding this row).

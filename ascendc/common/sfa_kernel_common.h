@@ -56,22 +56,28 @@ __aicore__ inline TCubeTiling ToCubeTiling(const MatmulTiling& m) {
   return t;
 }
 
-// Batch geometry from the tiling (BSND) or the cumulative int32 length tensors (TND).
+// Batch geometry from the tiling (BSND) and the length tensors: TND's cumulative ones, BSND's
+// per-batch ones (bsndLens: the sides given; a side not given is the full S1 or S2), int32 or
+// int64. Every batch comes out as the same span, so the passes never ask which layout made it;
+// a BSND padding query row (local s1 >= S1_b) sees no key (Limit -1) and a padding key is never
+// in a batch's keys.
 class SfaGeometry {
  public:
   __aicore__ inline void Init(const SfaTilingData& t, GM_ADDR lens_q, GM_ADDR lens_kv) {
     t_ = t;
-    if (!Tnd()) return;
+    const bool q = Tnd() || (t.bsndLens & mgo::tiling::kBsndLensQuery) != 0;
+    const bool kv = Tnd() || (t.bsndLens & mgo::tiling::kBsndLensKv) != 0;
     if (t.seqLensInt64) {
-      lensQ64_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(lens_q), t.batch);
-      lensKv64_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(lens_kv), t.batch);
+      if (q) lensQ64_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(lens_q), t.batch);
+      if (kv) lensKv64_.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(lens_kv), t.batch);
     } else {
-      lensQ_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(lens_q), t.batch);
-      lensKv_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(lens_kv), t.batch);
+      if (q) lensQ_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(lens_q), t.batch);
+      if (kv) lensKv_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(lens_kv), t.batch);
     }
   }
 
-  // Cumulative length b of the query (or key) sequences, whichever integer type they have.
+  // Entry b of the query (or key) lengths, whichever integer type they have: cumulative in TND,
+  // per batch in BSND.
   __aicore__ inline int64_t Cum(uint32_t b, bool keys) const {
     if (t_.seqLensInt64) return (keys ? lensKv64_ : lensQ64_).GetValue(b);
     return (keys ? lensKv_ : lensQ_).GetValue(b);
@@ -79,13 +85,22 @@ class SfaGeometry {
 
   __aicore__ inline bool Tnd() const { return t_.layout == static_cast<uint32_t>(mgo::table::Layout::kTND); }
 
+  // BSND: S1_b (or S2_b when `keys`) of batch b, the full S1 / S2 without that side's lengths.
+  // The host checked 0 <= len <= S; the clamp keeps every read in bounds whatever the tensor holds.
+  __aicore__ inline uint32_t BsndLen(uint32_t b, bool keys) const {
+    const uint32_t full = keys ? t_.s2 : t_.s1;
+    if ((t_.bsndLens & (keys ? mgo::tiling::kBsndLensKv : mgo::tiling::kBsndLensQuery)) == 0) return full;
+    const int64_t len = Cum(b, keys);
+    return len < 0 ? 0 : (len > full ? full : static_cast<uint32_t>(len));
+  }
+
   // (first query token, S1_b, first key token, S2_b) of batch b.
   __aicore__ inline void Batch(uint32_t b, uint64_t* q0, uint32_t* s1_len, uint64_t* kv0, uint32_t* s2_len) const {
     if (!Tnd()) {
       *q0 = uint64_t{b} * t_.s1;
       *kv0 = uint64_t{b} * t_.s2;
-      *s1_len = t_.s1;
-      *s2_len = t_.s2;
+      *s1_len = BsndLen(b, false);
+      *s2_len = BsndLen(b, true);
       return;
     }
     const int64_t q_prev = b == 0 ? 0 : Cum(b - 1, false);
@@ -104,8 +119,9 @@ class SfaGeometry {
     return b;
   }
 
-  // Last local key local query s1 may see (-1: none).
+  // Last local key local query s1 may see (-1: none, as for a BSND padding row, s1 >= S1_b).
   __aicore__ inline int64_t Limit(uint32_t s1, uint32_t s1_len, uint32_t s2_len) const {
+    if (s1 >= s1_len) return -1;
     int64_t lim = static_cast<int64_t>(s2_len) - 1;
     if (t_.sparseMode == static_cast<uint32_t>(mgo::table::SparseMode::kRightDownCausal)) {
       const int64_t causal = static_cast<int64_t>(s1) + s2_len - s1_len;
@@ -125,6 +141,9 @@ class SfaGeometry {
     r.limit = Limit(r.s1, r.s1Len, r.s2Len);
     return r;
   }
+
+  // A BSND padding query row (beyond its batch's query length): fixed outputs, nothing read.
+  __aicore__ inline bool Padding(const SfaRow& r) const { return r.s1 >= r.s1Len; }
 
   // Element offset of row (t, g) in the statistics: [N2, T1, G] (TND) or [B, N2, S1, G] (BSND).
   __aicore__ inline uint64_t StatsOffset(const SfaRow& r) const {

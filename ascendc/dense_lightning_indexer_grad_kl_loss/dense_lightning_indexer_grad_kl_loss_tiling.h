@@ -50,6 +50,7 @@ struct DlgTilingData {
   uint32_t s2;
   uint32_t t1;
   uint32_t t2;
+  uint32_t bsndLens;      // BSND: kBsndLensQuery / kBsndLensKv bits of the per-batch lengths given
   uint32_t n1;
   uint32_t d;
   uint32_t dr;

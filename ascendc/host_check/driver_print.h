@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../../infer_shape/op_table.h"
@@ -180,11 +181,18 @@ void DescribeAttrs(const typename Table::Attrs& a) {
   std::apply([&](auto... field) { (one(field), ...); }, Table::kAttrs);
 }
 
+// Whether a tiling data has the sequence ops' bsndLens (seq_tiling_common.h SetSeqFields).
+template <typename Data, typename = void>
+struct HasBsndLens : std::false_type {};
+template <typename Data>
+struct HasBsndLens<Data, std::void_t<decltype(std::declval<Data>().bsndLens)>> : std::true_type {};
+
 template <typename Data, typename Table = void>
 void PrintTilingOf(const void* bytes) {
   Data data;
   std::memcpy(&data, bytes, sizeof(Data));
   Describe(data);
+  if constexpr (HasBsndLens<Data>::value) std::cout << " bsnd_lens=" << data.bsndLens;
   if constexpr (!std::is_void_v<Table>) DescribeAttrs<Table>(data.attrs);
 }
 

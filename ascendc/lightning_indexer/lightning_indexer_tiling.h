@@ -31,6 +31,7 @@ struct LiTilingData {
   uint32_t s2;
   uint32_t t1;
   uint32_t t2;
+  uint32_t bsndLens;      // BSND: kBsndLensQuery / kBsndLensKv bits of the per-batch lengths given
   uint32_t nIdx;
   uint32_t dIdx;
   uint32_t k;

@@ -39,6 +39,7 @@ struct LigTilingData {
   uint32_t s2;
   uint32_t t1;
   uint32_t t2;
+  uint32_t bsndLens;      // BSND: kBsndLensQuery / kBsndLensKv bits of the per-batch lengths given
   uint32_t nIdx;
   uint32_t dIdx;
   uint32_t k;

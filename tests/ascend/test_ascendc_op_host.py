@@ -739,9 +739,8 @@ def test_attribute_domains_are_the_tables(driver: Path, step: str, change: dict,
     assert out == "failed" and err == f"[ms_grad_ops] LightningIndexer: lightning_indexer: {error}"
 
 
-# BSND with per-batch lengths (docs/contract.md section 0.3) is CPU only for now: the shape rule
-# accepts it, the Ascend kernels read lengths as TND's cumulative ones, so the tiling refuses it
-# with the op's name and the arguments given (docs/ascend.md).
+# BSND with per-batch lengths (docs/contract.md section 0.3): either side alone or both. The values stay on
+# the device; the tiling carries which sides are given (bsnd_lens: 1 query, 2 key) for the kernels.
 LENGTHS_CASES = {
     "sparse_flash_attention": (lambda lq, lk: sfa_inputs("sparse_flash_attention", "BSND", "bfloat16", rope=True,
                                                          lengths=False, omit=False)[:6] + [lq, lk, None],
@@ -767,21 +766,22 @@ LENGTHS_CASES = {
 
 @pytest.mark.parametrize("op", sorted(LENGTHS_CASES))
 @pytest.mark.parametrize("given", ["both", "query", "kv"])
-def test_tiling_refuses_bsnd_lengths(driver: Path, op: str, given: str) -> None:
-    make, kv_arg = LENGTHS_CASES[op]
-    lens: Input = ([2], "int32")
+def test_tiling_takes_bsnd_lengths(driver: Path, op: str, given: str) -> None:
+    make, _ = LENGTHS_CASES[op]
+    lens_dtype = "int64" if op.startswith("sparse_flash") else "int32"  # the table's: SFA takes both
+    lens: Input = ([2], lens_dtype)
     inputs = make(lens if given != "kv" else None, lens if given != "query" else None)
     attrs = defaults(op, layout="BSND", **({"sparse_count": 6} if op == "lightning_indexer" else {}))
     assert adapter_infer(driver, op, inputs, attrs) == rules(op, inputs, attrs), "the shape rule accepts them"
-    out, err = run_adapter(driver, op, "tiling", inputs, attrs)
-    names = {"both": f"'actual_seq_lengths_query'/'{kv_arg}'", "query": "'actual_seq_lengths_query'",
-             "kv": f"'{kv_arg}'"}[given]
-    assert out == "failed"
-    assert err == (f"[ms_grad_ops] {OP_SPECS[op].op_type}: arguments {names} with layout BSND (per-batch valid "
-                   "lengths) are CPU only for now: the Ascend kernels take lengths in TND only; pass None, or pack "
-                   "the batch as TND with cumulative lengths")
-    # Without lengths the same call tiles.
-    assert tiling(driver, op, make(None, None), attrs)["block_dim"] >= 1
+    t = tiling(driver, op, inputs, attrs)
+    expected = {"layout": 0, "batch": 2, "s1": 5, "s2": 7, "t1": 10, "t2": 14,
+                "bsnd_lens": {"both": 3, "query": 1, "kv": 2}[given]}
+    assert {key: t[key] for key in expected} == expected
+    if op.startswith("sparse_flash"):
+        assert t["seq_lens_int64"] == 1, "int64 lengths, whichever side is given"
+    assert t["block_dim"] >= 1
+    # Without lengths the same call tiles with none.
+    assert tiling(driver, op, make(None, None), attrs)["bsnd_lens"] == 0
 
 
 # ---------------------------------------------------------------- what CANN's contexts and platform do

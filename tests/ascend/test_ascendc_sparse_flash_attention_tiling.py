@@ -37,10 +37,10 @@ def problem(layout: str, *, lens_q: list[int] | None = None, lens_kv: list[int] 
         q, kk, qr, kr = arr(t1, n1, d), arr(t2, n2, d), arr(t1, n1, dr), arr(t2, n2, dr)
         idx = arr(t1, n2, k)
         cq, ckv = np.cumsum(lens_q), np.cumsum(lens_kv)
-    else:
+    else:  # per-batch lengths (either side may be None)
         q, kk, qr, kr = arr(b, s1, n1, d), arr(b, s2, n2, d), arr(b, s1, n1, dr), arr(b, s2, n2, dr)
         idx = arr(b, s1, n2, k)
-        cq = ckv = None
+        cq, ckv = (None if x is None else np.asarray(x) for x in (lens_q, lens_kv))
     return sfa.SfaProblem("bfloat16", q, kk, kk, idx, qr if dr else None, kr if dr else None, cq, ckv,
                           dict(scale_value=0.05, sparse_block_size=bs, layout=layout, sparse_mode=mode),
                           lens_hidden=hidden)
@@ -54,23 +54,31 @@ PROBLEMS = {
     "tnd_n2": problem("TND", lens_q=[333, 77], lens_kv=[333, 500], n1=8, n2=2, d=32, dr=0, k=40, bs=8),
     "one_row": problem("BSND", b=1, s1=1, s2=9, n1=1, d=16, dr=16, k=3),
     "tnd_lengths_unknown": problem("TND", lens_q=[1000, 24], lens_kv=[1500, 24], n1=32, k=1024, hidden=True),
+    # BSND with per-batch lengths: padding rows (beyond S1_b) weigh only the row overhead.
+    "bsnd_lengths": problem("BSND", b=4, s1=1000, s2=1500, lens_q=[1000, 0, 300, 999], lens_kv=[1500, 7, 0, 1400],
+                            n1=16, k=1024),
+    "bsnd_query_lengths": problem("BSND", b=2, s1=800, s2=800, lens_q=[10, 800], n1=8, n2=2, d=32, dr=0, k=64,
+                                  bs=8),
 }
 
 
 def row_weights(p: sfa.SfaProblem) -> np.ndarray:
     """Per query row (t-major, g-minor): 16 + min(K * bs, visible keys) (the tiling's balance weight)."""
-    if p.layout == "BSND":
-        b, s1 = p.query.shape[:2]
-        spans = [(s1, p.key.shape[1])] * b
+    if p.layout == "BSND":  # (S1_b, S2_b, query slots): BSND's padding rows see no key
+        b, s1, s2 = p.query.shape[0], p.query.shape[1], p.key.shape[1]
+        lq = [s1] * b if p.lens_q is None else list(p.lens_q)
+        lk = [s2] * b if p.lens_kv is None else list(p.lens_kv)
+        spans = [(x, y, s1) for x, y in zip(lq, lk)]
     else:
-        spans = list(zip(np.diff(p.lens_q, prepend=0), np.diff(p.lens_kv, prepend=0)))
+        spans = [(x, y, x) for x, y in zip(np.diff(p.lens_q, prepend=0), np.diff(p.lens_kv, prepend=0))]
     k, bs, n2 = p.sparse_indices.shape[-1], p.attrs["sparse_block_size"], p.key.shape[-2]
     w = []
-    for s1_len, s2_len in spans:
+    for s1_len, s2_len, slots in spans:
         local = np.arange(s1_len)
         causal = np.clip(local + s2_len - s1_len + 1, 0, s2_len)
         vis = np.full(s1_len, s2_len) if p.attrs["sparse_mode"] == 0 else causal
         w.append(np.repeat(16 + np.minimum(vis, k * bs), n2))
+        w.append(np.full((slots - s1_len) * n2, 16))
     return np.concatenate(w) if w else np.zeros(0)
 
 

@@ -48,7 +48,7 @@ class DenseLightningIndexerSoftmaxLseKernel {
       return;
     }
     InitGm(io);
-    geo_.Init(IndexerGeometry(t.layout, t.sparseMode, t.batch, t.s1, t.s2, t.t1, t.t2, 1), io.lens_q, io.lens_k);
+    geo_.Init(IndexerGeometry(t, 1), io.lens_q, io.lens_k);
     InitUb();
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) Row(row);

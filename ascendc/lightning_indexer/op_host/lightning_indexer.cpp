@@ -20,7 +20,7 @@ struct LightningIndexerHost : LightningIndexerDef {
                    const Platform& p) {
     const mgo::infer::TensorDesc &qi = in[Table::In::kQueryIndex], &ki = in[Table::In::kKeyIndex];
     const size_t r = CheckTokenRank(a.layout, {&qi, &ki}, "query_index/key_index");
-    const mgo::tiling::IndexerShape s{ReadTokens(a.layout, qi, ki, in[Table::In::kActualSeqLengthsQuery]),
+    const mgo::tiling::IndexerShape s{ReadIndexerTokens<Table>(a.layout, qi, ki, in),
                                       Dim(qi, r - 2), Dim(qi, r - 1)};
     const auto t = mgo::tiling::ComputeLightningIndexerTiling(
         s, a, dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,

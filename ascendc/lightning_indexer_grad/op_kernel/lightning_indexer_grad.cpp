@@ -53,7 +53,7 @@ class LightningIndexerGradKernel {
     if ASCEND_IS_AIC {
       return;
     }
-    geo_.Init(IndexerGeometry(t.layout, t.sparseMode, t.batch, t.s1, t.s2, t.t1, t.t2, 1), io.lens_q, io.lens_k);
+    geo_.Init(IndexerGeometry(t, 1), io.lens_q, io.lens_k);
     dvGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.d_values), uint64_t{t.t1} * t.k);
     InitUb();
     const typename Core::Io core_io{io.query_index, io.key_index, io.weights, io.indices, io.d_query_index,

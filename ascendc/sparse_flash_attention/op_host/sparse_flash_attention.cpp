@@ -11,8 +11,8 @@
 
 namespace mgo::op_host {
 
-// Optional inputs may be omitted or be the zero-size placeholder. Cumulative lengths (TND, int32
-// or int64, both the same) stay a device tensor: new lengths need no recompilation.
+// Optional inputs may be omitted or be the zero-size placeholder. Lengths (TND cumulative, BSND
+// per batch; int32 or int64, both the same) stay a device tensor: new lengths need no recompilation.
 struct SparseFlashAttentionHost : SparseFlashAttentionDef {
   static auto Tile(const std::vector<mgo::infer::TensorDesc>& in, mgo::tiling::DType dtype, const Table::Attrs& a,
                    const Platform& p) {

@@ -83,10 +83,14 @@ class SparseFlashAttentionKernel {
   __aicore__ inline void ProcessRow(uint32_t row) {
     const SfaRow r = geo_.Row(row);
     const uint64_t q_row0 = uint64_t{r.t} * t_.n1 + uint64_t{r.g} * t_.g;  // first head row of the group
-    gather_.Copy(wsQf_, qGm_[q_row0 * t_.d], RopeAt(t_.hasRope != 0, qrGm_, q_row0 * t_.dr), t_.d, t_.g, t_.d,
-                 t_.dr);
     Duplicate(Stat(kMax), kLowestFloat, t_.g);
     Duplicate(Stat(kSum), 0.0f, t_.g);
+    if (geo_.Padding(r)) {  // a BSND padding row: out 0, statistics 0 / 0 even with sinks (contract 0.3)
+      Finish(r, q_row0, false);
+      return;
+    }
+    gather_.Copy(wsQf_, qGm_[q_row0 * t_.d], RopeAt(t_.hasRope != 0, qrGm_, q_row0 * t_.dr), t_.d, t_.g, t_.d,
+                 t_.dr);
     if (t_.hasSinks) StartWithSinks(r.g * t_.g);
 
     const SfaKeyChunkIo<T> io{kGm_, krGm_, vGm_, wsKf_, wsV_};

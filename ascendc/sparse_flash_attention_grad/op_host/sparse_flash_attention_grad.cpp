@@ -13,7 +13,7 @@
 namespace mgo::op_host {
 
 // Optional inputs may be omitted or be the zero-size placeholder; the gradient of an absent one is
-// empty. Cumulative lengths (TND, int32 or int64, both the same) stay a device tensor.
+// empty. Lengths (TND cumulative, BSND per batch; int32 or int64) stay a device tensor.
 struct SparseFlashAttentionGradHost : SparseFlashAttentionGradDef {
   static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in, const Table::Attrs& a) {
     mgo::infer::InferResult r = SparseFlashAttentionGradDef::Infer(in, a);

@@ -144,6 +144,10 @@ class SparseFlashAttentionGradKernel {
   __aicore__ inline void QueryRow(uint32_t row) {
     const SfaRow r = geo_.Row(row);
     const uint64_t q_row0 = uint64_t{r.t} * t_.n1 + uint64_t{r.g} * t_.g;
+    if (geo_.Padding(r)) {
+      PaddingRow(q_row0);
+      return;
+    }
     gather_.Copy(wsQf_, qGm_[q_row0 * t_.d], Rope(qrGm_, q_row0 * t_.dr), t_.d, t_.g, t_.d, t_.dr);
     RowDelta(q_row0);
     const uint64_t at = geo_.StatsOffset(r);
@@ -157,6 +161,17 @@ class SparseFlashAttentionGradKernel {
     const uint32_t chunks = GatherKeyChunks(t_, geo_, r, row, idxGm_, gather_, io,
                                             [this, q_row0](uint32_t n, uint32_t i) { RowChunk(q_row0, n, i); });
     WriteRows(wsAcc_, chunks > 0, t_.g, q_row0, 1, dqGm_, dqrGm_, t_.dk, t_.dr, t_.scaleValue, nullptr);
+  }
+
+  // A BSND padding row reads nothing: zero d_query (and d_query_rope) rows and d_sinks terms.
+  // The key pass never visits it (its local s1 is beyond S1_b), so its delta is never read.
+  __aicore__ inline void PaddingRow(uint64_t q_row0) {
+    if (t_.hasSinks) {
+      const LocalTensor<float> term = Stat(kSinkTerm);
+      Duplicate(term, 0.0f, t_.g);
+      StoreF32(wsSink_[q_row0], term, t_.g);
+    }
+    WriteRows(wsAcc_, false, t_.g, q_row0, 1, dqGm_, dqrGm_, t_.dk, t_.dr, t_.scaleValue, nullptr);
   }
 
   // delta[h] = sum_d dO[h, d] * O[h, d] for the G heads of a row -> Stat(kDelta) and workspace.
@@ -328,10 +343,15 @@ class SparseFlashAttentionGradKernel {
     uint32_t s2_len = 0;
     geo_.Batch(b, &q0, &s1_len, &kv0, &s2_len);
     const auto local = static_cast<uint32_t>(token - kv0);
+    const uint64_t k_row = uint64_t{token} * t_.n2 + g;
+    if (local >= s2_len) {  // a BSND padding key: no query sees it, zero gradients
+      WriteRows(wsDk_, false, 1, k_row, t_.n2, dkGm_, dkrGm_, t_.dk, t_.dr, 1.0f, nullptr);
+      if (t_.hasValue) WriteRows(wsDv_, false, 1, k_row, t_.n2, dvGm_, dvGm_, t_.d, 0, 1.0f, nullptr);
+      return;
+    }
     if (local % t_.blockSize != 0) return;
     const uint32_t block = local / t_.blockSize;
     const uint32_t n = s2_len - local < t_.blockSize ? s2_len - local : t_.blockSize;
-    const uint64_t k_row = uint64_t{token} * t_.n2 + g;
     const uint64_t key_stride = uint64_t{t_.n2} * t_.d;
     gather_.Copy(wsKf_, kGm_[k_row * t_.d], Rope(krGm_, k_row * t_.dr), key_stride, n, t_.d, t_.dr);
     gather_.Copy(wsV_, vGm_[k_row * t_.d], vGm_, key_stride, n, t_.d, 0);

@@ -25,7 +25,7 @@ struct SparseLightningIndexerGradKLLossHost : SparseLightningIndexerGradKLLossDe
                                  &si = in[Table::In::kSparseIndices], &qr = in[Table::In::kQueryRope];
     const size_t r = CheckTokenRank(a.layout, {&q, &k, &qi, &si}, "query/key/query_index/sparse_indices");
     const uint64_t dr = mgo::infer::is_absent(qr.shape) ? 0 : Dim(qr, r - 1);
-    const mgo::tiling::SliShape s{ReadTokens(a.layout, q, k, in[Table::In::kActualSeqLengthsQuery]),
+    const mgo::tiling::SliShape s{ReadIndexerTokens<Table>(a.layout, q, k, in),
                                   Dim(q, r - 2),
                                   Dim(q, r - 1),
                                   dr,

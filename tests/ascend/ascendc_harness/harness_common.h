@@ -51,6 +51,13 @@ int Guarded(char* err, int64_t err_len, Body&& body) {
   }
 }
 
+// Whether the harnesses hide the lengths' values from the pure tilings (twin_hide_lengths), as
+// the op_host does (they live on the device): the row split is then by count.
+inline bool& LengthsHidden() {
+  static bool hidden = false;
+  return hidden;
+}
+
 // The NPU architecture a Python call names (__NPU_ARCH__: 2201 or 3510).
 inline AscendC::twin::Arch ArchOf(int64_t arch) {
   if (!AscendC::twin::ValidArch(arch)) {

@@ -17,7 +17,7 @@ using Attrs = mgo::table::DenseLightningIndexerSoftmaxLse::Attrs;
 
 mgo::tiling::DenseLightningIndexerSoftmaxLseTiling Tile(int dtype, const IndexerArgs& a, const Attrs& at,
                                                         const IndexerLens& lens) {
-  return mgo::tiling::ComputeDenseLightningIndexerSoftmaxLseTiling(harness::ToIndexerShape(a, at.layout), at,
+  return mgo::tiling::ComputeDenseLightningIndexerSoftmaxLseTiling(harness::ToIndexerShape(a, at.layout, lens), at,
                                                                    static_cast<DType>(dtype), a.weights_f32 != 0,
                                                                    lens.view, harness::IndexerPlatform(a));
 }
@@ -67,11 +67,7 @@ int twin_dense_lightning_indexer_softmax_lse(int dtype, const IndexerArgs* a,
     gm.Input(qi, t1 * nidx * didx * 2, "query_index");
     gm.Input(ki, t2 * didx * 2, "key_index");
     gm.Input(w, t1 * nidx * (a->weights_f32 ? 4 : 2), "weights");
-    const bool tnd = harness::IndexerHasLens(*a, attrs.layout);
-    if (tnd) {
-      gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
-      gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");
-    }
+    lens.Register(gm, *a, lens_q, lens_kv);
     gm.Output(smax, t1 * 4, "softmax_max_index");
     gm.Output(ssum, t1 * 4, "softmax_sum_index");
     gm.Workspace(ws.data(), ws.size(), "workspace");
@@ -80,8 +76,8 @@ int twin_dense_lightning_indexer_softmax_lse(int dtype, const IndexerArgs* a,
     const auto stats = AscendC::twin::LaunchMix(
         tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
-          dense_lightning_indexer_softmax_lse(u8(qi), u8(ki), u8(w), tnd ? u8(lens_q) : nullptr,
-                                              tnd ? u8(lens_kv) : nullptr, nullptr, u8(smax), u8(ssum), ws.data(),
+          dense_lightning_indexer_softmax_lse(u8(qi), u8(ki), u8(w), lens.Q(lens_q),
+                                              lens.Kv(lens_kv), nullptr, u8(smax), u8(ssum), ws.data(),
                                               tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),

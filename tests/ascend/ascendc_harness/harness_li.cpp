@@ -16,7 +16,7 @@ using harness::LightningIndexerAttrArgs;
 
 mgo::tiling::LightningIndexerTiling Tile(int dtype, const IndexerArgs& a, const mgo::table::LightningIndexer::Attrs& at,
                                          const IndexerLens& lens) {
-  return mgo::tiling::ComputeLightningIndexerTiling(harness::ToIndexerShape(a, at.layout), at,
+  return mgo::tiling::ComputeLightningIndexerTiling(harness::ToIndexerShape(a, at.layout, lens), at,
                                                     static_cast<DType>(dtype), a.weights_f32 != 0, lens.view,
                                                     harness::IndexerPlatform(a));
 }
@@ -64,11 +64,7 @@ int twin_lightning_indexer(int dtype, const IndexerArgs* a, const LightningIndex
     gm.Input(qi, t1 * nidx * didx * 2, "query_index");
     gm.Input(ki, t2 * didx * 2, "key_index");
     gm.Input(w, t1 * nidx * (a->weights_f32 ? 4 : 2), "weights");
-    const bool tnd = harness::IndexerHasLens(*a, attrs.layout);
-    if (tnd) {
-      gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
-      gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");
-    }
+    lens.Register(gm, *a, lens_q, lens_kv);
     gm.Output(indices, t1 * k * 4, "sparse_indices");
     gm.Output(values, t1 * k * 4, "sparse_values");
     gm.Workspace(ws.data(), ws.size(), "workspace");
@@ -77,7 +73,7 @@ int twin_lightning_indexer(int dtype, const IndexerArgs* a, const LightningIndex
     const auto stats = AscendC::twin::LaunchMix(
         tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
-          lightning_indexer(u8(qi), u8(ki), u8(w), tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr,
+          lightning_indexer(u8(qi), u8(ki), u8(w), lens.Q(lens_q), lens.Kv(lens_kv),
                             nullptr, u8(indices), u8(values), ws.data(), tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),

@@ -17,7 +17,7 @@ using harness::LightningIndexerGradAttrArgs;
 mgo::tiling::LightningIndexerGradTiling Tile(int dtype, const IndexerArgs& a,
                                              const mgo::table::LightningIndexerGrad::Attrs& at,
                                              const IndexerLens& lens) {
-  const mgo::tiling::LigShape shape{harness::ToIndexerShape(a, at.layout), static_cast<uint64_t>(a.k)};
+  const mgo::tiling::LigShape shape{harness::ToIndexerShape(a, at.layout, lens), static_cast<uint64_t>(a.k)};
   return mgo::tiling::ComputeLightningIndexerGradTiling(shape, at, static_cast<DType>(dtype), a.weights_f32 != 0,
                                                         lens.view, harness::IndexerPlatform(a));
 }
@@ -72,11 +72,7 @@ int twin_lightning_indexer_grad(int dtype, const IndexerArgs* a, const Lightning
     gm.Input(w, t1 * nidx * w_bytes, "weights");
     gm.Input(idx, t1 * a->k * 4, "sparse_indices");
     gm.Input(d_values, t1 * a->k * 4, "d_values");
-    const bool tnd = harness::IndexerHasLens(*a, attrs.layout);
-    if (tnd) {
-      gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
-      gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");
-    }
+    lens.Register(gm, *a, lens_q, lens_kv);
     gm.Output(dqi, t1 * nidx * didx * 2, "d_query_index");
     gm.Output(dki, t2 * didx * 2, "d_key_index");
     gm.Output(dw, t1 * nidx * w_bytes, "d_weights");
@@ -86,8 +82,8 @@ int twin_lightning_indexer_grad(int dtype, const IndexerArgs* a, const Lightning
     const auto stats = AscendC::twin::LaunchMix(
         tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
-          lightning_indexer_grad(u8(qi), u8(ki), u8(w), u8(idx), u8(d_values), tnd ? u8(lens_q) : nullptr,
-                                 tnd ? u8(lens_kv) : nullptr, nullptr, u8(dqi), u8(dki), u8(dw), ws.data(), tiling_gm.data());
+          lightning_indexer_grad(u8(qi), u8(ki), u8(w), u8(idx), u8(d_values), lens.Q(lens_q),
+                                 lens.Kv(lens_kv), nullptr, u8(dqi), u8(dki), u8(dw), ws.data(), tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),
                              stats.cores, tiling.result.data.kPad, 0, 0};

@@ -18,7 +18,7 @@ using Attrs = mgo::table::SparseLightningIndexerGradKLLoss::Attrs;
 mgo::tiling::SparseLightningIndexerGradKLLossTiling Tile(int dtype, const SliArgs& a, const Attrs& at,
                                                          const IndexerLens& lens, bool sinks = false) {
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  const mgo::tiling::SliShape shape{harness::Tokens(a, at.layout), u(a.n1), u(a.d), u(a.dr), u(a.n_idx),
+  const mgo::tiling::SliShape shape{harness::Tokens(a, at.layout, lens), u(a.n1), u(a.d), u(a.dr), u(a.n_idx),
                                     u(a.d_idx), u(a.k), sinks};
   return mgo::tiling::ComputeSparseLightningIndexerGradKLLossTiling(shape, at, static_cast<DType>(dtype),
                                                                     a.weights_f32 != 0, lens.view,
@@ -91,11 +91,7 @@ int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a,
       gm.Input(qr, t1 * n1 * a->dr * 2, "query_rope");
       gm.Input(kr, t2 * a->dr * 2, "key_rope");
     }
-    const bool tnd = harness::IndexerHasLens(*a, attrs.layout);
-    if (tnd) {
-      gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
-      gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");
-    }
+    lens.Register(gm, *a, lens_q, lens_kv);
     if (sinks != nullptr) gm.Input(sinks, n1 * 4, "sinks");
     gm.Output(dqi, t1 * nidx * didx * 2, "d_query_index");
     gm.Output(dki, t2 * didx * 2, "d_key_index");
@@ -109,7 +105,7 @@ int twin_sparse_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a,
         static_cast<uint64_t>(a->seed), [&] {
           sparse_lightning_indexer_grad_kl_loss(u8(q), u8(k), u8(qi), u8(ki), u8(w), u8(idx), u8(smax), u8(ssum),
                                                 rope ? u8(qr) : nullptr, rope ? u8(kr) : nullptr,
-                                                tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr, u8(sinks),
+                                                lens.Q(lens_q), lens.Kv(lens_kv), u8(sinks),
                                                 nullptr, u8(dqi), u8(dki), u8(dw), u8(loss), ws.data(), tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),

@@ -34,12 +34,10 @@ from .twin_lib import (
 
 
 def _lens_args(lens_q: list[int] | None, lens_k: list[int] | None) -> tuple[object, object, list[np.ndarray]]:
-    """(query, key) cumulative int32 lengths as ctypes pointers (None when absent), and the arrays
-    to keep alive for the call."""
-    if lens_q is None:
-        return None, None, []
-    lq, lk = np.ascontiguousarray(lens_q, np.int32), np.ascontiguousarray(lens_k, np.int32)
-    return P(ptr(lq)), P(ptr(lk)), [lq, lk]
+    """(query, key) int32 lengths (TND cumulative, BSND per batch) as ctypes pointers (None when
+    absent), and the arrays to keep alive for the call."""
+    arrays = [None if x is None else np.ascontiguousarray(x, np.int32) for x in (lens_q, lens_k)]
+    return ptr_or_none(arrays[0]), ptr_or_none(arrays[1]), [a for a in arrays if a is not None]
 
 
 def _attr(op: str, attrs: dict[str, object], name: str) -> object:

@@ -32,7 +32,8 @@ from .twin_lib import (
 @dataclass
 class SfaProblem:
     """Inputs of one sparse_flash_attention(_grad) call in the layouts of docs/contract.md section 0.2 (float arrays
-    already rounded to ``dtype``); lengths cumulative (TND; None = one sequence) or None (BSND);
+    already rounded to ``dtype``); lengths cumulative (TND; None = one sequence) or per batch (BSND;
+    either may be None);
     value None = key is value; sinks float32 [N1] or None (absent). ``attrs``: sparse_flash_attention's
     attributes by their table names (the grad's others are given per call); the table's defaults for
     those not given."""
@@ -85,11 +86,11 @@ class SfaProblem:
         return None if self.sinks is None else np.ascontiguousarray(self.sinks, np.float32)
 
     def lens_ptrs(self) -> tuple[object, object, list[np.ndarray]]:
-        if self.lens_q is None or self.lens_hidden:
+        """(query, key) lengths as ctypes pointers (None when absent), and the arrays to keep alive."""
+        if self.lens_hidden:
             return None, None, []
-        lq = np.ascontiguousarray(self.lens_q, self.lens_dtype)
-        lkv = np.ascontiguousarray(self.lens_kv, self.lens_dtype)
-        return P(ptr(lq)), P(ptr(lkv)), [lq, lkv]
+        arrays = [None if x is None else np.ascontiguousarray(x, self.lens_dtype) for x in (self.lens_q, self.lens_kv)]
+        return ptr_or_none(arrays[0]), ptr_or_none(arrays[1]), [a for a in arrays if a is not None]
 
 
 def _bits_or_none(x: np.ndarray | None, dtype: str) -> np.ndarray | None:
