@@ -40,6 +40,9 @@ enum class AtomicType { kNone, kFloat, kHalf, kBf16, kInt32 };
 //                       traffic a Matmul cannot avoid), scalar GetValue;
 //   gm_write_bytes      GM bytes written: DataCopy(Pad) UB->GM, Matmul C, scalar SetValue;
 //   gm_atomic_bytes     the part of gm_write_bytes written as atomic adds;
+//   gm_workspace_read_bytes / gm_workspace_write_bytes
+//                       the part of gm_read_bytes / gm_write_bytes in workspaces (the kernel's own
+//                       scratch GM: on a device it may stay in L2; inputs and outputs are the rest);
 //   gm_scalar_accesses  scalar GlobalTensor GetValue / SetValue calls;
 //   queue_waits         TQue::DeQue calls (a pipe waits for the producing pipe);
 //   flag_waits          WaitFlag calls (intra-core pipe events);
@@ -49,13 +52,14 @@ enum class AtomicType { kNone, kFloat, kHalf, kBf16, kInt32 };
 //   matmul_waits        IterateAll calls an AIV waited for (the AIC computes, the AIV blocks).
 enum class Counter : int {
   kCubeMacsF16, kCubeMacsBf16, kMatmulCalls, kVectorElems, kVectorCalls, kGmReadBytes, kGmWriteBytes,
-  kGmAtomicBytes, kGmScalarAccesses, kQueueWaits, kFlagWaits, kPipeBarriers, kCrossCoreWaits, kSyncAlls,
-  kMatmulWaits, kCount
+  kGmAtomicBytes, kGmWorkspaceReadBytes, kGmWorkspaceWriteBytes, kGmScalarAccesses, kQueueWaits, kFlagWaits,
+  kPipeBarriers, kCrossCoreWaits, kSyncAlls, kMatmulWaits, kCount
 };
 inline constexpr const char* kCounterNames[] = {
     "cube_macs_f16", "cube_macs_bf16", "matmul_calls", "vector_elems", "vector_calls", "gm_read_bytes",
-    "gm_write_bytes", "gm_atomic_bytes", "gm_scalar_accesses", "queue_waits", "flag_waits", "pipe_barriers",
-    "cross_core_waits", "sync_alls", "matmul_waits"};
+    "gm_write_bytes", "gm_atomic_bytes", "gm_workspace_read_bytes", "gm_workspace_write_bytes",
+    "gm_scalar_accesses", "queue_waits", "flag_waits", "pipe_barriers", "cross_core_waits", "sync_alls",
+    "matmul_waits"};
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == static_cast<size_t>(Counter::kCount));
 
 struct Counters {
@@ -176,6 +180,7 @@ class GmRegistry {
     GmBuffer& b = Find(p, bytes, what);
     CountWork(Counter::kGmWriteBytes, bytes);
     if (atomic) CountWork(Counter::kGmAtomicBytes, bytes);
+    if (b.kind == GmKind::kWorkspace) CountWork(Counter::kGmWorkspaceWriteBytes, bytes);
     const auto first = static_cast<uint64_t>(static_cast<const uint8_t*>(p) - b.base);
     if (t_oracle != nullptr) CheckWrite(b, first, bytes, what, atomic);
     if (!b.track_writes) return;
@@ -186,6 +191,7 @@ class GmRegistry {
   void NoteRead(const void* p, uint64_t bytes, const char* what) {
     GmBuffer& b = Find(p, bytes, what);
     CountWork(Counter::kGmReadBytes, bytes);
+    if (b.kind == GmKind::kWorkspace) CountWork(Counter::kGmWorkspaceReadBytes, bytes);
     if (t_oracle == nullptr || b.kind == GmKind::kInput) return;
     const auto first = static_cast<uint64_t>(static_cast<const uint8_t*>(p) - b.base);
     const int me = t_agent;

@@ -26,7 +26,7 @@ def dli_expected(p: dense.DliProblem, key_chunk: int) -> dict[str, int]:
     """The counts of one TND single-sequence causal launch, from the shape: token t sees t + 1 keys."""
     t1, n_idx, d_idx = p.query_index.shape
     wbytes = 4 if p.wdtype == "float32" else 2
-    macs = calls = reads = writes = 0
+    macs = calls = reads = writes = ws = 0
     for t in range(t1):
         visible = t + 1
         for c0 in range(0, visible, key_chunk):
@@ -36,9 +36,10 @@ def dli_expected(p: dense.DliProblem, key_chunk: int) -> dict[str, int]:
             reads += 2 * n_idx * d_idx + 2 * cols * d_idx  # Matmul A (q_index rows), B (key_index rows)
             writes += 4 * n_idx * cols  # Matmul C: Sx into the AIV's workspace
             reads += 4 * n_idx * cols  # Sx read back, one head row at a time
+            ws += 4 * n_idx * cols  # both in the workspace
         reads += wbytes * n_idx  # the token's weights
         writes += 2 * 4  # softmax_max_index, softmax_sum_index
-    return {"macs": macs, "calls": calls, "reads": reads, "writes": writes}
+    return {"macs": macs, "calls": calls, "reads": reads, "writes": writes, "workspace": ws}
 
 
 @pytest.mark.parametrize(("dtype", "wdtype", "tokens"), [("float16", "float32", 7), ("bfloat16", "bfloat16", 600)])
@@ -61,6 +62,7 @@ def test_mixed_launch_counts_are_exact(dtype: str, wdtype: str, tokens: int) -> 
         assert got.total("matmul_waits", "aiv") == got.total("matmul_waits") == want["calls"]
         assert got.total("gm_write_bytes") == want["writes"]
         assert got.total("gm_atomic_bytes") == 0
+        assert got.total("gm_workspace_write_bytes") == got.total("gm_workspace_read_bytes") == want["workspace"]
         # The lengths are read with scalar GetValue (int32); everything else is DMA or Matmul.
         assert got.total("gm_read_bytes") == want["reads"] + 4 * got.total("gm_scalar_accesses")
         assert got.total("vector_elems", "aic") == got.total("vector_calls", "aic") == 0
@@ -79,6 +81,7 @@ def test_vector_launch_counts_are_exact(arch: int) -> None:
     assert set(got.kinds) == {"vector"} and list(got.block_idx) == list(range(len(got.kinds)))
     assert got.total("gm_read_bytes") == 2 * (2 * t * n * d + 2 * t * n)  # O_g, O_l, z_g, z_l once each
     assert got.total("gm_write_bytes") == 2 * t * n * d
+    assert got.total("gm_workspace_read_bytes") == got.total("gm_workspace_write_bytes") == 0
     assert got.total("cube_macs_f16") == got.total("cube_macs_bf16") == got.total("matmul_calls") == 0
     assert got.total("queue_waits") > 0 and got.total("vector_elems") >= 3 * t * n * d
 
