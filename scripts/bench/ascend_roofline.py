@@ -262,17 +262,22 @@ def units_sparse(chunk: int, scan_block: int) -> Callable[[dict], dict[str, floa
                       "chunks": _chunks(s, chunk), "scan": math.ceil(s["s2"] / scan_block) * s["s1"] * s["k"]}
 
 
-def units_dense(chunk: int, block: int = 0) -> Callable[[dict], dict[str, float]]:
+def units_dense(chunk: int, block: int = 0, slots: bool = False) -> Callable[[dict], dict[str, float]]:
+    """Visible pairs, query tokens, key chunks per token (of visible keys); with ``block`` the
+    dense grad's key-pass pairs, with ``slots`` the S1 x K output slots (lightning_indexer)."""
     def units(s: dict) -> dict[str, float]:
         u = {"pairs": float(visible(s).sum()), "tokens": float(s["s1"]), "chunks": _chunks(s, chunk, visible(s))}
         if block:
             u["key_pairs"] = _key_blocks_seen(s, block)
+        if slots:
+            u["slots"] = float(s["s1"] * s["k"])
         return u
     return units
 
 
 def units_vector(s: dict) -> dict[str, float]:
-    return {"elements": float(s["t"] * s["n"] * s["d"]), "rows": float(s["t"] * s["n"])}
+    """Elements, (token, head) rows (the gates) and tokens (rope's cos / sin rows)."""
+    return {"elements": float(s["t"] * s["n"] * s["d"]), "rows": float(s["t"] * s["n"]), "tokens": float(s["t"])}
 
 
 # ------------------------------------------------------------------------------ recompute formulas
@@ -322,7 +327,8 @@ SPARSE_FIT = (_c(32, 16), _c(48, 40), _c(64, 24), _c(80, 64), _o(2, 700, 640), _
 SPARSE_CHECK = _c(96, 48)
 DENSE_FIT = (_c(24, 0), _c(40, 0), _c(64, 0), _c(300, 0))
 DENSE_CHECK = _c(96, 0)
-VECTOR_FIT = ({"t": 16, "n": 2, "d": 128}, {"t": 40, "n": 3, "d": 128}, {"t": 24, "n": 8, "d": 256})
+VECTOR_FIT = ({"t": 16, "n": 2, "d": 128}, {"t": 40, "n": 3, "d": 128}, {"t": 24, "n": 8, "d": 256},
+              {"t": 64, "n": 1, "d": 256})
 VECTOR_CHECK = {"t": 33, "n": 5, "d": 256}
 VECTOR_FULL = {"t": 4096, "n": 128, "d": 128}
 
@@ -331,7 +337,7 @@ KERNELS = (
     Kernel("sparse_flash_attention_grad", run_sfa_grad, units_sparse(512, 1), SPARSE_FIT, SPARSE_CHECK, FULL,
            sfa_grad_macs),
     Kernel("sparse_lightning_indexer_grad_kl_loss", run_sli, units_sparse(512, 16), SPARSE_FIT, SPARSE_CHECK, FULL),
-    Kernel("lightning_indexer", run_li, units_sparse(512, 1), SPARSE_FIT, SPARSE_CHECK, FULL,
+    Kernel("lightning_indexer", run_li, units_dense(512, slots=True), SPARSE_FIT, SPARSE_CHECK, FULL,
            note="its top-k merge runs on the scalar unit over UB, which the counters do not see"),
     Kernel("lightning_indexer_grad", run_lig, units_sparse(512, 16), SPARSE_FIT, SPARSE_CHECK, FULL),
     Kernel("dense_lightning_indexer_softmax_lse", run_dli, units_dense(512), DENSE_FIT, DENSE_CHECK, FULL),
