@@ -325,7 +325,9 @@ def _o(s1: int, s2: int, k: int) -> dict:
 # key chunk (so chunks and tokens are not collinear).
 SPARSE_FIT = (_c(32, 16), _c(48, 40), _c(64, 24), _c(80, 64), _o(2, 700, 640), _o(3, 600, 520))
 SPARSE_CHECK = _c(96, 48)
-DENSE_FIT = (_c(24, 0), _c(40, 0), _c(64, 0), _c(300, 0))
+# 300 tokens: two 256-key chunks for the last ones (dense_lightning_indexer_grad_kl_loss); 24, 40, 100
+# not multiples of the 16-key block, so its key-pass pairs are not tokens and pairs combined.
+DENSE_FIT = (_c(24, 0), _c(40, 0), _c(64, 0), _c(100, 0), _c(300, 0))
 DENSE_CHECK = _c(96, 0)
 VECTOR_FIT = ({"t": 16, "n": 2, "d": 128}, {"t": 40, "n": 3, "d": 128}, {"t": 24, "n": 8, "d": 256},
               {"t": 64, "n": 1, "d": 256})
@@ -340,7 +342,8 @@ KERNELS = (
     Kernel("lightning_indexer", run_li, units_dense(512, slots=True), SPARSE_FIT, SPARSE_CHECK, FULL,
            note="its top-k merge runs on the scalar unit over UB, which the counters do not see"),
     Kernel("lightning_indexer_grad", run_lig, units_sparse(512, 16), SPARSE_FIT, SPARSE_CHECK, FULL),
-    Kernel("dense_lightning_indexer_softmax_lse", run_dli, units_dense(512), DENSE_FIT, DENSE_CHECK, FULL),
+    Kernel("dense_lightning_indexer_softmax_lse", run_dli, units_dense(512), (*DENSE_FIT, _c(600, 0)), DENSE_CHECK,
+           FULL),
     Kernel("dense_lightning_indexer_grad_kl_loss", run_dlig, units_dense(256, 16), DENSE_FIT, DENSE_CHECK, FULL,
            dlig_macs),
     Kernel("cla_gate_merge", run_cla_merge, units_vector, VECTOR_FIT, VECTOR_CHECK, VECTOR_FULL),
@@ -367,6 +370,13 @@ def fit_and_scale(kernel: Kernel) -> dict[str, object]:
     names = list(kernel.units(kernel.full))
     u = np.array([[kernel.units(s)[n] for n in names] for s in sizes])
     full_u = np.array([kernel.units(kernel.full)[n] for n in names])
+    # The prediction is unique only for unit vectors in the span of the fit sizes' (units may be
+    # collinear, e.g. the dense grad's key-pass pairs = pairs + 7.5 tokens at every causal S1 = S2).
+    for target in (u[-1], full_u):
+        w, *_ = np.linalg.lstsq(u[:-1].T, target, rcond=None)
+        if np.abs(u[:-1].T @ w - target).max() > 1e-9 * np.abs(target).max():
+            raise ValueError(f"{kernel.name}: the work units {names} of a size are outside the span of the fit "
+                             "sizes' (collinear there): add a fit size that separates them")
     out: dict[str, object] = {"units": names, "check_error": {}, "full": {}}
     for c in COUNTERS:
         y = np.array([cnt[c] for cnt in counted], float)
