@@ -28,6 +28,65 @@ enum class CoreKind { kVector, kAic, kAiv };
 // Atomic mode of a core's GM writes (SetAtomicAdd<T>() / SetAtomicNone()).
 enum class AtomicType { kNone, kFloat, kHalf, kBf16, kInt32 };
 
+// ---------------------------------------------------------------- work counters
+// What one core did, for the cost estimate on paper (scripts/bench/ascend_roofline.py): counted
+// as the APIs run and never consulted by a rule, so counting changes no result. The unit of each:
+//   cube_macs_f16/bf16  Matmul multiply-adds by operand dtype, M * N * K per IterateAll (on the AIC);
+//   matmul_calls        IterateAll calls served (on the AIC);
+//   vector_elems        elements per vector API call: count for element-wise ops, Cast and
+//                       Duplicate, the source count of a reduction, 32 per Sort32 repeat;
+//   vector_calls        vector API calls that did work (count > 0);
+//   gm_read_bytes       GM bytes read: DataCopy(Pad) GM->UB, Matmul A and B (each operand once: the
+//                       traffic a Matmul cannot avoid), scalar GetValue;
+//   gm_write_bytes      GM bytes written: DataCopy(Pad) UB->GM, Matmul C, scalar SetValue;
+//   gm_atomic_bytes     the part of gm_write_bytes written as atomic adds;
+//   gm_workspace_read_bytes / gm_workspace_write_bytes
+//                       the part of gm_read_bytes / gm_write_bytes in workspaces (the kernel's own
+//                       scratch GM: on a device it may stay in L2; inputs and outputs are the rest);
+//   gm_scalar_accesses  scalar GlobalTensor GetValue / SetValue calls;
+//   queue_waits         TQue::DeQue calls (a pipe waits for the producing pipe);
+//   flag_waits          WaitFlag calls (intra-core pipe events);
+//   pipe_barriers       PipeBarrier calls;
+//   cross_core_waits    CrossCoreWaitFlag calls;
+//   sync_alls           SyncAll calls;
+//   matmul_waits        IterateAll calls an AIV waited for (the AIC computes, the AIV blocks).
+enum class Counter : int {
+  kCubeMacsF16, kCubeMacsBf16, kMatmulCalls, kVectorElems, kVectorCalls, kGmReadBytes, kGmWriteBytes,
+  kGmAtomicBytes, kGmWorkspaceReadBytes, kGmWorkspaceWriteBytes, kGmScalarAccesses, kQueueWaits, kFlagWaits,
+  kPipeBarriers, kCrossCoreWaits, kSyncAlls, kMatmulWaits, kCount
+};
+inline constexpr const char* kCounterNames[] = {
+    "cube_macs_f16", "cube_macs_bf16", "matmul_calls", "vector_elems", "vector_calls", "gm_read_bytes",
+    "gm_write_bytes", "gm_atomic_bytes", "gm_workspace_read_bytes", "gm_workspace_write_bytes",
+    "gm_scalar_accesses", "queue_waits", "flag_waits", "pipe_barriers", "cross_core_waits", "sync_alls",
+    "matmul_waits"};
+static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == static_cast<size_t>(Counter::kCount));
+
+struct Counters {
+  uint64_t value[static_cast<int>(Counter::kCount)] = {};
+};
+
+// The running core's counters (set with the current block, twin_launch.h); null outside a launch.
+inline thread_local Counters* t_counters = nullptr;
+
+inline void CountWork(Counter c, uint64_t n = 1) {
+  if (t_counters != nullptr) t_counters->value[static_cast<int>(c)] += n;
+}
+
+// One core's counters at the end of a launch: kind (twin::CoreKind as int) and GetBlockIdx().
+struct CoreCounters {
+  int kind = 0;
+  int64_t block_idx = 0;
+  Counters counters;
+};
+
+// The counters of the last launch started on this thread, one entry per core (vector launches:
+// per block; mixed launches: AIC 0, AIV 0, AIV 1, AIC 1, ...). Replaced by every launch.
+inline std::vector<CoreCounters>& LastLaunchCounters() {
+  static thread_local std::vector<CoreCounters> last;
+  return last;
+}
+
 // ---------------------------------------------------------------- global memory
 // Every GM buffer a kernel may touch is registered by the launcher's caller with its exact size,
 // so any access outside an allocation throws instead of reading a neighbour. Output buffers can
@@ -119,6 +178,9 @@ class GmRegistry {
   }
   void NoteWrite(const void* p, uint64_t bytes, const char* what = "GM write", bool atomic = false) {
     GmBuffer& b = Find(p, bytes, what);
+    CountWork(Counter::kGmWriteBytes, bytes);
+    if (atomic) CountWork(Counter::kGmAtomicBytes, bytes);
+    if (b.kind == GmKind::kWorkspace) CountWork(Counter::kGmWorkspaceWriteBytes, bytes);
     const auto first = static_cast<uint64_t>(static_cast<const uint8_t*>(p) - b.base);
     if (t_oracle != nullptr) CheckWrite(b, first, bytes, what, atomic);
     if (!b.track_writes) return;
@@ -128,6 +190,8 @@ class GmRegistry {
   }
   void NoteRead(const void* p, uint64_t bytes, const char* what) {
     GmBuffer& b = Find(p, bytes, what);
+    CountWork(Counter::kGmReadBytes, bytes);
+    if (b.kind == GmKind::kWorkspace) CountWork(Counter::kGmWorkspaceReadBytes, bytes);
     if (t_oracle == nullptr || b.kind == GmKind::kInput) return;
     const auto first = static_cast<uint64_t>(static_cast<const uint8_t*>(p) - b.base);
     const int me = t_agent;
@@ -229,6 +293,7 @@ class BlockContext {
   uint64_t UbCapacity() const { return ub_capacity_; }
   uint64_t UbUsed() const { return ub_used_; }
   uint8_t* Ub() const { return ub_.get(); }
+  Counters counters;  // what this core did (twin::CountWork)
 
   // Bump allocation of UB as TPipe::InitBuffer does; returns the byte offset. `what` names the
   // buffer in the message ("TQue VECIN", "TBuf").
@@ -303,6 +368,7 @@ class BlockContext {
   }
   void WaitFlag(int event, int id, const char* name) {
     CheckEventId(id, name);
+    CountWork(Counter::kFlagWaits);
     auto& state = flags_[{event, id}];
     Require(state.pending == 1, [&] {
       return Cat("WaitFlag<", name, ">(", id, ") without a preceding SetFlag (would hang the core)");

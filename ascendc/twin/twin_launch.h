@@ -27,10 +27,16 @@ struct LaunchStats {
 // Makes `ctx` the current block for the guard's lifetime, also when the kernel throws.
 class CurrentBlockGuard {
  public:
-  explicit CurrentBlockGuard(BlockContext& ctx) { t_current_block = &ctx; }
+  explicit CurrentBlockGuard(BlockContext& ctx) {
+    t_current_block = &ctx;
+    t_counters = &ctx.counters;
+  }
   CurrentBlockGuard(const CurrentBlockGuard&) = delete;
   CurrentBlockGuard& operator=(const CurrentBlockGuard&) = delete;
-  ~CurrentBlockGuard() { t_current_block = nullptr; }
+  ~CurrentBlockGuard() {
+    t_current_block = nullptr;
+    t_counters = nullptr;
+  }
 };
 
 inline void CheckBlockEnd(const BlockContext& ctx) {
@@ -50,6 +56,8 @@ LaunchStats Launch(int64_t block_dim, uint64_t tiling_key, Arch arch, Kernel&& k
           [&] { return Cat("launch with blockDim ", block_dim, " outside [1, ", kMaxBlockDim, "]"); });
   const ArchSpec& spec = SpecOf(arch);
   LaunchStats stats;
+  auto& counters = LastLaunchCounters();
+  counters.assign(static_cast<size_t>(block_dim), CoreCounters{});
   for (int64_t idx = 0; idx < block_dim; ++idx) {
     BlockContext ctx(idx, block_dim, tiling_key, spec, spec.ub);
     {
@@ -61,6 +69,7 @@ LaunchStats Launch(int64_t block_dim, uint64_t tiling_key, Arch arch, Kernel&& k
       }
     }
     CheckBlockEnd(ctx);
+    counters[static_cast<size_t>(idx)] = CoreCounters{static_cast<int>(ctx.kind), idx, ctx.counters};
     stats.ub_peak_bytes = std::max(stats.ub_peak_bytes, ctx.UbUsed());
     ++stats.blocks;
   }

@@ -266,6 +266,11 @@ class Matmul {
   }
 
   static void Compute(const Job& j) {
+    // On the AIC serving the request: its counters get the cube work (the operand and result
+    // bytes are counted by the GM accesses below).
+    twin::CountWork(std::is_same_v<SrcAT, half> ? twin::Counter::kCubeMacsF16 : twin::Counter::kCubeMacsBf16,
+                uint64_t(j.m) * j.n * j.k);
+    twin::CountWork(twin::Counter::kMatmulCalls);
     // a: [m, k] (stored [k, m] when transposed), b: [k, n] (stored [n, k] when transposed).
     const std::vector<float> sa = j.trans_a ? Load(j.a, j.k, j.m, j.lda, "Matmul A (GM -> L1)")
                                             : Load(j.a, j.m, j.k, j.lda, "Matmul A (GM -> L1)");

@@ -213,6 +213,7 @@ class MixLaunch final : public SyncOracle {
     });
     CheckMatmulFlagRange(me, id, "CrossCoreWaitFlag");
     CheckSyncAllFlagRange(me, id, "CrossCoreWaitFlag");
+    CountWork(Counter::kCrossCoreWaits);
     Agent_& self = agents_[static_cast<size_t>(me)];
     Block(me, [&self, id] { return self.flags[id] > 0; }, [this, me, id] { return FlagWaitText(me, id); });
     --self.flags[id];
@@ -230,6 +231,7 @@ class MixLaunch final : public SyncOracle {
                  kSyncAllLastFlag);
     });
     syncall_used_ = true;
+    CountWork(Counter::kSyncAlls);
     Barrier& b = aiv_only ? aiv_barrier_ : all_barrier_;
     const int64_t parties = aiv_only ? 2 * cores_ : 3 * cores_;
     JoinInto(b.acc, Clock(me));
@@ -266,6 +268,7 @@ class MixLaunch final : public SyncOracle {
 
   // AIV side: hands `work` to the AIC of its core and waits until it is done.
   void Request(int me, std::function<void()> work) {
+    CountWork(Counter::kMatmulWaits);
     MatmulRequest req;
     req.work = std::move(work);
     req.clock = Clock(me);
@@ -506,6 +509,8 @@ MixStats LaunchMix(int64_t block_dim, uint64_t tiling_key, Arch arch, uint64_t s
   MixLaunch mix(block_dim, seed, CubeOf(spec));
   GmRegistry* gm = &GmRegistry::Instance();
   std::vector<uint64_t> peak(static_cast<size_t>(3 * block_dim), 0);
+  auto& counters = LastLaunchCounters();
+  counters.assign(static_cast<size_t>(3 * block_dim), CoreCounters{});
   mix.Run([&](int me) {
     GmRegistry::t_shared = gm;
     const int role = MixLaunch::RoleOf(me);
@@ -523,6 +528,7 @@ MixStats LaunchMix(int64_t block_dim, uint64_t tiling_key, Arch arch, uint64_t s
       return std::string("atomic add mode still on when the kernel returned (call SetAtomicNone())");
     });
     peak[static_cast<size_t>(me)] = ctx.UbUsed();
+    counters[static_cast<size_t>(me)] = CoreCounters{static_cast<int>(ctx.kind), idx, ctx.counters};
     GmRegistry::t_shared = nullptr;
   });
   MixStats s;

@@ -89,6 +89,7 @@ class QueueCore {
     Require(!fifo_.empty(), [&] {
       return Cat("DeQue on an empty ", PositionName(), " queue (the core would wait forever)");
     });
+    CountWork(Counter::kQueueWaits);
     Slot* s = fifo_.front();
     fifo_.pop_front();
     s->queued = false;

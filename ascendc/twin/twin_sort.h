@@ -28,6 +28,7 @@ void Sort32(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTe
   const float* score = twin::VecSrc(src0, n, op);
   const uint32_t* index = twin::VecSrc(src1, n, op);
   float* out = twin::VecDst(dst, 2 * n, op);
+  twin::CountVector(n);
   for (int32_t r = 0; r < repeatTimes; ++r) {
     const uint32_t base = 32 * static_cast<uint32_t>(r);
     uint32_t order[32];

@@ -65,6 +65,7 @@ void WaitFlag(int32_t event_id) {
 // which the twin's program order already does.
 template <pipe_t P>
 void PipeBarrier() {
+  twin::CountWork(twin::Counter::kPipeBarriers);
   if constexpr (P == PIPE_ALL) {
     auto& ctx = twin::Current();
     for (int h = 0; h < static_cast<int>(twin::Hazard::kCount); ++h) ctx.ClearAll(static_cast<twin::Hazard>(h));

@@ -45,6 +45,7 @@ class GlobalTensor {
   T GetValue(uint64_t i) const {
     CheckIndex(i, "GetValue");
     twin::GmRegistry::Instance().NoteRead(ptr_ + i, sizeof(T), "GlobalTensor::GetValue");
+    twin::CountWork(twin::Counter::kGmScalarAccesses);
     return ptr_[i];
   }
   // Not const, as in the real API (include/basic_api/kernel_tensor.h): a const GlobalTensor is
@@ -52,6 +53,7 @@ class GlobalTensor {
   void SetValue(uint64_t i, T v) {
     CheckIndex(i, "SetValue");
     twin::GmRegistry::Instance().NoteWrite(ptr_ + i, sizeof(T), "GlobalTensor::SetValue");
+    twin::CountWork(twin::Counter::kGmScalarAccesses);
     ptr_[i] = v;
   }
   uint64_t GetSize() const { return size_; }

@@ -68,6 +68,12 @@ inline bool VecNop(uint64_t count, const char* op) {
   return true;
 }
 
+// The roofline's vector counters (twin_context.h): one call of `elements` elements.
+inline void CountVector(uint64_t elements) {
+  CountWork(Counter::kVectorCalls);
+  CountWork(Counter::kVectorElems, elements);
+}
+
 // The address overlap rule between a source and the destination of a count-form op, which the
 // hardware runs in repeats of 256 bytes of the wider type: within one repeat a source either
 // starts where the destination starts (complete overlap) or does not touch it, and no repeat's
@@ -131,6 +137,7 @@ void Binary(const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTenso
   T* pd = VecDst(dst, count, op);
   CheckOverlap(dst, a, count, op);
   CheckOverlap(dst, b, count, op);
+  CountVector(count);
   for (uint32_t i = 0; i < count; ++i) pd[i] = f(pa[i], pb[i]);
 }
 
@@ -141,6 +148,7 @@ void Unary(const LocalTensor<T>& dst, const LocalTensor<T>& a, uint32_t count, c
   const T* pa = VecSrc(a, count, op);
   T* pd = VecDst(dst, count, op);
   CheckOverlap(dst, a, count, op);
+  CountVector(count);
   for (uint32_t i = 0; i < count; ++i) pd[i] = f(pa[i]);
 }
 
@@ -180,6 +188,7 @@ void Duplicate(const LocalTensor<T>& dst, const T& scalar, const int32_t& count)
   const uint32_t n = twin::Count(count, "Duplicate");
   if (twin::VecNop(n, "Duplicate")) return;
   T* pd = twin::VecDst(dst, n, "Duplicate");
+  twin::CountVector(n);
   for (uint32_t i = 0; i < n; ++i) pd[i] = scalar;
 }
 
@@ -203,6 +212,7 @@ void ReduceRepeats(const LocalTensor<T>& dst, const LocalTensor<T>& src, const L
   const T* ps = VecSrc(src, count, op);
   T* pw = VecDst(work, ReduceSumWorkElems<T>(count), work_op);
   T* pd = VecDst(dst, 1, op, sizeof(T));
+  CountVector(count);
   constexpr uint32_t kPerRepeat = 256 / sizeof(T);
   const uint32_t partials = (count + kPerRepeat - 1) / kPerRepeat;
   for (uint32_t r = 0; r < partials; ++r) {
@@ -273,6 +283,7 @@ void Cast(const LocalTensor<D>& dst, const LocalTensor<S>& src, RoundMode mode, 
   const S* ps = twin::VecSrc(src, count, op);
   D* pd = twin::VecDst(dst, count, op);
   twin::CheckOverlap(dst, src, count, op);
+  twin::CountVector(count);
   for (uint32_t i = 0; i < count; ++i) pd[i] = twin::ConvertOne<D, S>(ps[i], mode);
 }
 

@@ -506,4 +506,26 @@ int twin_cast_from_float(int fmt, int mode, const float* in, uint16_t* out, int6
   });
 }
 
+// The roofline counters (twin_context.h): their names, comma-separated, in column order.
+int twin_counter_names(char* buf, int64_t len) {
+  std::string names;
+  for (const char* n : twin::kCounterNames) names += (names.empty() ? "" : ",") + std::string(n);
+  harness::CopyMessage(names, buf, len);
+  return harness::kOk;
+}
+
+// The counters of the last launch this thread ran: per core one row of `values` (kCount columns),
+// its kind (0 vector block, 1 AIC, 2 AIV) and GetBlockIdx(); at most `max_cores` rows are
+// written. Returns the launch's core count (0 before any launch).
+int64_t twin_last_counters(int64_t* values, int64_t* kinds, int64_t* block_idx, int64_t max_cores) {
+  const auto& last = twin::LastLaunchCounters();
+  constexpr int kCols = static_cast<int>(twin::Counter::kCount);
+  for (size_t c = 0; c < last.size() && static_cast<int64_t>(c) < max_cores; ++c) {
+    for (int i = 0; i < kCols; ++i) values[c * kCols + i] = static_cast<int64_t>(last[c].counters.value[i]);
+    kinds[c] = last[c].kind;
+    block_idx[c] = last[c].block_idx;
+  }
+  return static_cast<int64_t>(last.size());
+}
+
 }  // extern "C"
