@@ -1,10 +1,10 @@
 """sparse_flash_mla (forward) Ascend C kernel on the CPU twin (mixed AIC + AIV launch), NPU arch 2201 (Atlas A2/A3)
 and 3510 (Ascend 950), against the float64 reference (docs/contract.md section 8) on fresh random data: SWA (no
 compressed keys), HCA (ratio 128, every visible entry), CSA (ratio 4, top-k indices with -1 slots, hidden entries
-and duplicates), the first tokens with an empty compressed set and rows that see nothing, several TND sequences,
-BSND and TND padding (seqused_*), sinks (random, -inf, none), float16/bfloat16, the Ascend sizes (D 512, window 127
-/ 0, K 512; N1 64 once); outputs start as NaN and the twin counts writes per byte; the same bits for 1, 8 and 24
-cores and a shuffled core order."""
+and duplicates), ori_sparse_indices instead of the band, out-of-range entries (skipped unread), the first tokens
+with an empty compressed set and rows that see nothing, several TND sequences, BSND and TND padding (seqused_*),
+sinks (random, -inf, none), float16/bfloat16, the Ascend sizes (D 512, window 127/0, K 512; N1 64 once); outputs
+start as NaN and the twin counts writes per byte; the same bits for 1, 8 and 24 cores and a shuffled core order."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -34,6 +34,8 @@ CASES = {
     # TND with 2 unused rows at the end of every sequence of every source (seqused_*), CSA, no sinks
     "csa_tnd_seqused": dict(layout="TND", lens=[(3, 30), (2, 9)], kind="csa", n1=2, k=512, ratio=4, pad=2,
                             sinks=False),
+    # ori_sparse_indices (64 slots over the whole sequence: entries outside the band skipped) with CSA
+    "csa_ori_idx": dict(layout="TND", lens=[(3, 150), (2, 5)], kind="csa", n1=2, k=512, ratio=4, ori_k=64),
     # CSA without cmp_residual_kv (L = S2), BSND, more keys than one chunk (band 128 + up to 510 entries)
     "csa_bsnd_chunks": dict(layout="BSND", lens=[(2, 2100)], kind="csa", n1=2, k=512, ratio=4, residual=False),
 }
@@ -99,6 +101,25 @@ def test_rows_without_keys_are_exercised() -> None:
                                   sinks=p.sinks, **{**p.attrs, "cmp_ratio": 1})[1]
     with_cmp = reference(p)[1]
     assert (no_cmp == with_cmp).any() and (no_cmp != with_cmp).any(), "rows with and without compressed keys"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_out_of_range_entries_are_skipped_unread(arch: int) -> None:
+    # Entries below -1 or beyond the source (the CPU op raises on them; the device cannot) are skipped like -1:
+    # the result is the reference's with those slots -1, and the twin would report a read outside an input.
+    p = problem(CASES["csa_ori_idx"], "float16", seed=4, arch=arch)
+    run_ints = {**p.ints}
+    clean = {**p.ints}
+    for name, bad in (("cmp_sparse_indices", 10**6), ("ori_sparse_indices", -5)):
+        idx = p.ints[name].copy()
+        used = np.flatnonzero(idx[:, 0, 0] != -7)  # rows of a batch (padding rows hold -7)
+        idx[used, 0, 1] = bad
+        run_ints[name] = idx
+        ref_idx = idx.copy()
+        ref_idx[used, 0, 1] = -1
+        clean[name] = ref_idx
+    run = smla.sparse_flash_mla(replace(p, ints=run_ints), core_num=8)
+    check(run, replace(p, ints=clean))
 
 
 @pytest.mark.parametrize("sinks", ["none", "minus_inf", "mixed"])
