@@ -486,7 +486,7 @@ def markdown(rows: list[dict], sinks: dict, ctx: dict) -> str:
     lines += ["", f"- d_sinks (sparse_flash_attention_grad with sinks): AIV 0 alone adds "
               f"{sinks['per_elem_large']['gm_read_bytes']:.3g} GM bytes and "
               f"{sinks['per_elem_large']['vector_elems']:.3g} vector elements per (token, head) "
-              f"(same at the smaller size: {sinks['per_elem_small']['gm_read_bytes']:.3g}, "
+              f"(at the smaller size: {sinks['per_elem_small']['gm_read_bytes']:.3g}, "
               f"{sinks['per_elem_small']['vector_elems']:.3g}); at the full size "
               f"{fmt_si(sinks['aiv0_extra_read_bytes'], 'B')} and {fmt_si(sinks['aiv0_extra_vector_elems'])} elements, "
               f"about {fmt_time(sinks['aiv0_extra_seconds_a2'])} on A2 at AIV 0's share of HBM."]
