@@ -503,6 +503,16 @@ def sli_inputs(layout: str, dtype: str, wdtype: str, *, rope: bool, lengths: boo
 SLI = "sparse_lightning_indexer_grad_kl_loss"
 
 
+def test_sli_reads_the_residual_above_ratio_1(driver: Path) -> None:
+    """Compressed keys (docs/contract.md section 9.1): a given cmp_residual_k is read by the kernel at
+    cmp_ratio > 1 only; the zero-size placeholder is absent (every residual 0)."""
+    given = [*sli_inputs("TND", "bfloat16", "float32", rope=True, lengths=True)[:-1], ([2], "int32")]
+    placeheld = sli_inputs("TND", "bfloat16", "float32", rope=True, lengths=True, omit=False)
+    for ratio, inputs, want in ((4, given, 1), (1, given, 0), (128, placeheld, 0)):
+        t = tiling(driver, SLI, inputs, defaults(SLI, layout="TND", cmp_ratio=ratio))
+        assert (t["cmp_residual"], t["attr.cmp_ratio"]) == (want, ratio)
+
+
 @pytest.mark.parametrize("layout, rope, lengths", SFA_CASES)
 @pytest.mark.parametrize("dtype, wdtype", [("float16", "float16"), ("bfloat16", "float32")])
 def test_sli_adapters_pass_the_inputs(driver: Path, layout: str, rope: bool, lengths: bool, dtype: str,

@@ -94,6 +94,7 @@ class SliProblem:
     attrs: dict[str, object] = field(default_factory=dict)
     sinks: np.ndarray | None = None  # float32 [N1], or None (absent)
     arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
+    cmp_residual_k: list[int] | None = None  # one per batch (docs/contract.md section 9.1), or None (absent)
 
     @property
     def layout(self) -> str:
@@ -130,11 +131,12 @@ def sparse_lightning_indexer_grad_kl_loss(p: SliProblem, core_num: int, seed: in
             _poisoned_as(a["weights"].shape, p.wdtype)]
     loss = np.full(1, np.nan, np.float32)
     sinks = None if p.sinks is None else np.ascontiguousarray(p.sinks, np.float32)
+    res, keep_res = _residual_arg(p.cmp_residual_k)
     info = call("twin_sparse_lightning_indexer_grad_kl_loss", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
                 ctypes.byref(attr_args(SLI, {**p.attrs, **attrs})), *(P(ptr(x)) for x in ins), P(ptr(w)), P(ptr(idx)),
                 *(P(ptr(x)) for x in stats), ptr_or_none(ropes[0]), ptr_or_none(ropes[1]), lq, lk, ptr_or_none(sinks),
-                *(P(ptr(x)) for x in outs), P(ptr(loss)))
-    del keep
+                res, *(P(ptr(x)) for x in outs), P(ptr(loss)))
+    del keep, keep_res
     values = (from_bits(outs[0], p.dtype), from_bits(outs[1], p.dtype), _load(outs[2], p.wdtype), float(loss[0]))
     return KernelRun((*values, *outs, loss), info)
 
