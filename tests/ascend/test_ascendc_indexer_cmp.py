@@ -256,3 +256,22 @@ def test_sli_ratio_changes_the_result() -> None:
     want = sli_reference(p)
     got = indexer.sparse_lightning_indexer_grad_kl_loss(p, 8).outputs[3]
     assert abs(got - want[3]) <= 1e-4 * abs(want[3]) < abs(causal[3] - want[3])
+
+
+@pytest.mark.parametrize("ratio", [4, 128])
+@pytest.mark.parametrize("cores", [8, 24])
+def test_tokens_balanced_by_compressed_visible_keys(ratio: int, cores: int) -> None:
+    """The tiling weighs a token by 16 + its compressed visible keys (the same rule, residuals taken as 0):
+    BSND S1 = 4096 original-length queries over S2 = 4096 / r compressed keys."""
+    s1, s2 = 4096, 4096 // ratio
+    zeros = np.broadcast_to(np.zeros(1), (1, s1, 64, 128))
+    p = indexer.LiProblem("bfloat16", "float32", zeros, np.broadcast_to(np.zeros(1), (1, s2, 1, 128)),
+                          np.broadcast_to(np.zeros(1), (1, s1, 64)), None, None,
+                          dict(sparse_count=2048, layout="BSND", sparse_mode=3, cmp_ratio=ratio))
+    s = indexer.li_schedule(p, cores)
+    weights = np.array([16 + visible(t, s1, s2, ratio, 0) for t in range(s1)], np.int64)
+    loads = np.array([weights[a:b].sum() for a, b in zip(s.row_start[:-1], s.row_start[1:])])
+    assert s.row_start[0] == 0 and s.row_start[-1] == s1
+    assert loads.max() <= weights.sum() / s.aiv + weights.max(), "tokens balanced by compressed visible keys"
+    counts = np.diff(s.row_start)
+    assert counts.max() > 1.5 * counts.min(), "not a split by token count: early tokens see fewer keys"
