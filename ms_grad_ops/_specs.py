@@ -413,7 +413,9 @@ _SMLA_SPECS = (
            ("d_query", "d_ori_kv", "d_cmp_kv", "d_sinks", "ori_softmax_l1_norm", "cmp_softmax_l1_norm"),
            _SMLA_ATTRS,
            tuple((x, x, x, _F32, x, x, _I32, _I32, *(_I32,) * 7, _F32, x, x, x, _F32, _F32, _F32) for x in FLOATS),
-           optional=_SMLA_OPTIONAL, ascend_socs=(), size_limits=_SMLA_SIZES),
+           ascend_dtypes=tuple((x, x, x, _F32, x, x, _I32, _I32, *(_I32,) * 7, _F32, x, x, x, _F32, _F32, _F32)
+                               for x in ASCEND_FLOATS),
+           optional=_SMLA_OPTIONAL, ascend_socs=_ATTN_SOCS, size_limits=_SMLA_SIZES),
 )
 
 _V4_SPECS = (
