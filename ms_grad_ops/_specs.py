@@ -379,8 +379,13 @@ _SFA_SPECS = (
 # the compressed entries (`cmp_kv`: none, every causally complete one, or the indexer's top-k). Inputs and
 # attributes are CANN's (the aclnn names in snake_case and their order; the paged-KV block tables, the reserved
 # topk lengths and the metadata are left out). Lengths are CANN's: cu_seqlens_* cumulative with the leading 0
-# (B + 1, TND), seqused_* per batch (B). No Ascend kernel yet (ascend_dtypes empty); the Ascend limits below
-# are CANN's A2/A3 product limits (docs/ops/sparse_flash_mla.md gives 950's).
+# (B + 1, TND), seqused_* per batch (B). Both have Ascend C kernels (16-bit floats like CANN's, int32 indices and
+# lengths, float32 sinks, softmax_lse and L1 norms) on CANN's SoCs for them (_ATTN_SOCS: sparse_flash_mla_def.cpp
+# @3a280bcc3 registers ascend910b, ascend910_93 and ascend950; aclnnSparseFlashMlaGrad.md @220f7dcc lists Atlas
+# A2, A3 and Ascend 950PR/950DT for the grad, whose sparse_flash_mla_grad_def.cpp @85809c81 registers A2/A3 only).
+# The Ascend limits below are CANN's A2/A3 product limits, stated once for every SoC: Ascend 950's own (N1 2..128,
+# ori_mask_mode 0/3/4, cmp_mask_mode 0/3, any windows; docs/ops/sparse_flash_mla.md) are wider, and our kernels
+# take the A2/A3 domain on 950 too (the narrower statement holds on every SoC; the table has no per-SoC limit).
 _SMLA_LENGTHS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_ori_kv",
                  "seqused_cmp_kv", "cmp_residual_kv")
 _SMLA_SOURCES = ("ori_kv", "cmp_kv", "ori_sparse_indices", "cmp_sparse_indices", *_SMLA_LENGTHS, "sinks")
@@ -408,7 +413,8 @@ _I32 = "int32"
 _SMLA_SPECS = (
     OpSpec("sparse_flash_mla", "SparseFlashMla", ("query", *_SMLA_SOURCES), ("attn_out", "softmax_lse"),
            _SMLA_ATTRS, tuple((x, x, x, _I32, _I32, *(_I32,) * 7, _F32, x, _F32) for x in FLOATS),
-           optional=_SMLA_OPTIONAL, ascend_socs=(), size_limits=_SMLA_SIZES),
+           tuple((x, x, x, _I32, _I32, *(_I32,) * 7, _F32, x, _F32) for x in ASCEND_FLOATS),
+           optional=_SMLA_OPTIONAL, ascend_socs=_ATTN_SOCS, size_limits=_SMLA_SIZES),
     OpSpec("sparse_flash_mla_grad", "SparseFlashMlaGrad", ("query", "d_out", "out", "softmax_lse", *_SMLA_SOURCES),
            ("d_query", "d_ori_kv", "d_cmp_kv", "d_sinks", "ori_softmax_l1_norm", "cmp_softmax_l1_norm"),
            _SMLA_ATTRS,

@@ -323,6 +323,10 @@ def op_cases(t1: int = 256, t2: int = 512) -> dict[str, tuple[list[Input], dict[
         "dense_lightning_indexer_softmax_lse": ([qi, ki, w, *lens, None], {"layout": "TND"}),
         "dense_lightning_indexer_grad_kl_loss": ([q, k1, qi, ki, w, stats1, stats1, index_stats, index_stats, qr,
                                                   kr1, *lens, None], {"layout": "TND", "scale_value": 0.25}),
+        # DeepSeek-V4's CSA at its head size (D 512, one KV head), K 512 slots, CANN's cumulative lengths (B + 1)
+        "sparse_flash_mla": ([([t1, 4, 512], bf), ([t2, 1, 512], bf), ([t2 // 4, 1, 512], bf), None,
+                              ([t1, 1, 512], i32), *[([3], i32)] * 3, None, None, None, ([2], i32), ([4], f32)],
+                             {"layout": "TND", "cmp_ratio": 4, "softmax_scale": 0.0625}),
         # CSA at the Ascend limits (D 512, N2 1, K 512), two sequences (cumulative lengths with the leading 0)
         "sparse_flash_mla_grad": ([mq, mq, mq, ([1, t1, 4], f32), ([t2, 1, 512], bf), ([t2 // 4, 1, 512], bf), None,
                                    ([t1, 1, 512], i32), *mlens, None, None, None, ([2], i32), ([4], f32)],

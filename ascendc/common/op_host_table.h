@@ -24,6 +24,7 @@
 #include "../../infer_shape/dense_lightning_indexer_grad_kl_loss.h"
 #include "../../infer_shape/sparse_flash_attention.h"
 #include "../../infer_shape/sparse_flash_attention_grad.h"
+#include "../../infer_shape/sparse_flash_mla.h"
 #include "../../infer_shape/sparse_flash_mla_grad.h"
 
 namespace mgo::op_host {
@@ -259,6 +260,27 @@ struct SparseFlashAttentionGradDef {
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT,
        ge::DT_FLOAT, ge::DT_INT64, ge::DT_INT64, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_BF16,
        ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT},
+  }};
+  static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
+};
+
+// sparse_flash_mla
+struct SparseFlashMlaDef {
+  using Table = mgo::table::SparseFlashMla;
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in,
+                                       const Table::Attrs& a) {
+    return mgo::infer::sparse_flash_mla(in, a);
+  }
+  // Columns over query, ori_kv, cmp_kv, ori_sparse_indices, cmp_sparse_indices, cu_seqlens_q,
+  // cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_ori_kv, seqused_cmp_kv,
+  // cmp_residual_kv, sinks, attn_out, softmax_lse.
+  static constexpr std::array<std::array<ge::DataType, 15>, 2> kDtypes{{
+      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT16,
+       ge::DT_FLOAT},
+      {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_BF16,
+       ge::DT_FLOAT},
   }};
   static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
 };

@@ -25,6 +25,7 @@
 #include "../rope_grad/rope_grad_tiling.h"
 #include "../sparse_flash_attention/sparse_flash_attention_tiling.h"
 #include "../sparse_flash_attention_grad/sparse_flash_attention_grad_tiling.h"
+#include "../sparse_flash_mla/sparse_flash_mla_tiling.h"
 #include "../sparse_lightning_indexer_grad_kl_loss/sparse_lightning_indexer_grad_kl_loss_tiling.h"
 
 namespace mgo::host_check {
@@ -93,6 +94,15 @@ inline void Describe(const mgo::tiling::SfaTilingData& t) {
             << " seq_lens_int64=" << t.seqLensInt64 << " batch=" << t.batch
             << " s1=" << t.s1 << " s2=" << t.s2 << " t1=" << t.t1 << " t2=" << t.t2 << " n1=" << t.n1
             << " n2=" << t.n2 << " d=" << t.d << " dr=" << t.dr << " k=" << t.k << " scale=" << t.scaleValue
+            << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
+}
+
+inline void Describe(const mgo::tiling::SparseFlashMlaTilingData& t) {
+  const mgo::tiling::SmlaGeo& g = t.geo;
+  std::cout << " layout=" << g.layout << " batch=" << g.batch << " t1=" << g.t1 << " t2=" << g.t2 << " t3=" << g.t3
+            << " s1=" << g.s1 << " s2=" << g.s2 << " s3=" << g.s3 << " n1=" << g.n1 << " n2=" << g.n2
+            << " d=" << g.d << " k_ori=" << g.kOri << " k_cmp=" << g.kCmp << " has_cmp=" << g.hasCmp
+            << " has_sinks=" << g.hasSinks << " len_mask=" << g.lenMask << " key_chunk=" << t.keyChunk
             << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
 }
 
@@ -206,6 +216,8 @@ inline void PrintTiling(const std::string& op, const void* bytes, uint32_t block
     PrintTilingOf<tiling::DliTilingData, table::DenseLightningIndexerSoftmaxLse>(bytes);
   } else if (op == "DenseLightningIndexerGradKLLoss") {
     PrintTilingOf<tiling::DlgTilingData, table::DenseLightningIndexerGradKLLoss>(bytes);
+  } else if (op == "SparseFlashMla") {
+    PrintTilingOf<tiling::SparseFlashMlaTilingData, table::SparseFlashMla>(bytes);
   } else if (op == "SparseFlashAttention") {
     PrintTilingOf<tiling::SparseFlashAttentionTilingData, table::SparseFlashAttention>(bytes);
   } else {

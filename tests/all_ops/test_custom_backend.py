@@ -44,7 +44,7 @@ ASCEND_OPS = sorted(name for name, spec in OP_SPECS.items() if spec.ascend_dtype
 
 # Ops with CPU kernels and no Ascend kernel yet (issue 38: CPU kernels first): the table declares no Ascend
 # dtypes or SoCs, so they are not in the custom op package, and an Ascend device target refuses them by name.
-CPU_ONLY_OPS = ["sparse_flash_mla", "sparse_lightning_indexer_kl_loss_grad"]
+CPU_ONLY_OPS = ["sparse_lightning_indexer_kl_loss_grad"]
 
 
 def test_every_operator_is_registered_for_ascend() -> None:
@@ -141,6 +141,10 @@ INFER_CASES = {
          *_sfa("TND")[0][4:6], [4]],
         [_sfa("TND")[0][i] for i in (0, 1, 2, 4, 5, 8)],
         [X, X, X, "int32", X, X, "float32", "float32", "int32", "int32", X, X, "float32"], [X] * 5 + ["float32"]),
+    "sparse_flash_mla": ({"layout": "TND", "cmp_ratio": 4},
+                         [[9, 4, 16], [40, 1, 16], [10, 1, 16], [0], [9, 1, 6], [3], [3], [3], [0], [0], [0], [2],
+                          [4]],
+                         [[9, 4, 16], [1, 9, 4]], [X, X, X, *["int32"] * 9, "float32"], [X, "float32"]),
     # CSA in TND (D 512, N2 1, K 512: the Ascend limits), no ori_sparse_indices (its norm empty), no seqused
     "sparse_flash_mla_grad": (
         {"softmax_scale": 0.05, "cmp_ratio": 4, "layout": "TND"},

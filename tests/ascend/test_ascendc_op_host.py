@@ -29,7 +29,7 @@ ASCENDC = ROOT / "ascendc"
 OPS = ("rope", "rope_grad", "cla_gate_merge", "cla_gate_backward", "sparse_flash_attention",
        "sparse_flash_attention_grad", "sparse_lightning_indexer_grad_kl_loss", "lightning_indexer",
        "lightning_indexer_grad", "dense_lightning_indexer_softmax_lse", "dense_lightning_indexer_grad_kl_loss",
-       "sparse_flash_mla_grad")
+       "sparse_flash_mla", "sparse_flash_mla_grad")
 GE_DTYPES = {"DT_FLOAT16": "float16", "DT_BF16": "bfloat16", "DT_FLOAT": "float32", "DT_INT32": "int32",
              "DT_INT64": "int64"}
 ATTR_TYPES = {"String": "str", "Int": "int", "Float": "float", "Bool": "bool", "ListInt": "listInt"}
@@ -296,7 +296,8 @@ def rules(op: str, inputs: list[Input], attrs: dict[str, object]) -> tuple[list,
     from ms_grad_ops import _validate
 
     # The placeholder has its slot's dtype: int32 for lengths, float32 for sinks, query's for the other float inputs.
-    slot = {name: "int32" if name.startswith("actual_seq_lengths") else "float32" if name == "sinks" else inputs[0][1]
+    ints = ("actual_seq_lengths", "cu_seqlens", "seqused", "cmp_residual_kv", "ori_sparse", "cmp_sparse")
+    slot = {name: "int32" if name.startswith(ints) else "float32" if name == "sinks" else inputs[0][1]
             for name in OP_SPECS[op].inputs}
     shapes = [x[0] if x is not None else [0] for x in inputs]
     dtypes = [x[1] if x is not None else slot[name] for x, name in zip(inputs, OP_SPECS[op].inputs)]
@@ -370,6 +371,26 @@ def sinks_input(present: bool, omit: bool) -> Input:
     return ([4], "float32") if present else None if omit else ([0], "float32")
 
 
+def smla_inputs(layout: str, kind: str, omit: bool = True) -> list[Input]:
+    """Inputs of sparse_flash_mla: D 512, N1 4, N2 1; TND two sequences (T1 9, T2 40, cu_seqlens [3]), BSND B 2,
+    S1 5, S2 20 with seqused_*; kind "swa" (no cmp_kv), "hca" (cmp_kv, residual, sinks) or "csa" (K 512 slots)."""
+    bsnd = layout == "BSND"
+    lead_q, lead_o, lead_c = ([2, 5], [2, 20], [2, 5]) if bsnd else ([9], [40], [10])
+    absent: Input = None if omit else ([0], "int32")
+    cmp = ([*lead_c, 1, 512], "bfloat16") if kind != "swa" else None if omit else ([0], "bfloat16")
+    idx = ([*lead_q, 1, 512], "int32") if kind == "csa" else absent
+    cu = ([3], "int32") if not bsnd else absent
+    used = ([2], "int32") if bsnd else absent
+    res = ([2], "int32") if kind != "swa" else absent
+    sinks = ([4], "float32") if kind == "hca" else None if omit else ([0], "float32")
+    return [([*lead_q, 4, 512], "bfloat16"), ([*lead_o, 1, 512], "bfloat16"), cmp, absent, idx, cu,
+            cu, cu if kind != "swa" else absent, used, used,
+            used if kind != "swa" else absent, res, sinks]
+
+
+SMLA_CASES = [("TND", "csa"), ("TND", "swa"), ("BSND", "hca"), ("BSND", "csa")]
+
+
 SFA_OPS = ("sparse_flash_attention", "sparse_flash_attention_grad")
 SFA_CASES = [("TND", True, True), ("TND", False, True), ("TND", True, False), ("BSND", True, False),
              ("BSND", False, False)]
@@ -386,6 +407,9 @@ def adapter_cases() -> list[tuple[str, list[Input], dict[str, object]]]:
         for (layout, rope, lengths), sinks in zip(SFA_CASES, (False, True, False, True, False)):
             cases.append((op, sfa_inputs(op, layout, "bfloat16", rope=rope, lengths=lengths, sinks=sinks),
                           defaults(op, layout=layout, scale_value=0.125, sparse_block_size=2, sparse_mode=0)))
+    for layout, kind in SMLA_CASES:
+        cases.append(("sparse_flash_mla", smla_inputs(layout, kind),
+                      defaults("sparse_flash_mla", layout=layout, cmp_ratio=4 if kind != "swa" else 1)))
     for layout, kind, sinks in (("TND", "csa", True), ("BSND", "hca", False), ("TND", "swa", False)):
         cases.append(("sparse_flash_mla_grad", smla_grad_inputs(layout, "bfloat16", kind, sinks=sinks),
                       defaults("sparse_flash_mla_grad", layout=layout, softmax_scale=0.05,
@@ -505,6 +529,33 @@ def test_sfa_tiling_adapter_refuses_other_dtypes(driver: Path, op: str) -> None:
     inputs = sfa_inputs(op, "TND", "float32", rope=True, lengths=True)
     out, err = run_adapter(driver, op, "tiling", inputs, defaults(op, layout="TND"))
     assert out == "failed" and err.endswith("the kernel takes float16 or bfloat16 inputs only")
+
+
+@pytest.mark.parametrize("omit", [True, False])
+@pytest.mark.parametrize(("layout", "kind"), SMLA_CASES)
+def test_smla_tiling_adapter_reads_the_shapes(driver: Path, layout: str, kind: str, omit: bool) -> None:
+    # The geometry the kernel reads (smla_tiling_common.h SmlaGeo) from the inputs of either layout; an omitted
+    # optional input and the placeholder tile alike; the attributes carried as given.
+    attrs = defaults("sparse_flash_mla", layout=layout, cmp_ratio=4 if kind != "swa" else 1)
+    t = tiling(driver, "sparse_flash_mla", smla_inputs(layout, kind, omit), attrs)
+    bsnd, cmp = layout == "BSND", kind != "swa"
+    want = {"layout": 0 if bsnd else 1, "batch": 2, "t1": 10 if bsnd else 9, "t2": 40, "t3": 10 if cmp else 0,
+            "n1": 4, "n2": 1, "d": 512, "k_ori": 0, "k_cmp": 512 if kind == "csa" else 0, "has_cmp": int(cmp),
+            "has_sinks": int(kind == "hca")}
+    # bit i: the i-th length input (cu_seqlens_q/ori_kv/cmp_kv, seqused_q/ori_kv/cmp_kv, cmp_residual_kv)
+    lens = (0b0001000 | 0b0010000 | (0b0100000 if cmp else 0)) if bsnd else (0b0000011 | (0b0000100 if cmp else 0))
+    want["len_mask"] = lens | (0b1000000 if cmp else 0)
+    assert {k: t[k] for k in want} == want
+    assert carried(t, attrs) == as_printed(attrs)
+
+
+def test_smla_tiling_adapter_refuses_sizes_outside_the_ascend_limits(driver: Path) -> None:
+    inputs = smla_inputs("TND", "csa")
+    inputs[4] = ([9, 1, 256], "int32")
+    out, err = run_adapter(driver, "sparse_flash_mla", "tiling", inputs, defaults("sparse_flash_mla", layout="TND",
+                                                                                   cmp_ratio=4))
+    assert out == "failed" and "K (slots of cmp_sparse_indices (512 or 1024), its last dim) must be in [512, 1024] " \
+        "on Ascend" in err
 
 
 def sli_inputs(layout: str, dtype: str, wdtype: str, *, rope: bool, lengths: bool, omit: bool = True,

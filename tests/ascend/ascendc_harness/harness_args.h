@@ -26,6 +26,13 @@ struct SfaArgs {
   int64_t value_absent, lens_int64;  // value omitted (key is value); int64 lengths
 };
 
+// The shape of one sparse_flash_mla(_grad) call and its launch.
+struct SmlaArgs {
+  int64_t batch, t1, t2, t3, s1, s2, s3, n1, n2, d, k_ori, k_cmp;  // TND without cu_seqlens_q: batch 0
+  int64_t has_cmp, has_sinks, len_mask, lens_known;  // len_mask bit i: length input i given
+  int64_t core_num, ub_bytes, seed, arch;  // AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
+};
+
 // The shape of one sparse_flash_mla_grad call and its launch (layout: the attributes').
 struct SmlaGradArgs {
   int64_t batch, s1, s2, s3, t1, t2, t3, n1, n2, d, k_ori, k_cmp;  // BSND: s* padded rows; TND: batch = sequences
@@ -209,6 +216,31 @@ inline mgo::table::SparseFlashAttentionGrad::Attrs ToAttrs(const SparseFlashAtte
   mgo::table::SetAttr(mgo::table::SparseFlashAttentionGrad::kName, a.next_tokens, raw.next_tokens);
   mgo::table::SetAttr(mgo::table::SparseFlashAttentionGrad::kName, a.deterministic, raw.deterministic);
   mgo::table::SparseFlashAttentionGrad::CheckAttrs(a, mgo::table::Backend::kAscend);
+  return a;
+}
+
+// The attributes of one sparse_flash_mla call, raw (mgo::table::SparseFlashMla::Attrs once read).
+struct SparseFlashMlaAttrArgs {
+  double softmax_scale;
+  int64_t cmp_ratio;
+  int64_t ori_mask_mode;
+  int64_t cmp_mask_mode;
+  int64_t ori_win_left;
+  int64_t ori_win_right;
+  const char* layout;
+};
+
+// As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
+inline mgo::table::SparseFlashMla::Attrs ToAttrs(const SparseFlashMlaAttrArgs& raw) {
+  mgo::table::SparseFlashMla::Attrs a{};
+  mgo::table::SetAttr(mgo::table::SparseFlashMla::kName, a.softmax_scale, raw.softmax_scale);
+  mgo::table::SetAttr(mgo::table::SparseFlashMla::kName, a.cmp_ratio, raw.cmp_ratio);
+  mgo::table::SetAttr(mgo::table::SparseFlashMla::kName, a.ori_mask_mode, raw.ori_mask_mode);
+  mgo::table::SetAttr(mgo::table::SparseFlashMla::kName, a.cmp_mask_mode, raw.cmp_mask_mode);
+  mgo::table::SetAttr(mgo::table::SparseFlashMla::kName, a.ori_win_left, raw.ori_win_left);
+  mgo::table::SetAttr(mgo::table::SparseFlashMla::kName, a.ori_win_right, raw.ori_win_right);
+  mgo::table::SetAttr(mgo::table::SparseFlashMla::kName, a.layout, std::string(raw.layout));
+  mgo::table::SparseFlashMla::CheckAttrs(a, mgo::table::Backend::kAscend);
   return a;
 }
 

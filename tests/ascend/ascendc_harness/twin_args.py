@@ -35,6 +35,16 @@ class SfaArgs(ctypes.Structure):
     ]
 
 
+class SmlaArgs(ctypes.Structure):
+    """The shape of one sparse_flash_mla(_grad) call and its launch."""
+
+    _fields_ = [
+        *_int("batch t1 t2 t3 s1 s2 s3 n1 n2 d k_ori k_cmp"),  # TND without cu_seqlens_q: batch 0
+        *_int("has_cmp has_sinks len_mask lens_known"),  # len_mask bit i: length input i given
+        *_int("core_num ub_bytes seed arch"),  # AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
+    ]
+
+
 class SmlaGradArgs(ctypes.Structure):
     """The shape of one sparse_flash_mla_grad call and its launch (layout: the attributes')."""
 
@@ -158,6 +168,20 @@ class SparseFlashAttentionGradAttrArgs(ctypes.Structure):
         ("pre_tokens", ctypes.c_int64),
         ("next_tokens", ctypes.c_int64),
         ("deterministic", ctypes.c_bool),
+    ]
+
+
+class SparseFlashMlaAttrArgs(ctypes.Structure):
+    """The attributes of one sparse_flash_mla call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("softmax_scale", ctypes.c_double),
+        ("cmp_ratio", ctypes.c_int64),
+        ("ori_mask_mode", ctypes.c_int64),
+        ("cmp_mask_mode", ctypes.c_int64),
+        ("ori_win_left", ctypes.c_int64),
+        ("ori_win_right", ctypes.c_int64),
+        ("layout", ctypes.c_char_p),
     ]
 
 
