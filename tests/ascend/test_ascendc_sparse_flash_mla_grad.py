@@ -143,8 +143,9 @@ def test_same_bits_for_any_core_count_and_order(name: str, arch: int) -> None:
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_real_sizes(arch: int) -> None:
-    # DeepSeek-V4's attention shape at a short length: D 512, window 128, K 512, N1 16, CSA ratio 4.
-    p = problem("csa_tnd", "bfloat16", arch, seed=13, lens=[(24, 300)], n1=16)
+    # DeepSeek-V4's attention shape at a short length: D 512, window 128, K 512, N1 128 (the A2/A3 maximum; V4-Pro's
+    # head count), CSA ratio 4.
+    p = problem("csa_tnd", "bfloat16", arch, seed=13, lens=[(24, 300)], n1=128)
     check(smla.sparse_flash_mla_grad(p, core_num=24), p)
 
 
