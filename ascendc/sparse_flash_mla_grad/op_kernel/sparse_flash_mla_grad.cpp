@@ -56,17 +56,17 @@ struct SmlaGradIo {
 
 // One batch: where its rows of each source start, how many it has and uses, and L, the original length the
 // compressed causal rule counts from.
-struct SmlaBatch {
+struct SmlaGradBatch {
   uint64_t q0, ori0, cmp0;
   uint32_t qAvail, oriAvail, cmpAvail;
   uint32_t qLen, oriLen, cmpLen;
   int64_t maskLen;
 };
 
-enum class SmlaSource : uint32_t { kQuery = 0, kOri = 1, kCmp = 2 };
+enum class SmlaGradSource : uint32_t { kQuery = 0, kOri = 1, kCmp = 2 };
 
 // The launch geometry from the tiling and the length inputs (contract section 8).
-class SmlaGeometry {
+class SmlaGradGeometry {
  public:
   __aicore__ inline void Init(const mgo::tiling::SparseFlashMlaGradTilingData& t, const SmlaGradIo& io) {
     t_ = t;
@@ -84,8 +84,8 @@ class SmlaGeometry {
 
   __aicore__ inline bool Tnd() const { return t_.layout == static_cast<uint32_t>(mgo::table::Layout::kTND); }
 
-  __aicore__ inline SmlaBatch Batch(uint32_t b) const {
-    SmlaBatch r{};
+  __aicore__ inline SmlaGradBatch Batch(uint32_t b) const {
+    SmlaGradBatch r{};
     if (!Tnd()) {
       r.q0 = uint64_t{b} * t_.s1;
       r.ori0 = uint64_t{b} * t_.s2;
@@ -116,20 +116,20 @@ class SmlaGeometry {
   }
 
   // The batch holding row `token` of `src`.
-  __aicore__ inline uint32_t BatchOf(uint64_t token, SmlaSource src) const {
+  __aicore__ inline uint32_t BatchOf(uint64_t token, SmlaGradSource src) const {
     if (!Tnd()) {
-      const uint32_t s = src == SmlaSource::kQuery ? t_.s1 : (src == SmlaSource::kOri ? t_.s2 : t_.s3);
+      const uint32_t s = src == SmlaGradSource::kQuery ? t_.s1 : (src == SmlaGradSource::kOri ? t_.s2 : t_.s3);
       return static_cast<uint32_t>(token / s);
     }
     if (!t_.hasCu) return 0;
-    const GlobalTensor<int32_t>& cu = src == SmlaSource::kQuery ? cuQ_ : (src == SmlaSource::kOri ? cuOri_ : cuCmp_);
+    const GlobalTensor<int32_t>& cu = src == SmlaGradSource::kQuery ? cuQ_ : (src == SmlaGradSource::kOri ? cuOri_ : cuCmp_);
     uint32_t b = 0;
     while (b + 1 < t_.batch && static_cast<uint64_t>(cu.GetValue(b + 1)) <= token) ++b;
     return b;
   }
 
   // The original tokens local query row s sees: [lo, hi) (empty when hi <= lo).
-  __aicore__ inline void OriRange(const SmlaBatch& bt, uint32_t s, int64_t* lo, int64_t* hi) const {
+  __aicore__ inline void OriRange(const SmlaGradBatch& bt, uint32_t s, int64_t* lo, int64_t* hi) const {
     const int64_t thr = int64_t{bt.oriLen} - bt.qLen + s + 1;
     *lo = 0;
     *hi = bt.oriLen;
@@ -148,7 +148,7 @@ class SmlaGeometry {
   }
 
   // The first local query row whose original range can reach local key `key` (the ranges' ends never fall).
-  __aicore__ inline uint32_t FirstOriRow(const SmlaBatch& bt, uint32_t key) const {
+  __aicore__ inline uint32_t FirstOriRow(const SmlaGradBatch& bt, uint32_t key) const {
     int64_t right = -1;  // unbounded
     if (t_.oriMode == static_cast<uint32_t>(mgo::table::OriMaskMode::kRightDownCausal)) right = 0;
     if (t_.oriMode == static_cast<uint32_t>(mgo::table::OriMaskMode::kBand)) right = t_.winRight;
@@ -158,7 +158,7 @@ class SmlaGeometry {
   }
 
   // The compressed entries local query row s sees: [0, limit).
-  __aicore__ inline int64_t CmpLimit(const SmlaBatch& bt, uint32_t s) const {
+  __aicore__ inline int64_t CmpLimit(const SmlaGradBatch& bt, uint32_t s) const {
     if (t_.cmpMode == static_cast<uint32_t>(mgo::table::CmpMaskMode::kNoMask)) return bt.cmpLen;
     const int64_t thr = bt.maskLen - bt.qLen + s + 1;
     if (thr <= 0) return 0;
@@ -237,8 +237,8 @@ class SparseFlashMlaGradKernel {
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) QueryRow(row);
     SyncAll();  // every delta is in the workspace before any key pass reads it
-    for (uint32_t kr = t.oriKeyStart[aiv]; kr < t.oriKeyStart[aiv + 1]; ++kr) KeyRow(kr, SmlaSource::kOri);
-    for (uint32_t kr = t.cmpKeyStart[aiv]; kr < t.cmpKeyStart[aiv + 1]; ++kr) KeyRow(kr, SmlaSource::kCmp);
+    for (uint32_t kr = t.oriKeyStart[aiv]; kr < t.oriKeyStart[aiv + 1]; ++kr) KeyRow(kr, SmlaGradSource::kOri);
+    for (uint32_t kr = t.cmpKeyStart[aiv]; kr < t.cmpKeyStart[aiv + 1]; ++kr) KeyRow(kr, SmlaGradSource::kCmp);
     if (t.hasSinks && aiv == 0) SumSinkTerms();
     mmNT_.End();
     mmNN_.End();
@@ -299,8 +299,8 @@ class SparseFlashMlaGradKernel {
   __aicore__ inline void QueryRow(uint32_t row) {
     const uint32_t t = row / t_.n2;
     const uint32_t g = row % t_.n2;
-    const uint32_t b = geo_.BatchOf(t, SmlaSource::kQuery);
-    const SmlaBatch bt = geo_.Batch(b);
+    const uint32_t b = geo_.BatchOf(t, SmlaGradSource::kQuery);
+    const SmlaGradBatch bt = geo_.Batch(b);
     const uint64_t q_row0 = uint64_t{t} * t_.n1 + uint64_t{g} * t_.g;
     const bool padding = t - bt.q0 >= bt.qLen;
     const auto s = static_cast<uint32_t>(t - bt.q0);
@@ -329,7 +329,7 @@ class SparseFlashMlaGradKernel {
 
   // Walks the row's keys in order (the original tokens, then the compressed entries), gathering them into the
   // chunk workspace; returns the number of chunks computed.
-  __aicore__ inline uint32_t RowKeys(uint32_t t, uint32_t g, const SmlaBatch& bt, uint32_t s) {
+  __aicore__ inline uint32_t RowKeys(uint32_t t, uint32_t g, const SmlaGradBatch& bt, uint32_t s) {
     chunks_ = 0;
     filled_ = 0;
     g_ = g;
@@ -551,12 +551,12 @@ class SparseFlashMlaGradKernel {
 
   // ---------------------------------------------------------------- key pass
   // Key row kr = (token of `src`, g); the AIV owning a block's first key row does the whole block.
-  __aicore__ inline void KeyRow(uint32_t kr, SmlaSource src) {
+  __aicore__ inline void KeyRow(uint32_t kr, SmlaGradSource src) {
     const uint32_t token = kr / t_.n2;
     const uint32_t g = kr % t_.n2;
     const uint32_t b = geo_.BatchOf(token, src);
-    const SmlaBatch bt = geo_.Batch(b);
-    const bool ori = src == SmlaSource::kOri;
+    const SmlaGradBatch bt = geo_.Batch(b);
+    const bool ori = src == SmlaGradSource::kOri;
     const uint64_t src0 = ori ? bt.ori0 : bt.cmp0;
     const uint32_t avail = ori ? bt.oriAvail : bt.cmpAvail;
     const auto local = static_cast<uint32_t>(token - src0);
@@ -587,7 +587,7 @@ class SparseFlashMlaGradKernel {
   // Fills mult row `entry` over the block's n columns with how often local query row s sees each of the
   // block's keys [key0, key0 + n) of ori_kv; returns whether any (1), none (0), or -1 when neither this row
   // nor any later one can (the band's start has passed the block).
-  __aicore__ inline int32_t OriMultiplicity(const SmlaBatch& bt, uint32_t s, uint32_t key0, uint32_t n,
+  __aicore__ inline int32_t OriMultiplicity(const SmlaGradBatch& bt, uint32_t s, uint32_t key0, uint32_t n,
                                             uint32_t entry) {
     int64_t lo = 0;
     int64_t hi = 0;
@@ -614,7 +614,7 @@ class SparseFlashMlaGradKernel {
   }
 
   // As OriMultiplicity for the compressed entries [key0, key0 + n).
-  __aicore__ inline int32_t CmpMultiplicity(const SmlaBatch& bt, uint32_t s, uint32_t key0, uint32_t n,
+  __aicore__ inline int32_t CmpMultiplicity(const SmlaGradBatch& bt, uint32_t s, uint32_t key0, uint32_t n,
                                             uint32_t entry) {
     const int64_t limit = geo_.CmpLimit(bt, s);
     if (limit <= key0) return 0;
@@ -677,7 +677,7 @@ class SparseFlashMlaGradKernel {
   Matmul<A, AT, C> mmNT_;
   Matmul<A, A, C> mmNN_;
   Matmul<AT, A, C> mmTN_;
-  SmlaGeometry geo_;
+  SmlaGradGeometry geo_;
   SmlaGradUb ub_;
   RowGather<T> gather_;
   uint32_t chunks_ = 0;   // row pass: chunks of the current row so far
