@@ -380,9 +380,10 @@ _SFA_SPECS = (
 # the compressed entries (`cmp_kv`: none, every causally complete one, or the indexer's top-k). Inputs and
 # attributes are CANN's (the aclnn names in snake_case and their order; the paged-KV block tables, the reserved
 # topk lengths and the metadata are left out). Lengths are CANN's: cu_seqlens_* cumulative with the leading 0
-# (B + 1, TND), seqused_* per batch (B). The forward has an Ascend C kernel (16-bit floats like CANN's
-# SparseFlashMla, int32 indices and lengths, float32 sinks and softmax_lse) on CANN's SoCs for it (_ATTN_SOCS:
-# sparse_flash_mla_def.cpp @3a280bcc3 registers ascend910b, ascend910_93 and ascend950); the grad has none yet.
+# (B + 1, TND), seqused_* per batch (B). Both have Ascend C kernels (16-bit floats like CANN's, int32 indices and
+# lengths, float32 sinks, softmax_lse and L1 norms) on CANN's SoCs for them (_ATTN_SOCS: sparse_flash_mla_def.cpp
+# @3a280bcc3 registers ascend910b, ascend910_93 and ascend950; aclnnSparseFlashMlaGrad.md @220f7dcc lists Atlas
+# A2, A3 and Ascend 950PR/950DT for the grad, whose sparse_flash_mla_grad_def.cpp @85809c81 registers A2/A3 only).
 # The Ascend limits below are CANN's A2/A3 product limits, stated once for every SoC: Ascend 950's own (N1 2..128,
 # ori_mask_mode 0/3/4, cmp_mask_mode 0/3, any windows; docs/ops/sparse_flash_mla.md) are wider, and our kernels
 # take the A2/A3 domain on 950 too (the narrower statement holds on every SoC; the table has no per-SoC limit).
@@ -419,7 +420,9 @@ _SMLA_SPECS = (
            ("d_query", "d_ori_kv", "d_cmp_kv", "d_sinks", "ori_softmax_l1_norm", "cmp_softmax_l1_norm"),
            _SMLA_ATTRS,
            tuple((x, x, x, _F32, x, x, _I32, _I32, *(_I32,) * 7, _F32, x, x, x, _F32, _F32, _F32) for x in FLOATS),
-           optional=_SMLA_OPTIONAL, ascend_socs=(), size_limits=_SMLA_SIZES),
+           ascend_dtypes=tuple((x, x, x, _F32, x, x, _I32, _I32, *(_I32,) * 7, _F32, x, x, x, _F32, _F32, _F32)
+                               for x in ASCEND_FLOATS),
+           optional=_SMLA_OPTIONAL, ascend_socs=_ATTN_SOCS, size_limits=_SMLA_SIZES),
 )
 
 _V4_SPECS = (

@@ -306,6 +306,7 @@ def op_cases(t1: int = 256, t2: int = 512) -> dict[str, tuple[list[Input], dict[
     qi, ki, w = ([t1, 2, 16], bf), ([t2, 1, 16], bf), ([t1, 2], bf)
     k1, kr1, idx1 = ([t2, 1, 32], bf), ([t2, 1, 16], bf), ([t1, 1, 3], i32)
     stats, stats1, index_stats = ([2, t1, 2], f32), ([1, t1, 4], f32), ([1, t1], f32)
+    mq, mlens = ([t1, 4, 512], bf), [([3], i32)] * 3
     sfa = {"layout": "TND", "scale_value": 0.125, "sparse_block_size": 2, "sparse_mode": 0}
     return {
         "rope": ([([t1, 256], bf)] * 2 + [([t2, 128], bf)] * 2 + [([2], i32)], {}),
@@ -329,6 +330,10 @@ def op_cases(t1: int = 256, t2: int = 512) -> dict[str, tuple[list[Input], dict[
         "sparse_flash_mla": ([([t1, 4, 512], bf), ([t2, 1, 512], bf), ([t2 // 4, 1, 512], bf), None,
                               ([t1, 1, 512], i32), *[([3], i32)] * 3, None, None, None, ([2], i32), ([4], f32)],
                              {"layout": "TND", "cmp_ratio": 4, "softmax_scale": 0.0625}),
+        # CSA at the Ascend limits (D 512, N2 1, K 512), two sequences (cumulative lengths with the leading 0)
+        "sparse_flash_mla_grad": ([mq, mq, mq, ([1, t1, 4], f32), ([t2, 1, 512], bf), ([t2 // 4, 1, 512], bf), None,
+                                   ([t1, 1, 512], i32), *mlens, None, None, None, ([2], i32), ([4], f32)],
+                                  {"layout": "TND", "softmax_scale": 0.05, "cmp_ratio": 4}),
     }
 
 

@@ -25,6 +25,7 @@
 #include "../../infer_shape/sparse_flash_attention.h"
 #include "../../infer_shape/sparse_flash_attention_grad.h"
 #include "../../infer_shape/sparse_flash_mla.h"
+#include "../../infer_shape/sparse_flash_mla_grad.h"
 
 namespace mgo::op_host {
 
@@ -279,6 +280,30 @@ struct SparseFlashMlaDef {
        ge::DT_FLOAT},
       {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
        ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_BF16,
+       ge::DT_FLOAT},
+  }};
+  static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
+};
+
+// sparse_flash_mla_grad
+struct SparseFlashMlaGradDef {
+  using Table = mgo::table::SparseFlashMlaGrad;
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in,
+                                       const Table::Attrs& a) {
+    return mgo::infer::sparse_flash_mla_grad(in, a);
+  }
+  // Columns over query, d_out, out, softmax_lse, ori_kv, cmp_kv, ori_sparse_indices,
+  // cmp_sparse_indices, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
+  // seqused_ori_kv, seqused_cmp_kv, cmp_residual_kv, sinks, d_query, d_ori_kv, d_cmp_kv, d_sinks,
+  // ori_softmax_l1_norm, cmp_softmax_l1_norm.
+  static constexpr std::array<std::array<ge::DataType, 22>, 2> kDtypes{{
+      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16,
+       ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_INT32, ge::DT_INT32, ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT,
+       ge::DT_FLOAT, ge::DT_FLOAT},
+      {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32,
+       ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_INT32, ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT,
        ge::DT_FLOAT},
   }};
   static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};

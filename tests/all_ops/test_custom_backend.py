@@ -44,7 +44,7 @@ ASCEND_OPS = sorted(name for name, spec in OP_SPECS.items() if spec.ascend_dtype
 
 # Ops with CPU kernels and no Ascend kernel yet (issue 38: CPU kernels first): the table declares no Ascend
 # dtypes or SoCs, so they are not in the custom op package, and an Ascend device target refuses them by name.
-CPU_ONLY_OPS = ["sparse_flash_mla_grad", "sparse_lightning_indexer_kl_loss_grad"]
+CPU_ONLY_OPS = ["sparse_lightning_indexer_kl_loss_grad"]
 
 
 def test_every_operator_is_registered_for_ascend() -> None:
@@ -145,6 +145,13 @@ INFER_CASES = {
                          [[9, 4, 16], [40, 1, 16], [10, 1, 16], [0], [9, 1, 6], [3], [3], [3], [0], [0], [0], [2],
                           [4]],
                          [[9, 4, 16], [1, 9, 4]], [X, X, X, *["int32"] * 9, "float32"], [X, "float32"]),
+    # CSA in TND (D 512, N2 1, K 512: the Ascend limits), no ori_sparse_indices (its norm empty), no seqused
+    "sparse_flash_mla_grad": (
+        {"softmax_scale": 0.05, "cmp_ratio": 4, "layout": "TND"},
+        [[6, 2, 512]] * 3 + [[1, 6, 2], [8, 1, 512], [2, 1, 512], [0], [6, 1, 512], [2], [2], [2], [0], [0], [0],
+                             [1], [2]],
+        [[6, 2, 512], [8, 1, 512], [2, 1, 512], [2], [0], [6, 1, 512]],
+        [X, X, X, "float32", X, X, *["int32"] * 9, "float32"], [X] * 3 + ["float32"] * 3),
 }
 
 

@@ -29,7 +29,7 @@ ASCENDC = ROOT / "ascendc"
 OPS = ("rope", "rope_grad", "cla_gate_merge", "cla_gate_backward", "sparse_flash_attention",
        "sparse_flash_attention_grad", "sparse_lightning_indexer_grad_kl_loss", "lightning_indexer",
        "lightning_indexer_grad", "dense_lightning_indexer_softmax_lse", "dense_lightning_indexer_grad_kl_loss",
-       "sparse_flash_mla")
+       "sparse_flash_mla", "sparse_flash_mla_grad")
 GE_DTYPES = {"DT_FLOAT16": "float16", "DT_BF16": "bfloat16", "DT_FLOAT": "float32", "DT_INT32": "int32",
              "DT_INT64": "int64"}
 ATTR_TYPES = {"String": "str", "Int": "int", "Float": "float", "Bool": "bool", "ListInt": "listInt"}
@@ -410,7 +410,27 @@ def adapter_cases() -> list[tuple[str, list[Input], dict[str, object]]]:
     for layout, kind in SMLA_CASES:
         cases.append(("sparse_flash_mla", smla_inputs(layout, kind),
                       defaults("sparse_flash_mla", layout=layout, cmp_ratio=4 if kind != "swa" else 1)))
+    for layout, kind, sinks in (("TND", "csa", True), ("BSND", "hca", False), ("TND", "swa", False)):
+        cases.append(("sparse_flash_mla_grad", smla_grad_inputs(layout, "bfloat16", kind, sinks=sinks),
+                      defaults("sparse_flash_mla_grad", layout=layout, softmax_scale=0.05,
+                               cmp_ratio={"csa": 4, "hca": 128, "swa": 1}[kind])))
     return cases
+
+
+def smla_grad_inputs(layout: str, dtype: str, kind: str, *, sinks: bool) -> list[Input]:
+    """Inputs of sparse_flash_mla_grad at the Ascend limits (D 512, N2 1, K 512): B = 2, S1 = 5, S2 = 140 (TND:
+    T1 = 10, T2 = 280, cumulative lengths with the leading 0), S3 = 35 (CSA) or 1 (HCA), N1 = 4; "swa" without
+    cmp_kv. Absent inputs omitted."""
+    lead_q, lead_o = ([2, 5], [2, 140]) if layout == "BSND" else ([10], [280])
+    s3 = {"csa": 35, "hca": 1, "swa": 0}[kind]
+    q = ([*lead_q, 4, 512], dtype)
+    lse = ([2, 1, 5, 4] if layout == "BSND" else [1, 10, 4], "float32")
+    cmp = None if kind == "swa" else ([2, s3, 1, 512] if layout == "BSND" else [2 * s3, 1, 512], dtype)
+    idx = ([*lead_q, 1, 512], "int32") if kind == "csa" else None
+    cu = ([3], "int32") if layout == "TND" else None
+    residual = None if kind == "swa" else ([2], "int32")
+    return [q, q, q, lse, ([*lead_o, 1, 512], dtype), cmp, None, idx, cu, cu, cu if cmp else None, None, None,
+            None, residual, ([4], "float32") if sinks else None]
 
 
 @pytest.mark.parametrize("case", adapter_cases(), ids=lambda c: c[0])

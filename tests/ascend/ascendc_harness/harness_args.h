@@ -33,6 +33,13 @@ struct SmlaArgs {
   int64_t core_num, ub_bytes, seed, arch;  // AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
 };
 
+// The shape of one sparse_flash_mla_grad call and its launch (layout: the attributes').
+struct SmlaGradArgs {
+  int64_t batch, s1, s2, s3, t1, t2, t3, n1, n2, d, k_ori, k_cmp;  // BSND: s* padded rows; TND: batch = sequences
+  int64_t core_num, ub_bytes, seed, arch;  // AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
+  int64_t has_cmp, has_cu, has_used_q, has_used_ori, has_used_cmp, has_residual, has_sinks;  // optional inputs given
+};
+
 // The shape of one sparse_lightning_indexer_grad_kl_loss call and its launch.
 struct SliArgs {
   int64_t batch, s1, s2, t1, t2, n1, d, dr, n_idx, d_idx, k;
@@ -234,6 +241,31 @@ inline mgo::table::SparseFlashMla::Attrs ToAttrs(const SparseFlashMlaAttrArgs& r
   mgo::table::SetAttr(mgo::table::SparseFlashMla::kName, a.ori_win_right, raw.ori_win_right);
   mgo::table::SetAttr(mgo::table::SparseFlashMla::kName, a.layout, std::string(raw.layout));
   mgo::table::SparseFlashMla::CheckAttrs(a, mgo::table::Backend::kAscend);
+  return a;
+}
+
+// The attributes of one sparse_flash_mla_grad call, raw (mgo::table::SparseFlashMlaGrad::Attrs once read).
+struct SparseFlashMlaGradAttrArgs {
+  double softmax_scale;
+  int64_t cmp_ratio;
+  int64_t ori_mask_mode;
+  int64_t cmp_mask_mode;
+  int64_t ori_win_left;
+  int64_t ori_win_right;
+  const char* layout;
+};
+
+// As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
+inline mgo::table::SparseFlashMlaGrad::Attrs ToAttrs(const SparseFlashMlaGradAttrArgs& raw) {
+  mgo::table::SparseFlashMlaGrad::Attrs a{};
+  mgo::table::SetAttr(mgo::table::SparseFlashMlaGrad::kName, a.softmax_scale, raw.softmax_scale);
+  mgo::table::SetAttr(mgo::table::SparseFlashMlaGrad::kName, a.cmp_ratio, raw.cmp_ratio);
+  mgo::table::SetAttr(mgo::table::SparseFlashMlaGrad::kName, a.ori_mask_mode, raw.ori_mask_mode);
+  mgo::table::SetAttr(mgo::table::SparseFlashMlaGrad::kName, a.cmp_mask_mode, raw.cmp_mask_mode);
+  mgo::table::SetAttr(mgo::table::SparseFlashMlaGrad::kName, a.ori_win_left, raw.ori_win_left);
+  mgo::table::SetAttr(mgo::table::SparseFlashMlaGrad::kName, a.ori_win_right, raw.ori_win_right);
+  mgo::table::SetAttr(mgo::table::SparseFlashMlaGrad::kName, a.layout, std::string(raw.layout));
+  mgo::table::SparseFlashMlaGrad::CheckAttrs(a, mgo::table::Backend::kAscend);
   return a;
 }
 

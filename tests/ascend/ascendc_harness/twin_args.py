@@ -45,6 +45,16 @@ class SmlaArgs(ctypes.Structure):
     ]
 
 
+class SmlaGradArgs(ctypes.Structure):
+    """The shape of one sparse_flash_mla_grad call and its launch (layout: the attributes')."""
+
+    _fields_ = [
+        *_int("batch s1 s2 s3 t1 t2 t3 n1 n2 d k_ori k_cmp"),  # BSND: s* padded rows; TND: batch = sequences
+        *_int("core_num ub_bytes seed arch"),  # AI cores, tiling's UB budget, hand-off seed, __NPU_ARCH__
+        *_int("has_cmp has_cu has_used_q has_used_ori has_used_cmp has_residual has_sinks"),  # optional inputs given
+    ]
+
+
 class SliArgs(ctypes.Structure):
     """The shape of one sparse_lightning_indexer_grad_kl_loss call and its launch."""
 
@@ -163,6 +173,20 @@ class SparseFlashAttentionGradAttrArgs(ctypes.Structure):
 
 class SparseFlashMlaAttrArgs(ctypes.Structure):
     """The attributes of one sparse_flash_mla call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("softmax_scale", ctypes.c_double),
+        ("cmp_ratio", ctypes.c_int64),
+        ("ori_mask_mode", ctypes.c_int64),
+        ("cmp_mask_mode", ctypes.c_int64),
+        ("ori_win_left", ctypes.c_int64),
+        ("ori_win_right", ctypes.c_int64),
+        ("layout", ctypes.c_char_p),
+    ]
+
+
+class SparseFlashMlaGradAttrArgs(ctypes.Structure):
+    """The attributes of one sparse_flash_mla_grad call, raw (a choice by its name, as bytes)."""
 
     _fields_ = [
         ("softmax_scale", ctypes.c_double),
