@@ -4,11 +4,12 @@ results (padded batch rows B = 4 of S1 = 5 queries, S2 = 7 keys: shorter batches
 one without keys, one of full length).
 
 Every input at a padding position is NaN and the sparse indices of padding query rows select keys 0 and 1
-among out-of-range slots, so a read of a padding row, or a padding row seeing a key, would show. The TND run is checked against the float64 reference by each
-kernel's own test helpers; the BSND run's valid rows equal it bit for bit where both runs do the same
-float operations in the same order (every row pass, and the SFA grad's key blocks, which never span
-batches); the indexer grads' d_key_index sums key blocks spanning other batches' keys, so there each
-layout is compared with the reference at tolerance. Padding outputs are the contract's fixed values
+among out-of-range slots, so a padding value reaching an output, or a padding row seeing a key, would
+show. The TND run is checked against the float64 reference by each kernel's own test helpers; the BSND
+run's valid rows equal it bit for bit where both runs do the same float operations in the same order
+(every row pass, and the SFA grad's key blocks, which never span batches); the indexer grads'
+d_key_index sums key blocks spanning other batches' keys, so there each layout is compared with the
+reference at tolerance. Padding outputs are the contract's fixed values
 (0, -1, -inf; statistics 0 / 0 even with sinks). Every output starts poisoned and is written exactly
 once; the BSND bits are the same on 1, 8 and 24 cores (shuffled core order) and with the lengths
 hidden from the tiling (the op_host's case: the row split by count). The kernels Ascend 950 runs are
