@@ -334,9 +334,9 @@ _SPECS = (
                                 "int32", x, x, w, "float32") for x, w in _INDEXER_XW_ASCEND),
            optional=frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key",
                                "cmp_residual_k"}),
-           size_limits=(_NIDX_ASCEND, _N1_ASCEND,
-                        ("Ascend", SizeLimit("N2", "key heads, key dim -2: the MLA-absorbed attention only", 1, 1))),
-           ascend_socs=_A2_A3, cell="DenseIndexerKLLoss"),
+           # Key heads N2 = 1 (MLA-absorbed) or N1 (CANN's MHA) on Ascend: a relation, not a range, so its
+           # tiling states it (grouped heads, 1 < N2 < N1, run on CPU only).
+           size_limits=(_NIDX_ASCEND, _N1_ASCEND), ascend_socs=_A2_A3, cell="DenseIndexerKLLoss"),
 )
 
 # sparse_flash_attention(_grad): one float dtype for all float tensors, int32 indices, float32

@@ -117,6 +117,11 @@ class DligProblem:
     def layout(self) -> str:
         return _attr(DLIG, self.attrs, "layout")
 
+    @property
+    def n2(self) -> ctypes.c_int64:
+        """The key heads (key dim -2) as the harness takes them."""
+        return ctypes.c_int64(self.arrays["key"].shape[-2])
+
     def args(self, core_num: int, seed: int = 0, ub_bytes: int | None = None) -> SliArgs:
         a = self.arrays
         sli = SliProblem(self.dtype, self.wdtype, {**a, "sparse_indices": np.zeros((1, 0), np.int32)}, self.lens_q,
@@ -140,7 +145,7 @@ def dense_lightning_indexer_grad_kl_loss(p: DligProblem, core_num: int, seed: in
             _poisoned_as(a["weights"].shape, p.wdtype)]
     loss = np.full(1, np.nan, np.float32)
     info = call("twin_dense_lightning_indexer_grad_kl_loss", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
-                ctypes.byref(attr_args(DLIG, p.attrs)), *(P(ptr(x)) for x in ins), P(ptr(w)),
+                ctypes.byref(attr_args(DLIG, p.attrs)), p.n2, *(P(ptr(x)) for x in ins), P(ptr(w)),
                 *(P(ptr(x)) for x in stats), ptr_or_none(ropes[0]), ptr_or_none(ropes[1]), lq, lk,
                 *(P(ptr(x)) for x in outs), P(ptr(loss)))
     del keep
@@ -164,6 +169,7 @@ class DligSchedule:
     tiling_key: int
     aiv_ws_bytes: int
     ws_loss: int
+    q_group: int
     row_start: np.ndarray
     key_block_start: np.ndarray
 
@@ -171,6 +177,6 @@ class DligSchedule:
 def dlig_schedule(p: DligProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> DligSchedule:
     """The pure tiling of dense_lightning_indexer_grad_kl_loss for ``p`` on ``core_num`` AI cores."""
     out, rows, keys = mixed_schedule("twin_dlig_schedule", p.dtype, p.args(core_num, 0, ub_bytes),
-                                     [ctypes.byref(attr_args(DLIG, p.attrs))], _lens_args(p.lens_q, p.lens_k), 14,
+                                     [ctypes.byref(attr_args(DLIG, p.attrs)), p.n2], _lens_args(p.lens_q, p.lens_k), 15,
                                      core_num, True)
     return DligSchedule(*(int(x) for x in out), rows, keys)
