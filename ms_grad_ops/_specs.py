@@ -334,8 +334,6 @@ _SPECS = (
                                 "int32", x, x, w, "float32") for x, w in _INDEXER_XW_ASCEND),
            optional=frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key",
                                "cmp_residual_k"}),
-           # Key heads N2 = 1 (MLA-absorbed) or N1 (CANN's MHA) on Ascend: a relation, not a range, so its
-           # tiling states it (grouped heads, 1 < N2 < N1, run on CPU only).
            size_limits=(_NIDX_ASCEND, _N1_ASCEND), ascend_socs=_A2_A3, cell="DenseIndexerKLLoss"),
 )
 

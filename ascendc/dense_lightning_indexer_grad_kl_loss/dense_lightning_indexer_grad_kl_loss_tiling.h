@@ -138,9 +138,8 @@ inline const char* CheckDlgInputs(const DlgShape& s, const CubePlatform& p) {
   if (const char* err = CheckCubePlatform(p)) return err;
   if (const char* err = OutOfRange<Limits::N1>(s.n1)) return err;
   if (const char* err = OutOfRange<Limits::Nidx>(s.nIdx)) return err;
-  if (s.n2 != 1 && s.n2 != s.n1) {
-    return "key heads N2 (key dim -2) must be 1 (MLA-absorbed) or N1 (MHA) on Ascend: grouped heads are CPU-only";
-  }
+  // The shape rule takes these two only (infer_shape); kept for callers of the pure tiling.
+  if (s.n2 != 1 && s.n2 != s.n1) return "key heads N2 (key dim -2) must be 1 (MLA-absorbed) or N1 (MHA)";
   if (s.d == 0 || s.d % 16 != 0) return "head dim D must be a positive multiple of 16 (32-byte rows)";
   if (s.dr % 16 != 0) return "rope dim Dr must be a multiple of 16 (32-byte rows)";
   if (s.dIdx == 0 || s.dIdx % 16 != 0 || s.dIdx > 1024) {
