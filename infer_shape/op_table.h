@@ -352,9 +352,6 @@ struct LightningIndexer {
       CheckRange<int64_t>(kName, "sparse_count", a.sparse_count, 1, 16384, "an integer in [1, 16384] on Ascend");
     }
     CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
-    if (backend == Backend::kAscend) {
-      CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 1, "an integer in [1, 1] on Ascend");
-    }
   }
 };
 
@@ -388,11 +385,8 @@ struct LightningIndexerGrad {
   static constexpr auto kAttrs = std::make_tuple(&Attrs::layout, &Attrs::sparse_mode, &Attrs::cmp_ratio);
   // The domain error of the first attribute outside its domain on `backend` (choices are inside
   // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
-  static void CheckAttrs(const Attrs& a, Backend backend) {
+  static void CheckAttrs(const Attrs& a, Backend /*backend*/) {
     CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
-    if (backend == Backend::kAscend) {
-      CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 1, "an integer in [1, 1] on Ascend");
-    }
   }
 };
 
@@ -426,12 +420,9 @@ struct SparseLightningIndexerGradKLLoss {
   static constexpr auto kAttrs = std::make_tuple(&Attrs::scale_value, &Attrs::layout, &Attrs::sparse_mode, &Attrs::deterministic, &Attrs::cmp_ratio);
   // The domain error of the first attribute outside its domain on `backend` (choices are inside
   // once parsed: Choice<E>::Parse), thrown; the one check of every reader (SetAttr, then this).
-  static void CheckAttrs(const Attrs& a, Backend backend) {
+  static void CheckAttrs(const Attrs& a, Backend /*backend*/) {
     CheckRange<double>(kName, "scale_value", a.scale_value, -3.4028234663852886e+38, 3.4028234663852886e+38, "a finite float32 (|x| <= 3.4028235e+38)");
     CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
-    if (backend == Backend::kAscend) {
-      CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 1, "an integer in [1, 1] on Ascend");
-    }
   }
 };
 

@@ -220,7 +220,7 @@ class IndexerGradCore {
       uint32_t s2_len = 0;
       geo_->Batch(b, &q0, &s1_len, &kv0, &s2_len);
       for (uint32_t s1 = 0; s1 < s1_len; ++s1) {
-        const int64_t limit = geo_->Limit(s1, s1_len, s2_len);
+        const int64_t limit = geo_->LimitOf(b, s1, s1_len, s2_len);
         const uint64_t slots = (q0 + s1) * t_.k;
         for (uint32_t slot = 0; slot < t_.k; ++slot) {
           const int32_t idx = idxGm_.GetValue(slots + slot);

@@ -16,6 +16,7 @@ struct IndexerShape {
   SeqShape seq;
   uint64_t nIdx;
   uint64_t dIdx;
+  bool cmpResidual = false;  // cmp_residual_k given (docs/contract.md section 9.1; absent: every residual 0)
 };
 
 // Tiling key of the indexer ops: the I/O dtype, + 10 when weights are float32.

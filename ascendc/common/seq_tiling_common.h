@@ -86,6 +86,20 @@ __aicore__ inline uint64_t RowKeyBound(uint64_t s1, uint64_t s1_len, uint64_t s2
   return visible < selected ? visible : selected;
 }
 
+// Compressed keys (docs/contract.md section 9.1): how many of a batch's S2_b compressed keys local
+// query row s1 of S1_b sees under rightDownCausal, with `ratio` original tokens per key and `residual`
+// original tokens in the batch's last, incomplete block (its original key length S2_b * ratio +
+// residual): floor((S2_b * ratio + residual - S1_b + s1 + 1) / ratio), capped to [0, S2_b]. A key is
+// visible once every original token it pools is. The one statement of the rule for every indexer
+// tiling and kernel; ratio 1 with residual 0 gives RowKeyBound's causal count (the same integers).
+__aicore__ inline uint64_t CmpVisibleKeys(uint64_t s1, uint64_t s1_len, uint64_t s2_len, uint64_t ratio,
+                                          uint64_t residual) {
+  const uint64_t seen = s2_len * ratio + residual + s1 + 1;  // the numerator + S1_b, never negative
+  if (seen <= s1_len) return 0;
+  const uint64_t n = (seen - s1_len) / ratio;
+  return n < s2_len ? n : s2_len;
+}
+
 // (S1_b, S2_b) and the first query token of batch b, from the shape or the known lengths.
 struct BatchSpan {
   uint64_t q0;
@@ -118,7 +132,17 @@ inline bool LengthsKnown(const SeqShape& s, const SeqLengths& lens) {
 struct RowWork {
   SparseMode mode;
   uint64_t selected;
+  uint64_t cmpRatio = 1;  // compressed keys (section 9.1): original tokens per key; residuals taken as 0
 };
+
+// A row's balance bound under `work` (RowKeyBound, or the compressed rule where cmpRatio > 1).
+__aicore__ inline uint64_t RowWorkBound(const RowWork& work, uint64_t s1, uint64_t s1_len, uint64_t s2_len) {
+  if (work.cmpRatio <= 1 || work.mode != SparseMode::kRightDownCausal) {
+    return RowKeyBound(s1, s1_len, s2_len, work.mode, work.selected);
+  }
+  const uint64_t visible = CmpVisibleKeys(s1, s1_len, s2_len, work.cmpRatio, 0);
+  return visible < work.selected ? visible : work.selected;
+}
 
 // Splits the t1 * n2 query rows of a normalised shape over `aiv` AIVs into contiguous ranges
 // whose weights (kRowOverheadKeys + the visible-key bound) stay within one row of the mean:
@@ -138,7 +162,7 @@ inline void SplitQueryRows(const SeqShape& s, uint64_t n2, const RowWork& work, 
     return;
   }
   const auto weight = [&](const BatchSpan& span, uint64_t local) {
-    return kRowOverheadKeys + RowKeyBound(local, span.s1, span.s2, work.mode, work.selected);
+    return kRowOverheadKeys + RowWorkBound(work, local, span.s1, span.s2);
   };
   uint64_t total = 0;
   for (uint64_t b = 0; b < s.batch; ++b) {

@@ -114,6 +114,26 @@ class SfaGeometry {
     return lim;
   }
 
+  // Compressed keys (docs/contract.md section 9.1; the indexer kernels): `ratio` original tokens per
+  // key and, when `residual` is not null, int32 [batch] original tokens of each batch's last,
+  // incomplete block (absent: 0). Ratio 1 (or never called) keeps Limit's integers.
+  __aicore__ inline void InitCmp(uint32_t ratio, GM_ADDR residual) {
+    cmpRatio_ = ratio;
+    hasResidual_ = ratio > 1 && residual != nullptr;
+    if (hasResidual_) residual_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(residual), t_.batch);
+  }
+
+  // Last local key local query s1 of batch b may see (-1: none): Limit, or with compressed keys
+  // under rightDownCausal the shared rule (a residual outside [0, ratio) cannot reach past S2_b).
+  __aicore__ inline int64_t LimitOf(uint32_t b, uint32_t s1, uint32_t s1_len, uint32_t s2_len) const {
+    if (cmpRatio_ <= 1 || t_.sparseMode != static_cast<uint32_t>(mgo::table::SparseMode::kRightDownCausal)) {
+      return Limit(s1, s1_len, s2_len);
+    }
+    const int32_t res = hasResidual_ ? residual_.GetValue(b) : 0;
+    return static_cast<int64_t>(mgo::tiling::CmpVisibleKeys(s1, s1_len, s2_len, cmpRatio_,
+                                                            res > 0 ? static_cast<uint64_t>(res) : 0)) - 1;
+  }
+
   __aicore__ inline SfaRow Row(uint32_t row) const {
     SfaRow r{};
     r.t = row / t_.n2;
@@ -122,7 +142,7 @@ class SfaGeometry {
     uint64_t q0 = 0;
     Batch(r.b, &q0, &r.s1Len, &r.kv0, &r.s2Len);
     r.s1 = static_cast<uint32_t>(r.t - q0);
-    r.limit = Limit(r.s1, r.s1Len, r.s2Len);
+    r.limit = LimitOf(r.b, r.s1, r.s1Len, r.s2Len);
     return r;
   }
 
@@ -150,6 +170,9 @@ class SfaGeometry {
 
  private:
   SfaTilingData t_{};
+  uint32_t cmpRatio_ = 1;
+  bool hasResidual_ = false;
+  GlobalTensor<int32_t> residual_;
   GlobalTensor<int32_t> lensQ_;
   GlobalTensor<int32_t> lensKv_;
   GlobalTensor<int64_t> lensQ64_;

@@ -98,7 +98,7 @@ inline void Describe(const mgo::tiling::SfaTilingData& t) {
 
 inline void Describe(const mgo::tiling::SliTilingData& t) {
   std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " has_rope=" << t.hasRope
-            << " has_sinks=" << t.hasSinks << " batch=" << t.batch << " s1=" << t.s1 << " s2=" << t.s2
+            << " has_sinks=" << t.hasSinks << " cmp_residual=" << t.cmpResidual << " batch=" << t.batch << " s1=" << t.s1 << " s2=" << t.s2
             << " t1=" << t.t1 << " t2=" << t.t2 << " n1=" << t.n1 << " d=" << t.d << " dr=" << t.dr
             << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx << " k=" << t.k << " scale=" << t.scaleValue
             << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
@@ -107,13 +107,15 @@ inline void Describe(const mgo::tiling::SliTilingData& t) {
 inline void Describe(const mgo::tiling::LiTilingData& t) {
   std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " batch=" << t.batch << " s1=" << t.s1
             << " s2=" << t.s2 << " t1=" << t.t1 << " t2=" << t.t2 << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx
-            << " k=" << t.k << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
+            << " k=" << t.k << " cmp_residual=" << t.cmpResidual << " used_aic=" << t.usedAicNum
+            << " user_workspace=" << t.workspaceBytes;
 }
 
 inline void Describe(const mgo::tiling::LigTilingData& t) {
   std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " batch=" << t.batch << " s1=" << t.s1
             << " s2=" << t.s2 << " t1=" << t.t1 << " t2=" << t.t2 << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx
-            << " k=" << t.k << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
+            << " k=" << t.k << " cmp_residual=" << t.cmpResidual << " used_aic=" << t.usedAicNum
+            << " user_workspace=" << t.workspaceBytes;
 }
 
 inline void Describe(const mgo::tiling::DliTilingData& t) {

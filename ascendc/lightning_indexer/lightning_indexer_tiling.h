@@ -1,7 +1,8 @@
 // Pure tiling of LightningIndexer (mixed kernel: the cube computes Sx = q_index k_indexᵀ, the
 // vector cores the scores I = sum_g w_g relu(Sx[g]) and the top-k selection).
 // Work unit: a query token; tokens are split over the AIVs in contiguous ranges balanced by their
-// visible-key counts (+16 per token). A token's visible keys (a prefix of its batch's keys) are
+// visible-key counts (+16 per token). Compressed keys (cmp_ratio, cmp_residual_k; docs/contract.md
+// section 9.1) change only how many keys a token sees (CmpVisibleKeys, in the kernel's geometry). A token's visible keys (a prefix of its batch's keys) are
 // scored in chunks of keyChunk (a multiple of 32, at most 512): Sort32 orders each 32-key group,
 // and a scalar merge folds the groups into the running top-k (descending score, ties to the
 // lower index) kept in UB.
@@ -38,6 +39,7 @@ struct LiTilingData {
   uint32_t usedAicNum;  // blockDim of the mixed launch
   uint32_t aivNum;
   uint32_t keyChunk;    // keys per chunk, a multiple of 32
+  uint32_t cmpResidual;  // 1: the kernel reads cmp_residual_k (attrs.cmp_ratio > 1 and the input given)
   uint64_t aivWsBytes;
   uint64_t wsSx;        // per AIV [nIdx, keyChunk] float32
   uint64_t workspaceBytes;
@@ -106,7 +108,9 @@ inline TilingResult<LiTilingData> ComputeLiTiling(const IndexerShape& shape, con
   t.usedAicNum = UsedAic(s.t1, p);
   t.aivNum = 2 * t.usedAicNum;
   // Balanced by visible keys: every visible key of a token is scored (K * bs = T2, N2 = 1).
-  SplitQueryRows(s, 1, RowWork{a.sparse_mode, s.t2 == 0 ? 1 : s.t2}, lens, t.aivNum, t.rowStart);
+  SplitQueryRows(s, 1, RowWork{a.sparse_mode, s.t2 == 0 ? 1 : s.t2, static_cast<uint64_t>(a.cmp_ratio)}, lens,
+                 t.aivNum, t.rowStart);
+  t.cmpResidual = a.cmp_ratio > 1 && shape.cmpResidual ? 1 : 0;
   const uint64_t keys = s.t2 == 0 ? 1 : s.t2;
   t.keyChunk = static_cast<uint32_t>(AlignUp(keys < kLiMaxKeyChunk ? keys : kLiMaxKeyChunk, kLiSortGroup));
   while (PlanLiUb(t, weights_f32).Total() > p.ubBytes) {

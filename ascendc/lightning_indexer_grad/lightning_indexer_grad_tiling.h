@@ -50,6 +50,7 @@ struct LigTilingData {
   uint32_t keyBlocks;   // ceil(t2 / keyBlock)
   uint32_t rowChunk;    // (query token, slot) pairs per key-pass chunk
   uint32_t mKey;        // rowChunk * nIdx: matmul rows of a key-pass chunk
+  uint32_t cmpResidual;  // 1: the kernel reads cmp_residual_k (attrs.cmp_ratio > 1 and the input given)
   // Workspace: one region per AIV (byte offsets within it, see TakeIndexerGradWorkspace).
   uint64_t aivWsBytes;
   uint64_t wsKi, wsSx, wsDs, wsDq, wsQi, wsKb, wsSxk, wsCoef, wsDkb;
@@ -107,7 +108,9 @@ inline TilingResult<LigTilingData> ComputeLigTiling(const LigShape& shape, const
   const uint64_t key_blocks = (s.t2 + kIndexerKeyBlock - 1) / kIndexerKeyBlock;
   t.usedAicNum = UsedAic(s.t1 > key_blocks ? s.t1 : key_blocks, p);
   t.aivNum = 2 * t.usedAicNum;
-  SplitQueryRows(s, 1, RowWork{a.sparse_mode, shape.k}, lens, t.aivNum, t.rowStart);
+  SplitQueryRows(s, 1, RowWork{a.sparse_mode, shape.k, static_cast<uint64_t>(a.cmp_ratio)}, lens, t.aivNum,
+                 t.rowStart);
+  t.cmpResidual = a.cmp_ratio > 1 && shape.indexer.cmpResidual ? 1 : 0;
   SetIndexerKeyPass(t);
 
   // UB: only the gather tile can shrink; the per-token vectors hold all K slots.

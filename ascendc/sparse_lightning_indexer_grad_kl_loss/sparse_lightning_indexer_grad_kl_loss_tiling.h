@@ -35,6 +35,7 @@ struct SliShape {
   uint64_t dIdx;  // indexer head dim
   uint64_t k;     // index slots per query token
   bool sinksPresent = false;  // the float32 [N1] sinks input is given
+  bool cmpResidual = false;   // cmp_residual_k is given (docs/contract.md section 9.1; absent: every residual 0)
 };
 
 // What the kernel reads; `attrs` holds every attribute of the op, as the table has them
@@ -44,6 +45,7 @@ struct SliTilingData {
   uint32_t sparseMode;
   uint32_t hasRope;
   uint32_t hasSinks;    // sinks [N1] given: the teacher is renormalised over the keys
+  uint32_t cmpResidual;  // 1: the kernel reads cmp_residual_k (attrs.cmp_ratio > 1 and the input given)
   uint32_t batch;
   uint32_t s1;
   uint32_t s2;
@@ -139,6 +141,7 @@ inline TilingResult<SliTilingData> ComputeSliTiling(const SliShape& shape,
   t.sparseMode = static_cast<uint32_t>(a.sparse_mode);
   t.hasRope = shape.dr > 0 ? 1 : 0;
   t.hasSinks = shape.sinksPresent ? 1 : 0;
+  t.cmpResidual = a.cmp_ratio > 1 && shape.cmpResidual ? 1 : 0;
   t.n1 = static_cast<uint32_t>(shape.n1);
   t.d = static_cast<uint32_t>(shape.d);
   t.dr = static_cast<uint32_t>(shape.dr);
@@ -152,7 +155,8 @@ inline TilingResult<SliTilingData> ComputeSliTiling(const SliShape& shape,
   // Cores: never more AIVs than query tokens (at least one core).
   t.usedAicNum = UsedAic(s.t1, p);
   t.aivNum = 2 * t.usedAicNum;
-  SplitQueryRows(s, 1, RowWork{a.sparse_mode, shape.k}, lens, t.aivNum, t.rowStart);
+  SplitQueryRows(s, 1, RowWork{a.sparse_mode, shape.k, static_cast<uint64_t>(a.cmp_ratio)}, lens, t.aivNum,
+                 t.rowStart);
   SetIndexerKeyPass(t);
 
   // UB: shrink the S chunk, then the S tile rows, then the gather tile until the plan fits.

@@ -503,6 +503,16 @@ def sli_inputs(layout: str, dtype: str, wdtype: str, *, rope: bool, lengths: boo
 SLI = "sparse_lightning_indexer_grad_kl_loss"
 
 
+def test_sli_reads_the_residual_above_ratio_1(driver: Path) -> None:
+    """Compressed keys (docs/contract.md section 9.1): a given cmp_residual_k is read by the kernel at
+    cmp_ratio > 1 only; the zero-size placeholder is absent (every residual 0)."""
+    given = [*sli_inputs("TND", "bfloat16", "float32", rope=True, lengths=True)[:-1], ([2], "int32")]
+    placeheld = sli_inputs("TND", "bfloat16", "float32", rope=True, lengths=True, omit=False)
+    for ratio, inputs, want in ((4, given, 1), (1, given, 0), (128, placeheld, 0)):
+        t = tiling(driver, SLI, inputs, defaults(SLI, layout="TND", cmp_ratio=ratio))
+        assert (t["cmp_residual"], t["attr.cmp_ratio"]) == (want, ratio)
+
+
 @pytest.mark.parametrize("layout, rope, lengths", SFA_CASES)
 @pytest.mark.parametrize("dtype, wdtype", [("float16", "float16"), ("bfloat16", "float32")])
 def test_sli_adapters_pass_the_inputs(driver: Path, layout: str, rope: bool, lengths: bool, dtype: str,
@@ -550,18 +560,19 @@ def test_lightning_indexer_adapters_pass_the_inputs(driver: Path, layout: str, l
     lead_q, lead_k = ([2, 5], [2, 7]) if layout == "BSND" else ([10], [14])
     lens: list[Input] = [([2], "int32"), ([2], "int32")] if lengths else [None, None]
     # cmp_residual_k (compressed keys, docs/contract.md section 9.1): given with the lengths (one per
-    # batch; the kernel reads none of it at cmp_ratio 1), omitted otherwise.
+    # batch) and cmp_ratio 4, so the kernel reads it; omitted otherwise (ratio 1).
     residual: Input = ([2], "int32") if lengths else None
     inputs: list[Input] = [([*lead_q, 2, 16], dtype), ([*lead_k, 1, 16], dtype), ([*lead_q, 2], wdtype), *lens,
                            residual]
-    attrs = defaults("lightning_indexer", sparse_count=6, layout=layout, sparse_mode=0)
+    attrs = defaults("lightning_indexer", sparse_count=6, layout=layout, sparse_mode=0, cmp_ratio=4 if lengths else 1)
     assert adapter_infer(driver, "lightning_indexer", inputs, attrs) == rules("lightning_indexer", inputs, attrs)
     t = tiling(driver, "lightning_indexer", inputs, attrs)
     as_bsnd = layout == "BSND" or not lengths
     batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
     expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n_idx": 2,
-                "d_idx": 16, "k": 6, "sparse_mode": 0}
+                "d_idx": 16, "k": 6, "sparse_mode": 0, "cmp_residual": int(lengths)}
     assert {key: t[key] for key in expected} == expected
+    assert t["attr.cmp_ratio"] == (4 if lengths else 1)
     assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype] + (10 if wdtype == "float32" else 0)
     assert t["block_dim"] == t["used_aic"] >= 1 and t["schedule_mode"] == 0
     assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
@@ -598,6 +609,16 @@ def test_lightning_indexer_grad_adapters_pass_the_inputs(driver: Path, layout: s
     assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
     placeheld = lig_inputs(layout, dtype, wdtype, lengths=lengths, omit=False)
     assert tiling(driver, LIG, placeheld, attrs) == t, "an omitted input and the placeholder tile alike"
+
+
+def test_lightning_indexer_grad_reads_the_residual_above_ratio_1(driver: Path) -> None:
+    """Compressed keys (docs/contract.md section 9.1): a given cmp_residual_k is read by the kernel at
+    cmp_ratio > 1 only; the zero-size placeholder is absent (every residual 0)."""
+    given = [*lig_inputs("TND", "bfloat16", "float32", lengths=True)[:-1], ([2], "int32")]
+    placeheld = lig_inputs("TND", "bfloat16", "float32", lengths=True, omit=False)
+    for ratio, inputs, want in ((4, given, 1), (1, given, 0), (4, placeheld, 0)):
+        t = tiling(driver, LIG, inputs, defaults(LIG, layout="TND", cmp_ratio=ratio))
+        assert (t["cmp_residual"], t["attr.cmp_ratio"]) == (want, ratio)
 
 
 @pytest.mark.parametrize(("step", "slot", "bad", "error"), [("shape", 4, ([10, 1, 4], "float32"), ValueError),
@@ -726,8 +747,8 @@ LI_INPUTS: list[Input] = [([10, 2, 16], "float16"), ([14, 1, 16], "float16"), ([
 @pytest.mark.parametrize(("change", "error"), [
     # an Ascend limit (the table's), refused from InferShape on: the kernel could not take it
     ({"sparse_count": 20000}, "attribute 'sparse_count' must be an integer in [1, 16384] on Ascend, got 20000"),
-    # compressed keys (docs/contract.md section 9.1): the CPU kernels only, for now
-    ({"cmp_ratio": 4}, "attribute 'cmp_ratio' must be an integer in [1, 1] on Ascend, got 4"),
+    # compressed keys (docs/contract.md section 9.1): CANN's range, no narrower Ascend limit
+    ({"cmp_ratio": 129}, "attribute 'cmp_ratio' must be an integer in [1, 128], got 129"),
     # a value outside the domain itself, in the one wording of every layer
     ({"sparse_count": 0}, "attribute 'sparse_count' must be an integer in [1, 1048576], got 0"),
     ({"layout": "SBH"}, 'attribute \'layout\' must be one of "BSND", "TND", got "SBH"'),

@@ -167,15 +167,14 @@ def test_bad_residuals(residual: list[int], exc: type, match: str) -> None:
              layout="TND", cmp_ratio=4)
 
 
-def test_ascend_limit_is_cmp_ratio_1() -> None:
-    """The Ascend C kernels of the indexer and its value gradient know no compressed keys: the table's
-    Ascend limit, checked by every reader of the attributes there (docs/ops/lightning_indexer.md)."""
+def test_ascend_takes_cmp_ratios_whole_range() -> None:
+    """The Ascend C kernels of the indexer and its value gradient take compressed keys over CANN's whole
+    range (tests/ascend/test_ascendc_indexer_cmp.py): no narrower Ascend limit (docs/ops/lightning_indexer.md)."""
     from ms_grad_ops._specs import OP_SPECS
     for op in ("lightning_indexer", "lightning_indexer_grad"):
         attr = OP_SPECS[op].attr("cmp_ratio")
-        assert attr.error(op, 4, None) is None
-        want = f"{op}: attribute 'cmp_ratio' must be an integer in [1, 1] on Ascend, got 4"
-        assert attr.error(op, 4, "Ascend") == want
+        assert attr.error(op, 128, "Ascend") is None
+        assert attr.error(op, 129, "Ascend") == f"{op}: attribute 'cmp_ratio' must be an integer in [1, 128], got 129"
 
 
 def test_npu_lightning_indexer_builtin() -> None:

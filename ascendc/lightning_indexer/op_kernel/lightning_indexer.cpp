@@ -2,7 +2,8 @@
 // I_j = sum_g w_g relu(q_index[g] . k_index[j]) and the top-`sparse_count` keys by descending
 // score, ties to the lower index, -1 / -inf in unused slots (as the CPU kernel).
 //
-// The visible keys of a token are a prefix [0, n) of its batch's keys, so the cube reads the
+// The visible keys of a token are a prefix [0, n) of its batch's keys (also over compressed keys:
+// cmp_ratio and cmp_residual_k, docs/contract.md section 9.1, change only n), so the cube reads the
 // key_index rows in place: per chunk of keyChunk keys Sx = q_index Kiᵀ (AIC, float32). The AIV
 // forms I (float32, heads in ascending order), Sort32 orders each group of 32 keys (descending,
 // equal scores by position, i.e. by key index), and a scalar merge folds the sorted groups into
@@ -29,6 +30,7 @@ struct LiIo {
   GM_ADDR weights;
   GM_ADDR lens_q;
   GM_ADDR lens_k;
+  GM_ADDR cmp_residual_k;
   GM_ADDR sparse_indices;
   GM_ADDR sparse_values;
   GM_ADDR workspace;
@@ -54,6 +56,7 @@ class LightningIndexerKernel {
     }
     InitGm(io);
     geo_.Init(IndexerGeometry(t.layout, t.sparseMode, t.batch, t.s1, t.s2, t.t1, t.t2, 1), io.lens_q, io.lens_k);
+    geo_.InitCmp(static_cast<uint32_t>(t.attrs.cmp_ratio), t.cmpResidual != 0 ? io.cmp_residual_k : nullptr);
     InitUb();
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) Row(row);
@@ -212,7 +215,7 @@ class LightningIndexerKernel {
 }  // namespace mgo::kernel
 
 // Argument order: inputs (absent optional inputs are null), outputs, workspace, tiling. cmp_residual_k is
-// never read: the op_host takes cmp_ratio 1 only here (a table limit), where every residual is 0.
+// read only where the tiling says it is given and cmp_ratio > 1 (at ratio 1 every residual is 0).
 extern "C" __global__ __aicore__ void lightning_indexer(GM_ADDR query_index, GM_ADDR key_index, GM_ADDR weights,
                                                         GM_ADDR actual_seq_lengths_query,
                                                         GM_ADDR actual_seq_lengths_key, GM_ADDR cmp_residual_k,
@@ -220,12 +223,11 @@ extern "C" __global__ __aicore__ void lightning_indexer(GM_ADDR query_index, GM_
                                                         GM_ADDR sparse_values, GM_ADDR workspace, GM_ADDR tiling) {
   using mgo::tiling::DType;
   using mgo::tiling::LightningIndexerTilingKey;
-  (void)cmp_residual_k;
   AscendC::SetSysWorkspace(workspace);
   REGISTER_TILING_DEFAULT(mgo::tiling::LiTilingData);
   GET_TILING_DATA(tiling_data, tiling);
   const mgo::kernel::LiIo io{query_index, key_index, weights, actual_seq_lengths_query, actual_seq_lengths_key,
-                             sparse_indices, sparse_values, workspace};
+                             cmp_residual_k, sparse_indices, sparse_values, workspace};
   if (TILING_KEY_IS(LightningIndexerTilingKey(DType::kFloat16, false))) {
     mgo::kernel::LightningIndexerKernel<half, half> op;
     op.Run(io, tiling_data);

@@ -22,7 +22,8 @@ struct LightningIndexerGradHost : LightningIndexerGradDef {
                                  &si = in[Table::In::kSparseIndices];
     const size_t r = CheckTokenRank(a.layout, {&qi, &ki, &si}, "query_index/key_index/sparse_indices");
     const mgo::tiling::LigShape s{
-        {ReadTokens(a.layout, qi, ki, in[Table::In::kActualSeqLengthsQuery]), Dim(qi, r - 2), Dim(qi, r - 1)},
+        {ReadTokens(a.layout, qi, ki, in[Table::In::kActualSeqLengthsQuery]), Dim(qi, r - 2), Dim(qi, r - 1),
+         !mgo::infer::is_absent(in[Table::In::kCmpResidualK].shape)},
         Dim(si, r - 1)};
     const auto t = mgo::tiling::ComputeLightningIndexerGradTiling(
         s, a, dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,

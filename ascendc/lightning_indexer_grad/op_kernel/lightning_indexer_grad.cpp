@@ -10,7 +10,8 @@
 //     d_query_index = dS Ki (AIC);
 //   key pass (tiling.keyBlockStart): d_key_index by key-block ownership, summed by one core per
 //     block in an order the shape fixes (same bits for any core count and execution order).
-// Both passes read only inputs and write disjoint outputs: no SyncAll.
+// Both passes read only inputs and write disjoint outputs: no SyncAll. Compressed keys (cmp_ratio,
+// cmp_residual_k; docs/contract.md section 9.1) change only which slots are visible (the geometry's LimitOf).
 #include <type_traits>
 
 #include "kernel_operator.h"
@@ -32,6 +33,7 @@ struct LigGradIo {
   GM_ADDR d_values;
   GM_ADDR lens_q;
   GM_ADDR lens_k;
+  GM_ADDR cmp_residual_k;
   GM_ADDR d_query_index;
   GM_ADDR d_key_index;
   GM_ADDR d_weights;
@@ -54,6 +56,7 @@ class LightningIndexerGradKernel {
       return;
     }
     geo_.Init(IndexerGeometry(t.layout, t.sparseMode, t.batch, t.s1, t.s2, t.t1, t.t2, 1), io.lens_q, io.lens_k);
+    geo_.InitCmp(static_cast<uint32_t>(t.attrs.cmp_ratio), t.cmpResidual != 0 ? io.cmp_residual_k : nullptr);
     dvGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.d_values), uint64_t{t.t1} * t.k);
     InitUb();
     const typename Core::Io core_io{io.query_index, io.key_index, io.weights, io.indices, io.d_query_index,
@@ -107,7 +110,7 @@ class LightningIndexerGradKernel {
 }  // namespace mgo::kernel
 
 // Argument order: inputs (absent optional inputs are null), outputs, workspace, tiling. cmp_residual_k is
-// never read: the op_host takes cmp_ratio 1 only here (a table limit), where every residual is 0.
+// read only where the tiling says it is given and cmp_ratio > 1 (at ratio 1 every residual is 0).
 extern "C" __global__ __aicore__ void lightning_indexer_grad(GM_ADDR query_index, GM_ADDR key_index, GM_ADDR weights,
                                                              GM_ADDR sparse_indices, GM_ADDR d_values,
                                                              GM_ADDR actual_seq_lengths_query,
@@ -117,12 +120,11 @@ extern "C" __global__ __aicore__ void lightning_indexer_grad(GM_ADDR query_index
                                                              GM_ADDR workspace, GM_ADDR tiling) {
   using mgo::tiling::DType;
   using mgo::tiling::LightningIndexerGradTilingKey;
-  (void)cmp_residual_k;
   AscendC::SetSysWorkspace(workspace);
   REGISTER_TILING_DEFAULT(mgo::tiling::LigTilingData);
   GET_TILING_DATA(tiling_data, tiling);
   const mgo::kernel::LigGradIo io{query_index,   key_index,   weights,   sparse_indices, d_values, actual_seq_lengths_query,
-                                  actual_seq_lengths_key, d_query_index, d_key_index, d_weights, workspace};
+                                  actual_seq_lengths_key, cmp_residual_k, d_query_index, d_key_index, d_weights, workspace};
   if (TILING_KEY_IS(LightningIndexerGradTilingKey(DType::kFloat16, false))) {
     mgo::kernel::LightningIndexerGradKernel<half, half> op;
     op.Run(io, tiling_data);

@@ -32,7 +32,8 @@ struct SparseLightningIndexerGradKLLossHost : SparseLightningIndexerGradKLLossDe
                                   Dim(qi, r - 2),
                                   Dim(qi, r - 1),
                                   Dim(si, r - 1),
-                                  !mgo::infer::is_absent(in[Table::In::kSinks].shape)};
+                                  !mgo::infer::is_absent(in[Table::In::kSinks].shape),
+                                  !mgo::infer::is_absent(in[Table::In::kCmpResidualK].shape)};
     const auto t = mgo::tiling::ComputeSparseLightningIndexerGradKLLossTiling(
         s, a, dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
         mgo::tiling::SeqLengths{nullptr, nullptr, 0}, CubeOf(p));

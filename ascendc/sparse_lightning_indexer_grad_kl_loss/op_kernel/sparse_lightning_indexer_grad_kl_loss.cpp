@@ -22,6 +22,9 @@
 // exponentiated after subtracting the token's running maximum (p rescaled when it grows), so every
 // finite sink gives a finite teacher equal to the reference's. Only the statistics carry the sinks;
 // their values decide whether the path is taken: all sinks -inf is no sink, bit for bit.
+// Compressed keys (cmp_ratio, cmp_residual_k; docs/contract.md section 9.1): the main attention's key and
+// the indexer key are both compressed and share the token's row geometry, so the rule (the geometry's
+// LimitOf) hides the same slots from the teacher, the index scores and the key pass.
 #include <type_traits>
 
 #include "kernel_operator.h"
@@ -49,6 +52,7 @@ struct SliGradIo {
   GM_ADDR lens_q;
   GM_ADDR lens_k;
   GM_ADDR sinks;
+  GM_ADDR cmp_residual_k;
   GM_ADDR d_query_index;
   GM_ADDR d_key_index;
   GM_ADDR d_weights;
@@ -75,6 +79,7 @@ class SparseLightningIndexerGradKernel {
     }
     InitGm(io);
     geo_.Init(IndexerGeometry(t.layout, t.sparseMode, t.batch, t.s1, t.s2, t.t1, t.t2, t.n1), io.lens_q, io.lens_k);
+    geo_.InitCmp(static_cast<uint32_t>(t.attrs.cmp_ratio), t.cmpResidual != 0 ? io.cmp_residual_k : nullptr);
     InitUb(io);
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) QueryRow(row);
@@ -352,8 +357,8 @@ class SparseLightningIndexerGradKernel {
 }  // namespace mgo::kernel
 
 // Argument order: inputs (absent optional inputs are null), outputs, workspace, tiling.
-// cmp_residual_k is never read: the op_host takes cmp_ratio 1 only here (a table limit), where every
-// residual is 0.
+// cmp_residual_k is read only where the tiling says it is given and cmp_ratio > 1 (at ratio 1 every
+// residual is 0).
 extern "C" __global__ __aicore__ void sparse_lightning_indexer_grad_kl_loss(
     GM_ADDR query, GM_ADDR key, GM_ADDR query_index, GM_ADDR key_index, GM_ADDR weights, GM_ADDR sparse_indices,
     GM_ADDR softmax_max, GM_ADDR softmax_sum, GM_ADDR query_rope, GM_ADDR key_rope, GM_ADDR actual_seq_lengths_query,
@@ -361,13 +366,12 @@ extern "C" __global__ __aicore__ void sparse_lightning_indexer_grad_kl_loss(
     GM_ADDR d_key_index, GM_ADDR d_weights, GM_ADDR loss, GM_ADDR workspace, GM_ADDR tiling) {
   using mgo::tiling::DType;
   using mgo::tiling::SparseLightningIndexerGradKLLossTilingKey;
-  (void)cmp_residual_k;
   AscendC::SetSysWorkspace(workspace);
   REGISTER_TILING_DEFAULT(mgo::tiling::SliTilingData);
   GET_TILING_DATA(tiling_data, tiling);
   const mgo::kernel::SliGradIo io{query, key, query_index, key_index, weights, sparse_indices, softmax_max,
                                   softmax_sum, query_rope, key_rope, actual_seq_lengths_query,
-                                  actual_seq_lengths_key, sinks, d_query_index, d_key_index, d_weights, loss,
+                                  actual_seq_lengths_key, sinks, cmp_residual_k, d_query_index, d_key_index, d_weights, loss,
                                   workspace};
   if (TILING_KEY_IS(SparseLightningIndexerGradKLLossTilingKey(DType::kFloat16, false))) {
     mgo::kernel::SparseLightningIndexerGradKernel<half, half> op;

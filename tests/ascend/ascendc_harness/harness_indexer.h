@@ -19,8 +19,16 @@ mgo::tiling::SeqShape Tokens(const Args& a, mgo::table::Layout layout) {
   return mgo::tiling::SeqShape{layout, u(a.batch), u(a.s1), u(a.s2), u(a.t1), u(a.t2)};
 }
 
-inline mgo::tiling::IndexerShape ToIndexerShape(const IndexerArgs& a, mgo::table::Layout layout) {
-  return {Tokens(a, layout), static_cast<uint64_t>(a.n_idx), static_cast<uint64_t>(a.d_idx)};
+// `residual`: cmp_residual_k is given (docs/contract.md section 9.1).
+inline mgo::tiling::IndexerShape ToIndexerShape(const IndexerArgs& a, mgo::table::Layout layout,
+                                                bool residual = false) {
+  return {Tokens(a, layout), static_cast<uint64_t>(a.n_idx), static_cast<uint64_t>(a.d_idx), residual};
+}
+
+// Entries of cmp_residual_k: one per batch (B in BSND, the sequences in TND, 1 without lengths).
+template <typename Args>
+uint64_t ResidualCount(const Args& a) {
+  return a.batch > 0 ? static_cast<uint64_t>(a.batch) : 1;
 }
 
 // The platform of a call (IndexerArgs, SliArgs: the fields arch, core_num, ub_bytes).

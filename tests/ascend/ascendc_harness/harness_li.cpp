@@ -15,8 +15,8 @@ using harness::IndexerLens;
 using harness::LightningIndexerAttrArgs;
 
 mgo::tiling::LightningIndexerTiling Tile(int dtype, const IndexerArgs& a, const mgo::table::LightningIndexer::Attrs& at,
-                                         const IndexerLens& lens) {
-  return mgo::tiling::ComputeLightningIndexerTiling(harness::ToIndexerShape(a, at.layout), at,
+                                         const IndexerLens& lens, bool residual = false) {
+  return mgo::tiling::ComputeLightningIndexerTiling(harness::ToIndexerShape(a, at.layout, residual), at,
                                                     static_cast<DType>(dtype), a.weights_f32 != 0, lens.view,
                                                     harness::IndexerPlatform(a));
 }
@@ -47,11 +47,11 @@ int twin_li_schedule(int dtype, const IndexerArgs* a, const LightningIndexerAttr
 
 int twin_lightning_indexer(int dtype, const IndexerArgs* a, const LightningIndexerAttrArgs* raw, const void* qi,
                            const void* ki, const void* w, const int32_t* lens_q, const int32_t* lens_kv,
-                           int32_t* indices, float* values, harness::RunInfo* info, char* err, int64_t err_len) {
+                           const int32_t* residual, int32_t* indices, float* values, harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const auto attrs = harness::ToAttrs(*raw);
     const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
-    const auto tiling = Tile(dtype, *a, attrs, lens);
+    const auto tiling = Tile(dtype, *a, attrs, lens, residual != nullptr);
     if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const auto t1 = static_cast<uint64_t>(a->t1);
     const auto t2 = static_cast<uint64_t>(a->t2);
@@ -69,6 +69,7 @@ int twin_lightning_indexer(int dtype, const IndexerArgs* a, const LightningIndex
       gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
       gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");
     }
+    if (residual != nullptr) gm.Input(residual, harness::ResidualCount(*a) * 4, "cmp_residual_k");
     gm.Output(indices, t1 * k * 4, "sparse_indices");
     gm.Output(values, t1 * k * 4, "sparse_values");
     gm.Workspace(ws.data(), ws.size(), "workspace");
@@ -78,7 +79,7 @@ int twin_lightning_indexer(int dtype, const IndexerArgs* a, const LightningIndex
         tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
           lightning_indexer(u8(qi), u8(ki), u8(w), tnd ? u8(lens_q) : nullptr, tnd ? u8(lens_kv) : nullptr,
-                            nullptr, u8(indices), u8(values), ws.data(), tiling_gm.data());
+                            residual != nullptr ? u8(residual) : nullptr, u8(indices), u8(values), ws.data(), tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),
                              stats.cores, tiling.result.data.keyChunk, 0, 0};

@@ -16,8 +16,8 @@ using harness::LightningIndexerGradAttrArgs;
 
 mgo::tiling::LightningIndexerGradTiling Tile(int dtype, const IndexerArgs& a,
                                              const mgo::table::LightningIndexerGrad::Attrs& at,
-                                             const IndexerLens& lens) {
-  const mgo::tiling::LigShape shape{harness::ToIndexerShape(a, at.layout), static_cast<uint64_t>(a.k)};
+                                             const IndexerLens& lens, bool residual = false) {
+  const mgo::tiling::LigShape shape{harness::ToIndexerShape(a, at.layout, residual), static_cast<uint64_t>(a.k)};
   return mgo::tiling::ComputeLightningIndexerGradTiling(shape, at, static_cast<DType>(dtype), a.weights_f32 != 0,
                                                         lens.view, harness::IndexerPlatform(a));
 }
@@ -52,12 +52,13 @@ int twin_lig_schedule(int dtype, const IndexerArgs* a, const LightningIndexerGra
 
 int twin_lightning_indexer_grad(int dtype, const IndexerArgs* a, const LightningIndexerGradAttrArgs* raw,
                                 const void* qi, const void* ki, const void* w, const int32_t* idx,
-                                const float* d_values, const int32_t* lens_q, const int32_t* lens_kv, void* dqi,
+                                const float* d_values, const int32_t* lens_q, const int32_t* lens_kv,
+                                const int32_t* residual, void* dqi,
                                 void* dki, void* dw, harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const auto attrs = harness::ToAttrs(*raw);
     const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
-    const auto tiling = Tile(dtype, *a, attrs, lens);
+    const auto tiling = Tile(dtype, *a, attrs, lens, residual != nullptr);
     if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const auto t1 = static_cast<uint64_t>(a->t1);
     const auto t2 = static_cast<uint64_t>(a->t2);
@@ -77,6 +78,7 @@ int twin_lightning_indexer_grad(int dtype, const IndexerArgs* a, const Lightning
       gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
       gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");
     }
+    if (residual != nullptr) gm.Input(residual, harness::ResidualCount(*a) * 4, "cmp_residual_k");
     gm.Output(dqi, t1 * nidx * didx * 2, "d_query_index");
     gm.Output(dki, t2 * didx * 2, "d_key_index");
     gm.Output(dw, t1 * nidx * w_bytes, "d_weights");
@@ -87,7 +89,8 @@ int twin_lightning_indexer_grad(int dtype, const IndexerArgs* a, const Lightning
         tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
           lightning_indexer_grad(u8(qi), u8(ki), u8(w), u8(idx), u8(d_values), tnd ? u8(lens_q) : nullptr,
-                                 tnd ? u8(lens_kv) : nullptr, nullptr, u8(dqi), u8(dki), u8(dw), ws.data(), tiling_gm.data());
+                                 tnd ? u8(lens_kv) : nullptr,
+                                 residual != nullptr ? u8(residual) : nullptr, u8(dqi), u8(dki), u8(dw), ws.data(), tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),
                              stats.cores, tiling.result.data.kPad, 0, 0};

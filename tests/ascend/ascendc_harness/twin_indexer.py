@@ -42,6 +42,15 @@ def _lens_args(lens_q: list[int] | None, lens_k: list[int] | None) -> tuple[obje
     return P(ptr(lq)), P(ptr(lk)), [lq, lk]
 
 
+def _residual_arg(residual: list[int] | None) -> tuple[object, list[np.ndarray]]:
+    """cmp_residual_k (int32, one per batch) as a ctypes pointer (None when absent), and the array to
+    keep alive for the call."""
+    if residual is None:
+        return None, []
+    r = np.ascontiguousarray(residual, np.int32)
+    return P(ptr(r)), [r]
+
+
 def _attr(op: str, attrs: dict[str, object], name: str) -> object:
     """Attribute ``name`` of an ``op`` call: the given value, else the table's default."""
     return attrs.get(name, OP_SPECS[op].attr(name).default)
@@ -85,6 +94,7 @@ class SliProblem:
     attrs: dict[str, object] = field(default_factory=dict)
     sinks: np.ndarray | None = None  # float32 [N1], or None (absent)
     arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
+    cmp_residual_k: list[int] | None = None  # one per batch (docs/contract.md section 9.1), or None (absent)
 
     @property
     def layout(self) -> str:
@@ -121,11 +131,12 @@ def sparse_lightning_indexer_grad_kl_loss(p: SliProblem, core_num: int, seed: in
             _poisoned_as(a["weights"].shape, p.wdtype)]
     loss = np.full(1, np.nan, np.float32)
     sinks = None if p.sinks is None else np.ascontiguousarray(p.sinks, np.float32)
+    res, keep_res = _residual_arg(p.cmp_residual_k)
     info = call("twin_sparse_lightning_indexer_grad_kl_loss", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
                 ctypes.byref(attr_args(SLI, {**p.attrs, **attrs})), *(P(ptr(x)) for x in ins), P(ptr(w)), P(ptr(idx)),
                 *(P(ptr(x)) for x in stats), ptr_or_none(ropes[0]), ptr_or_none(ropes[1]), lq, lk, ptr_or_none(sinks),
-                *(P(ptr(x)) for x in outs), P(ptr(loss)))
-    del keep
+                res, *(P(ptr(x)) for x in outs), P(ptr(loss)))
+    del keep, keep_res
     values = (from_bits(outs[0], p.dtype), from_bits(outs[1], p.dtype), _load(outs[2], p.wdtype), float(loss[0]))
     return KernelRun((*values, *outs, loss), info)
 
@@ -179,6 +190,7 @@ class LiProblem:
     attrs: dict[str, object] = field(default_factory=dict)
     sinks: np.ndarray | None = None  # float32 [N1], or None (absent)
     arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
+    cmp_residual_k: list[int] | None = None  # one per batch (docs/contract.md section 9.1), or None (absent)
 
     @property
     def layout(self) -> str:
@@ -206,13 +218,14 @@ def lightning_indexer(p: LiProblem, core_num: int, seed: int = 0) -> KernelRun:
     qi, ki = to_bits(p.query_index, p.dtype), to_bits(p.key_index, p.dtype)
     w = _store(p.weights, p.wdtype)
     lq, lk, keep = p.lens()
+    res, keep_res = _residual_arg(p.cmp_residual_k)
     shape = (*p.query_index.shape[:-2], 1, p.sparse_count)
     idx = np.full(shape, -7, np.int32)
     val = np.full(shape, np.nan, np.float32)
     info = call("twin_lightning_indexer", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
-                ctypes.byref(attr_args(LI, p.attrs)), P(ptr(qi)), P(ptr(ki)), P(ptr(w)), lq, lk, P(ptr(idx)),
+                ctypes.byref(attr_args(LI, p.attrs)), P(ptr(qi)), P(ptr(ki)), P(ptr(w)), lq, lk, res, P(ptr(idx)),
                 P(ptr(val)))
-    del keep
+    del keep, keep_res
     return KernelRun((idx, val), info)
 
 
@@ -271,6 +284,7 @@ class LigProblem:
     attrs: dict[str, object] = field(default_factory=dict)
     sinks: np.ndarray | None = None  # float32 [N1], or None (absent)
     arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
+    cmp_residual_k: list[int] | None = None  # one per batch (docs/contract.md section 9.1), or None (absent)
 
     @property
     def layout(self) -> str:
@@ -294,11 +308,12 @@ def lightning_indexer_grad(p: LigProblem, core_num: int, seed: int = 0) -> Kerne
     idx = np.ascontiguousarray(p.sparse_indices, np.int32)
     dv = np.ascontiguousarray(p.d_values, np.float32)
     lq, lk, keep = p.lens()
+    res, keep_res = _residual_arg(p.cmp_residual_k)
     outs = [poisoned(p.query_index.shape), poisoned(p.key_index.shape), _poisoned_as(p.weights.shape, p.wdtype)]
     info = call("twin_lightning_indexer_grad", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
                 ctypes.byref(attr_args(LIG, p.attrs)), P(ptr(qi)), P(ptr(ki)), P(ptr(w)), P(ptr(idx)), P(ptr(dv)),
-                lq, lk, *(P(ptr(x)) for x in outs))
-    del keep
+                lq, lk, res, *(P(ptr(x)) for x in outs))
+    del keep, keep_res
     values = (from_bits(outs[0], p.dtype), from_bits(outs[1], p.dtype), _load(outs[2], p.wdtype))
     return KernelRun((*values, *outs), info)
 
