@@ -41,6 +41,7 @@ struct DlgShape {
   uint64_t dr;    // rope dim; 0 = no query_rope/key_rope
   uint64_t nIdx;  // indexer heads
   uint64_t dIdx;  // indexer head dim
+  bool cmpResidual = false;  // cmp_residual_k is given (docs/contract.md section 9.1; absent: every residual 0)
 };
 
 // What the kernel reads; `attrs` holds every attribute of the op, as the table has them
@@ -49,6 +50,7 @@ struct DlgTilingData {
   uint32_t layout;
   uint32_t sparseMode;
   uint32_t hasRope;
+  uint32_t cmpResidual;  // 1: the kernel reads cmp_residual_k (attrs.cmp_ratio > 1 and the input given)
   uint32_t batch;
   uint32_t s1;
   uint32_t s2;
@@ -166,6 +168,7 @@ inline TilingResult<DlgTilingData> ComputeDlgTiling(const DlgShape& shape,
   SetSeqFields(t, s);
   t.sparseMode = static_cast<uint32_t>(a.sparse_mode);
   t.hasRope = shape.dr > 0 ? 1 : 0;
+  t.cmpResidual = a.cmp_ratio > 1 && shape.cmpResidual ? 1 : 0;
   t.n1 = static_cast<uint32_t>(shape.n1);
   t.n2 = static_cast<uint32_t>(shape.n2);
   t.qGroup = t.n2 == 1 ? 1 : kDlgMhaGroup;
@@ -179,7 +182,8 @@ inline TilingResult<DlgTilingData> ComputeDlgTiling(const DlgShape& shape,
   t.usedAicNum = UsedAic(s.t1, p);
   t.aivNum = 2 * t.usedAicNum;
   const uint64_t keys = s.t2 == 0 ? 1 : s.t2;
-  SplitQueryRows(s, 1, RowWork{a.sparse_mode, keys}, lens, t.aivNum, t.rowStart);
+  SplitQueryRows(s, 1, RowWork{a.sparse_mode, keys, static_cast<uint64_t>(a.cmp_ratio)}, lens, t.aivNum,
+                 t.rowStart);
 
   // Key pass: fixed 16-key blocks, split evenly; tokens per chunk so that both products have at
   // most kDlgKeyPassRows rows.

@@ -54,6 +54,7 @@ struct DlgIo {
   GM_ADDR key_rope;
   GM_ADDR lens_q;
   GM_ADDR lens_k;
+  GM_ADDR cmp_residual_k;
   GM_ADDR d_query_index;
   GM_ADDR d_key_index;
   GM_ADDR d_weights;
@@ -83,6 +84,7 @@ class DenseLightningIndexerGradKernel {
     }
     InitGm(io);
     geo_.Init(IndexerGeometry(t.layout, t.sparseMode, t.batch, t.s1, t.s2, t.t1, t.t2, t.n1), io.lens_q, io.lens_k);
+    geo_.InitCmp(static_cast<uint32_t>(t.attrs.cmp_ratio), t.cmpResidual != 0 ? io.cmp_residual_k : nullptr);
     InitUb();
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t t0 = t.rowStart[aiv]; t0 < t.rowStart[aiv + 1];) t0 += QueryGroup(t0, t.rowStart[aiv + 1]);
@@ -236,7 +238,7 @@ class DenseLightningIndexerGradKernel {
     m = end - t0 < m ? end - t0 : m;
     uint32_t nmax = 0;
     for (uint32_t i = 0; i < m; ++i) {
-      const int64_t limit = geo_.Limit(r.s1 + i, r.s1Len, r.s2Len);
+      const int64_t limit = geo_.LimitOf(r.b, r.s1 + i, r.s1Len, r.s2Len);
       keys_[i] = limit < 0 ? 0 : static_cast<uint32_t>(limit + 1);
       nmax = keys_[i] > nmax ? keys_[i] : nmax;
       loss_[i] = 0.0f;
@@ -366,13 +368,19 @@ class DenseLightningIndexerGradKernel {
       const uint64_t lo = g0 > bb.kv0 ? g0 : bb.kv0;
       const uint64_t hi = g0 + nb < bb.kv0 + bb.s2Len ? g0 + nb : bb.kv0 + bb.s2Len;
       if (lo >= hi || bb.s1Len == 0) continue;
-      // The first local query that sees local key lo - kv0: limit(s1) = s1 + S2 - S1 (causal).
-      int64_t first = 0;
-      if (t_.sparseMode == static_cast<uint32_t>(mgo::table::SparseMode::kRightDownCausal)) {
-        first = static_cast<int64_t>(lo - bb.kv0) + bb.s1Len - bb.s2Len;
-        first = first < 0 ? 0 : first;
+      // The first local query that sees local key lo - kv0 (limits grow with s1): a bisection over the
+      // geometry's rule, causal or compressed alike.
+      const auto key = static_cast<int64_t>(lo - bb.kv0);
+      uint32_t first = 0;
+      for (uint32_t end = bb.s1Len; first < end;) {
+        const uint32_t mid = first + (end - first) / 2;
+        if (geo_.LimitOf(b, mid, bb.s1Len, bb.s2Len) >= key) {
+          end = mid;
+        } else {
+          first = mid + 1;
+        }
       }
-      for (uint32_t s1 = static_cast<uint32_t>(first); s1 < bb.s1Len; s1 += t_.tokChunk) {
+      for (uint32_t s1 = first; s1 < bb.s1Len; s1 += t_.tokChunk) {
         const uint32_t rows = bb.s1Len - s1 < t_.tokChunk ? bb.s1Len - s1 : t_.tokChunk;
         KeyChunk(bb, s1, rows, chunks++);
       }
@@ -438,7 +446,7 @@ class DenseLightningIndexerGradKernel {
       Sub(y, y, p, nb);
       SyncPipes<HardEvent::V_S>();
       // Coef over the block's columns, in place of Sx: dI w [Sx > 0] on visible keys, else 0.
-      const int64_t limit = geo_.Limit(s1 + i, bb.s1Len, bb.s2Len);
+      const int64_t limit = geo_.LimitOf(bb.b, s1 + i, bb.s1Len, bb.s2Len);
       for (uint32_t c = 0; c < kb; ++c) {
         const uint64_t key = bb.g0 + c;
         const bool seen = c < nb && key >= bb.kv0 && key < bb.kv0 + bb.s2Len &&
@@ -531,8 +539,8 @@ class DenseLightningIndexerGradKernel {
 }  // namespace mgo::kernel
 
 // Argument order: inputs (absent optional inputs are null), outputs, workspace, tiling.
-// cmp_residual_k is never read: the op_host takes cmp_ratio 1 only here (a table limit), where every
-// residual is 0.
+// cmp_residual_k is read only where the tiling says it is given and cmp_ratio > 1 (at ratio 1 every
+// residual is 0).
 extern "C" __global__ __aicore__ void dense_lightning_indexer_grad_kl_loss(
     GM_ADDR query, GM_ADDR key, GM_ADDR query_index, GM_ADDR key_index, GM_ADDR weights, GM_ADDR softmax_max,
     GM_ADDR softmax_sum, GM_ADDR softmax_max_index, GM_ADDR softmax_sum_index, GM_ADDR query_rope, GM_ADDR key_rope,
@@ -541,13 +549,12 @@ extern "C" __global__ __aicore__ void dense_lightning_indexer_grad_kl_loss(
     GM_ADDR tiling) {
   using mgo::tiling::DenseLightningIndexerGradKLLossTilingKey;
   using mgo::tiling::DType;
-  (void)cmp_residual_k;
   AscendC::SetSysWorkspace(workspace);
   REGISTER_TILING_DEFAULT(mgo::tiling::DlgTilingData);
   GET_TILING_DATA(tiling_data, tiling);
   const mgo::kernel::DlgIo io{query, key, query_index, key_index, weights, softmax_max, softmax_sum,
                               softmax_max_index, softmax_sum_index, query_rope, key_rope, actual_seq_lengths_query,
-                              actual_seq_lengths_key, d_query_index, d_key_index, d_weights, loss, workspace};
+                              actual_seq_lengths_key, cmp_residual_k, d_query_index, d_key_index, d_weights, loss, workspace};
   if (TILING_KEY_IS(DenseLightningIndexerGradKLLossTilingKey(DType::kFloat16, false))) {
     mgo::kernel::DenseLightningIndexerGradKernel<half, half> op;
     op.Run(io, tiling_data);

@@ -16,8 +16,8 @@ using harness::IndexerLens;
 using Attrs = mgo::table::DenseLightningIndexerSoftmaxLse::Attrs;
 
 mgo::tiling::DenseLightningIndexerSoftmaxLseTiling Tile(int dtype, const IndexerArgs& a, const Attrs& at,
-                                                        const IndexerLens& lens) {
-  return mgo::tiling::ComputeDenseLightningIndexerSoftmaxLseTiling(harness::ToIndexerShape(a, at.layout), at,
+                                                        const IndexerLens& lens, bool residual = false) {
+  return mgo::tiling::ComputeDenseLightningIndexerSoftmaxLseTiling(harness::ToIndexerShape(a, at.layout, residual), at,
                                                                    static_cast<DType>(dtype), a.weights_f32 != 0,
                                                                    lens.view, harness::IndexerPlatform(a));
 }
@@ -50,12 +50,12 @@ int twin_dli_schedule(int dtype, const IndexerArgs* a, const DenseLightningIndex
 int twin_dense_lightning_indexer_softmax_lse(int dtype, const IndexerArgs* a,
                                              const DenseLightningIndexerSoftmaxLseAttrArgs* raw, const void* qi,
                                              const void* ki, const void* w, const int32_t* lens_q,
-                                             const int32_t* lens_kv, float* smax, float* ssum,
-                                             harness::RunInfo* info, char* err, int64_t err_len) {
+                                             const int32_t* lens_kv, const int32_t* residual, float* smax,
+                                             float* ssum, harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const Attrs attrs = harness::ToAttrs(*raw);
     const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
-    const auto tiling = Tile(dtype, *a, attrs, lens);
+    const auto tiling = Tile(dtype, *a, attrs, lens, residual != nullptr);
     if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const auto t1 = static_cast<uint64_t>(a->t1);
     const auto t2 = static_cast<uint64_t>(a->t2);
@@ -72,6 +72,7 @@ int twin_dense_lightning_indexer_softmax_lse(int dtype, const IndexerArgs* a,
       gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
       gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");
     }
+    if (residual != nullptr) gm.Input(residual, harness::ResidualCount(*a) * 4, "cmp_residual_k");
     gm.Output(smax, t1 * 4, "softmax_max_index");
     gm.Output(ssum, t1 * 4, "softmax_sum_index");
     gm.Workspace(ws.data(), ws.size(), "workspace");
@@ -81,7 +82,8 @@ int twin_dense_lightning_indexer_softmax_lse(int dtype, const IndexerArgs* a,
         tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
           dense_lightning_indexer_softmax_lse(u8(qi), u8(ki), u8(w), tnd ? u8(lens_q) : nullptr,
-                                              tnd ? u8(lens_kv) : nullptr, nullptr, u8(smax), u8(ssum), ws.data(),
+                                              tnd ? u8(lens_kv) : nullptr,
+                                              residual != nullptr ? u8(residual) : nullptr, u8(smax), u8(ssum), ws.data(),
                                               tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),

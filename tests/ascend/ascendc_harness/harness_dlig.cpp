@@ -17,10 +17,10 @@ using harness::SliArgs;
 using Attrs = mgo::table::DenseLightningIndexerGradKLLoss::Attrs;
 
 mgo::tiling::DenseLightningIndexerGradKLLossTiling Tile(int dtype, const SliArgs& a, int64_t n2, const Attrs& at,
-                                                        const IndexerLens& lens) {
+                                                        const IndexerLens& lens, bool residual = false) {
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   const mgo::tiling::DlgShape shape{harness::Tokens(a, at.layout), u(a.n1), u(n2), u(a.d), u(a.dr), u(a.n_idx),
-                                    u(a.d_idx)};
+                                    u(a.d_idx), residual};
   return mgo::tiling::ComputeDenseLightningIndexerGradKLLossTiling(shape, at, static_cast<DType>(dtype),
                                                                    a.weights_f32 != 0, lens.view,
                                                                    harness::IndexerPlatform(a));
@@ -61,13 +61,14 @@ int twin_dense_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a,
                                               const void* k, const void* qi, const void* ki, const void* w,
                                               const float* smax, const float* ssum, const float* smax_idx,
                                               const float* ssum_idx, const void* qr, const void* kr,
-                                              const int32_t* lens_q, const int32_t* lens_kv, void* dqi, void* dki,
+                                              const int32_t* lens_q, const int32_t* lens_kv, const int32_t* residual,
+                                              void* dqi, void* dki,
                                               void* dw, float* loss, harness::RunInfo* info, char* err,
                                               int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const Attrs attrs = harness::ToAttrs(*raw);
     const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
-    const auto tiling = Tile(dtype, *a, n2, attrs, lens);
+    const auto tiling = Tile(dtype, *a, n2, attrs, lens, residual != nullptr);
     if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const auto t1 = static_cast<uint64_t>(a->t1);
     const auto t2 = static_cast<uint64_t>(a->t2);
@@ -98,6 +99,7 @@ int twin_dense_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a,
       gm.Input(lens_q, a->batch * 4, "actual_seq_lengths_query");
       gm.Input(lens_kv, a->batch * 4, "actual_seq_lengths_key");
     }
+    if (residual != nullptr) gm.Input(residual, harness::ResidualCount(*a) * 4, "cmp_residual_k");
     gm.Output(dqi, t1 * nidx * didx * 2, "d_query_index");
     gm.Output(dki, t2 * didx * 2, "d_key_index");
     gm.Output(dw, t1 * nidx * w_bytes, "d_weights");
@@ -111,7 +113,8 @@ int twin_dense_lightning_indexer_grad_kl_loss(int dtype, const SliArgs* a,
           dense_lightning_indexer_grad_kl_loss(u8(q), u8(k), u8(qi), u8(ki), u8(w), u8(smax), u8(ssum),
                                                u8(smax_idx), u8(ssum_idx), rope ? u8(qr) : nullptr,
                                                rope ? u8(kr) : nullptr, tnd ? u8(lens_q) : nullptr,
-                                               tnd ? u8(lens_kv) : nullptr, nullptr, u8(dqi), u8(dki), u8(dw), u8(loss),
+                                               tnd ? u8(lens_kv) : nullptr,
+                                               residual != nullptr ? u8(residual) : nullptr, u8(dqi), u8(dki), u8(dw), u8(loss),
                                                ws.data(), tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),
