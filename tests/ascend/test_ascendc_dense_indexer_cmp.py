@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _dense_indexer_cases import make_dense_case
+from _dense_indexer_cases import DenseCase, make_dense_case
 from ascendc_harness import twin_dense_indexer as dense
 from test_ascendc_dense_lightning_indexer_grad_kl_loss import NAMES, check_against
 
@@ -22,7 +22,8 @@ CASES = [
 ]
 
 
-def cmp_case(seed: int, dtype: str, layout: str, ratio: int, residual: list[int] | None, n2: int, sizes: dict):
+def cmp_case(seed: int, dtype: str, layout: str, ratio: int, residual: list[int] | None, n2: int,
+             sizes: dict) -> tuple[DenseCase, dict]:
     """A dense case whose four statistics follow the compressed rule (float32-rounded)."""
     case = make_dense_case(np.random.default_rng(seed), dtype, "float32", layout, n1=4, n2=n2, d=32, dr=16,
                            nidx=4, didx=16, **sizes)
