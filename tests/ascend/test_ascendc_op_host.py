@@ -703,6 +703,17 @@ def test_dense_pair_takes_only_the_causal_mask_on_ascend(driver: Path, op: str, 
                    "3 (rightDownCausal) on Ascend, got 0")
 
 
+@pytest.mark.parametrize("op", [DLI, DLIG])
+def test_dense_pair_reads_the_residual_above_ratio_1(driver: Path, op: str) -> None:
+    """Compressed keys (docs/contract.md section 9.1): a given cmp_residual_k is read by the kernel at
+    cmp_ratio > 1 only; the zero-size placeholder is absent (every residual 0)."""
+    given = [*dense_inputs(op, "TND", "bfloat16", "float32")[:-1], ([2], "int32")]
+    placeheld = dense_inputs(op, "TND", "bfloat16", "float32", omit=False)
+    for ratio, inputs, want in ((4, given, 1), (1, given, 0), (128, placeheld, 0)):
+        t = tiling(driver, op, inputs, defaults(op, layout="TND", cmp_ratio=ratio))
+        assert (t["cmp_residual"], t["attr.cmp_ratio"]) == (want, ratio)
+
+
 @pytest.mark.parametrize("layout", ["TND", "BSND"])
 def test_dense_grad_tiles_mha(driver: Path, layout: str) -> None:
     # N2 = N1 (CANN's plain MHA main attention) tiles with row-pass groups of 16 query tokens.
