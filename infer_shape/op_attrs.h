@@ -146,10 +146,6 @@ struct DenseLightningIndexerGradKLLossAscend {
     static constexpr uint64_t kMin = 1, kMax = 256;
     static constexpr const char* kError = "N1 (attention heads, query dim -2) must be in [1, 256] on Ascend";
   };
-  struct N2 {
-    static constexpr uint64_t kMin = 1, kMax = 1;
-    static constexpr const char* kError = "N2 (key heads, key dim -2: the MLA-absorbed attention only) must be in [1, 1] on Ascend";
-  };
 };
 
 // sparse_flash_attention: table::SparseFlashAttention::Attrs, in table order (defaults: table::SparseFlashAttention::kDefaults).

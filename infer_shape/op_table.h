@@ -463,9 +463,6 @@ struct DenseLightningIndexerSoftmaxLse {
       }
     }
     CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
-    if (backend == Backend::kAscend) {
-      CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 1, "an integer in [1, 1] on Ascend");
-    }
   }
 };
 
@@ -507,9 +504,6 @@ struct DenseLightningIndexerGradKLLoss {
       }
     }
     CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 128, "an integer in [1, 128]");
-    if (backend == Backend::kAscend) {
-      CheckRange<int64_t>(kName, "cmp_ratio", a.cmp_ratio, 1, 1, "an integer in [1, 1] on Ascend");
-    }
   }
 };
 

@@ -257,9 +257,6 @@ _ATTN_SOCS = ("ascend910b", "ascend910_93", "ascend950")
 _CMP_RATIO = AttrSpec("cmp_ratio", IntRange(1, 128), 1,
                       "r, original tokens per compressed key: with sparse_mode 3 query row t sees compressed key j "
                       "iff j < floor((S2 * r + cmp_residual_k[b] - S1 + t + 1) / r) (docs/contract.md section 9.1)")
-# The Ascend C kernels of the dense pair know no compressed keys yet: cmp_ratio 1 there (lightning_indexer(_grad)'s
-# and sparse_lightning_indexer_grad_kl_loss's take CANN's whole range).
-_CMP_RATIO_ASCEND_1 = replace(_CMP_RATIO, limits=(("Ascend", IntRange(1, 1)),))
 
 # The cla_gate kernels use only the vector API common to A2/A3/950 and size tiles from the UB: the
 # seed op's own target, Ascend 950, too.
@@ -316,7 +313,7 @@ _SPECS = (
     OpSpec("dense_lightning_indexer_softmax_lse", "DenseLightningIndexerSoftmaxLse",
            ("query_index", "key_index", "weights", "actual_seq_lengths_query", "actual_seq_lengths_key",
             "cmp_residual_k"),
-           _DENSE_STATS, (_LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND, _CMP_RATIO_ASCEND_1),
+           _DENSE_STATS, (_LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND, _CMP_RATIO),
            tuple((x, x, w, lq, lk, lr, "float32", "float32") for x, w in _INDEXER_XW for lq in INTS for lk in INTS
                  for lr in INTS),
            ascend_dtypes=tuple((x, x, w, "int32", "int32", "int32", "float32", "float32")
@@ -328,16 +325,14 @@ _SPECS = (
            ("query", "key", "query_index", "key_index", "weights", "softmax_max", "softmax_sum", *_DENSE_STATS,
             "query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"),
            ("d_query_index", "d_key_index", "d_weights", "loss"),
-           (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND, _DETERMINISTIC, _CMP_RATIO_ASCEND_1),
+           (_SCALE_VALUE, _LAYOUT, _SPARSE_MODE_CAUSAL_ASCEND, _DETERMINISTIC, _CMP_RATIO),
            tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, lq, lk, lr, x, x, w, "float32")
                  for x, w in _INDEXER_XW for lq in INTS for lk in INTS for lr in INTS),
            ascend_dtypes=tuple((x, x, x, x, w, "float32", "float32", "float32", "float32", x, x, "int32", "int32",
                                 "int32", x, x, w, "float32") for x, w in _INDEXER_XW_ASCEND),
            optional=frozenset({"query_rope", "key_rope", "actual_seq_lengths_query", "actual_seq_lengths_key",
                                "cmp_residual_k"}),
-           size_limits=(_NIDX_ASCEND, _N1_ASCEND,
-                        ("Ascend", SizeLimit("N2", "key heads, key dim -2: the MLA-absorbed attention only", 1, 1))),
-           ascend_socs=_A2_A3, cell="DenseIndexerKLLoss"),
+           size_limits=(_NIDX_ASCEND, _N1_ASCEND), ascend_socs=_A2_A3, cell="DenseIndexerKLLoss"),
 )
 
 # sparse_flash_attention(_grad): one float dtype for all float tensors, int32 indices, float32

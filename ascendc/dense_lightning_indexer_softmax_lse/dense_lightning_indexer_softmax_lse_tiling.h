@@ -34,6 +34,7 @@ struct DliTilingData {
   uint32_t usedAicNum;  // blockDim of the mixed launch
   uint32_t aivNum;
   uint32_t keyChunk;    // keys per chunk, a multiple of 16
+  uint32_t cmpResidual;  // 1: the kernel reads cmp_residual_k (attrs.cmp_ratio > 1 and the input given)
   uint64_t aivWsBytes;
   uint64_t wsSx;        // per AIV [nIdx, keyChunk] float32
   uint64_t workspaceBytes;
@@ -96,7 +97,11 @@ inline TilingResult<DliTilingData> ComputeDliTiling(const IndexerShape& shape,
   t.usedAicNum = UsedAic(s.t1, p);
   t.aivNum = 2 * t.usedAicNum;
   const uint64_t keys = s.t2 == 0 ? 1 : s.t2;
-  SplitQueryRows(s, 1, RowWork{a.sparse_mode, keys}, lens, t.aivNum, t.rowStart);
+  // Compressed keys (cmp_ratio, cmp_residual_k; docs/contract.md section 9.1) change only how many keys a
+  // token sees (CmpVisibleKeys, in the kernel's geometry).
+  SplitQueryRows(s, 1, RowWork{a.sparse_mode, keys, static_cast<uint64_t>(a.cmp_ratio)}, lens, t.aivNum,
+                 t.rowStart);
+  t.cmpResidual = a.cmp_ratio > 1 && shape.cmpResidual ? 1 : 0;
   t.keyChunk = static_cast<uint32_t>(AlignUp(keys < kDliMaxKeyChunk ? keys : kDliMaxKeyChunk, kCubeAlign));
   while (PlanDliUb(t, weights_f32).Total() > p.ubBytes) {
     if (t.keyChunk <= kCubeAlign) {

@@ -132,14 +132,15 @@ inline void Describe(const mgo::tiling::LigTilingData& t) {
 inline void Describe(const mgo::tiling::DliTilingData& t) {
   std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " batch=" << t.batch << " s1=" << t.s1
             << " s2=" << t.s2 << " t1=" << t.t1 << " t2=" << t.t2 << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx
-            << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
+            << " cmp_residual=" << t.cmpResidual << " used_aic=" << t.usedAicNum
+            << " user_workspace=" << t.workspaceBytes;
 }
 
 inline void Describe(const mgo::tiling::DlgTilingData& t) {
   std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " has_rope=" << t.hasRope
-            << " batch=" << t.batch << " s1=" << t.s1 << " s2=" << t.s2
-            << " t1=" << t.t1 << " t2=" << t.t2 << " n1=" << t.n1 << " d=" << t.d << " dr=" << t.dr
-            << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx << " scale=" << t.scaleValue
+            << " cmp_residual=" << t.cmpResidual << " batch=" << t.batch << " s1=" << t.s1 << " s2=" << t.s2
+            << " t1=" << t.t1 << " t2=" << t.t2 << " n1=" << t.n1 << " n2=" << t.n2 << " d=" << t.d << " dr=" << t.dr
+            << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx << " scale=" << t.scaleValue << " q_group=" << t.qGroup
             << " used_aic=" << t.usedAicNum << " user_workspace=" << t.workspaceBytes;
 }
 

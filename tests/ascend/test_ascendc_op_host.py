@@ -750,7 +750,8 @@ def test_dense_adapters_pass_the_inputs(driver: Path, op: str, layout: str, rope
     expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n_idx": 2,
                 "d_idx": 16, "sparse_mode": 3}
     if op == DLIG:
-        expected |= {"n1": 4, "d": 32, "dr": 16 if rope else 0, "has_rope": int(rope), "scale": 0.25}
+        expected |= {"n1": 4, "n2": 1, "d": 32, "dr": 16 if rope else 0, "has_rope": int(rope), "scale": 0.25,
+                     "q_group": 1}
     assert {key: t[key] for key in expected} == expected
     assert carried(t, attrs) == as_printed(attrs), "the tiling data carries every attribute for the kernel"
     assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype] + (10 if wdtype == "float32" else 0)
@@ -774,15 +775,26 @@ def test_dense_pair_takes_only_the_causal_mask_on_ascend(driver: Path, op: str, 
                    "3 (rightDownCausal) on Ascend, got 0")
 
 
-def test_dense_grad_tiling_refuses_mha_on_ascend(driver: Path) -> None:
-    # N2 = N1 (CANN's plain MHA main attention) passes the shape rule; the Ascend kernel is the
-    # MLA-absorbed one (N2 = 1), and the tiling refuses the rest with the table's size limit.
-    inputs = dense_inputs(DLIG, "TND", "bfloat16", "bfloat16", n2=4)
-    attrs = defaults(DLIG, layout="TND")
-    assert adapter_infer(driver, DLIG, inputs, attrs) == tuple(rules(DLIG, inputs, attrs))
-    out, err = run_adapter(driver, DLIG, "tiling", inputs, attrs)
-    assert out == "failed"
-    assert err.endswith("N2 (key heads, key dim -2: the MLA-absorbed attention only) must be in [1, 1] on Ascend")
+@pytest.mark.parametrize("op", [DLI, DLIG])
+def test_dense_pair_reads_the_residual_above_ratio_1(driver: Path, op: str) -> None:
+    """Compressed keys (docs/contract.md section 9.1): a given cmp_residual_k is read by the kernel at
+    cmp_ratio > 1 only; the zero-size placeholder is absent (every residual 0)."""
+    given = [*dense_inputs(op, "TND", "bfloat16", "float32")[:-1], ([2], "int32")]
+    placeheld = dense_inputs(op, "TND", "bfloat16", "float32", omit=False)
+    for ratio, inputs, want in ((4, given, 1), (1, given, 0), (128, placeheld, 0)):
+        t = tiling(driver, op, inputs, defaults(op, layout="TND", cmp_ratio=ratio))
+        assert (t["cmp_residual"], t["attr.cmp_ratio"]) == (want, ratio)
+
+
+@pytest.mark.parametrize("layout", ["TND", "BSND"])
+def test_dense_grad_tiles_mha(driver: Path, layout: str) -> None:
+    # N2 = N1 (CANN's plain MHA main attention) tiles with row-pass groups of 16 query tokens.
+    attrs = defaults(DLIG, layout=layout, scale_value=0.25)
+    mha = dense_inputs(DLIG, layout, "bfloat16", "float32", n2=4, lengths=layout == "TND")
+    assert adapter_infer(driver, DLIG, mha, attrs) == tuple(rules(DLIG, mha, attrs))
+    t = tiling(driver, DLIG, mha, attrs)
+    assert (t["n1"], t["n2"], t["q_group"], t["t1"], t["t2"], t["scale"]) == (4, 4, 16, 10, 14, 0.25)
+    assert t["tiling_key"] == 11 and t["block_dim"] == t["used_aic"] >= 1
 
 
 @pytest.mark.parametrize("op", [DLI, DLIG])

@@ -151,18 +151,12 @@ def test_cells_take_cmp_ratio() -> None:
     np.testing.assert_array_equal(got.asnumpy(), want_s[3].asnumpy())
 
 
-@pytest.mark.parametrize("op", ["dense_lightning_indexer_softmax_lse", "dense_lightning_indexer_grad_kl_loss"])
-def test_ascend_limit_is_cmp_ratio_1(op: str) -> None:
+@pytest.mark.parametrize("op", ["sparse_lightning_indexer_grad_kl_loss", "dense_lightning_indexer_softmax_lse",
+                                "dense_lightning_indexer_grad_kl_loss"])
+def test_ascend_takes_cmp_ratios_whole_range(op: str) -> None:
+    """Their Ascend C kernels take compressed keys (tests/ascend/test_ascendc_indexer_cmp.py,
+    test_ascendc_dense_indexer_cmp.py): CANN's range only."""
     from ms_grad_ops._specs import OP_SPECS
-    attr = OP_SPECS[op].attr("cmp_ratio")
-    assert attr.error(op, 128, None) is None
-    assert attr.error(op, 4, "Ascend") == f"{op}: attribute 'cmp_ratio' must be an integer in [1, 1] on Ascend, got 4"
-
-
-def test_sparse_kl_loss_ascend_takes_cmp_ratios_whole_range() -> None:
-    """Its Ascend C kernel takes compressed keys (tests/ascend/test_ascendc_indexer_cmp.py): CANN's range only."""
-    from ms_grad_ops._specs import OP_SPECS
-    op = "sparse_lightning_indexer_grad_kl_loss"
     attr = OP_SPECS[op].attr("cmp_ratio")
     assert attr.error(op, 128, "Ascend") is None
     assert attr.error(op, 129, "Ascend") == f"{op}: attribute 'cmp_ratio' must be an integer in [1, 128], got 129"

@@ -26,7 +26,8 @@ struct DenseLightningIndexerGradKLLossHost : DenseLightningIndexerGradKLLossDef 
     const size_t r = CheckTokenRank(a.layout, {&q, &k, &qi}, "query/key/query_index");
     const uint64_t dr = mgo::infer::is_absent(qr.shape) ? 0 : Dim(qr, r - 1);
     const mgo::tiling::DlgShape s{ReadIndexerTokens<Table>(a.layout, q, k, in),
-                                  Dim(q, r - 2), Dim(k, r - 2), Dim(q, r - 1), dr, Dim(qi, r - 2), Dim(qi, r - 1)};
+                                  Dim(q, r - 2), Dim(k, r - 2), Dim(q, r - 1), dr, Dim(qi, r - 2), Dim(qi, r - 1),
+                                  !mgo::infer::is_absent(in[Table::In::kCmpResidualK].shape)};
     const auto t = mgo::tiling::ComputeDenseLightningIndexerGradKLLossTiling(
         s, a, dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
         mgo::tiling::SeqLengths{nullptr, nullptr, 0}, CubeOf(p));

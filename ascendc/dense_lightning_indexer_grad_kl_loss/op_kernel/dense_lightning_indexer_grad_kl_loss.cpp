@@ -7,12 +7,18 @@
 //   loss = sum_t sum_j p (ln max(p, 1e-8) - ln max(y, 1e-8)); dI = y - p;
 //   d_weights[t, g] = sum_j dI_j relu(Sx[g, j]); dS = dI w [Sx > 0];
 //   d_query_index[t] = dS Ki; d_key_index[j] = sum_(t, g) dS[t, g, j] q_index[t, g].
-// N2 = 1 (key [.., 1, D]): the visible keys of a token are a prefix of its batch's keys, so every
-// operand is read in place and nothing of size S x S exists anywhere.
+// N2 = 1 (key [.., 1, D], MLA-absorbed: every head of a query against the one key head) or N2 = N1
+// (CANN's MHA: head h against key head h). The visible keys of a token are a prefix of its
+// batch's keys, so every operand is read in place and nothing of size S x S exists anywhere.
 //
-// Row pass (query tokens, tiling.rowStart): per chunk of keyChunk visible keys, S (+ the rope
-// product, accumulated) and Sx on the cube; p, y, the chunk's loss, dI, d_weights and dS on the
-// AIV; d_query_index += dS Ki on the cube (float32 accumulator per token). Key pass (key blocks of
+// Row pass (query tokens, tiling.rowStart, in groups of qGroup consecutive tokens of one batch):
+// per chunk of keyChunk keys the group's S (+ the rope product, accumulated) on the cube: for
+// N2 = 1 one [qGroup * N1, keys] product (qGroup = 1), for N2 = N1 one [qGroup, keys] product per
+// head (Q_h and K_h read in place with a row pitch of N1 heads), never a one-row GEMV. Then per
+// token of the group that sees keys of the chunk: Sx on the cube; p, y, the chunk's loss, dI,
+// d_weights and dS on the AIV; d_query_index += dS Ki on the cube (float32 accumulator per token).
+// A token's values do not depend on its group (its products are the same elements, its chunks
+// start at multiples of keyChunk), so the groups may follow the core split. Key pass (key blocks of
 // 16 key tokens, tiling.keyBlockStart): the owner walks the query tokens that see a key of its
 // block in ascending order, tokChunk at a time, recomputes S, Sx, p, y, dI against the block and
 // accumulates d_key_index += Coefᵀ Qi (Coef = dI w [Sx > 0], 0 on hidden keys) in its own float32
@@ -48,6 +54,7 @@ struct DlgIo {
   GM_ADDR key_rope;
   GM_ADDR lens_q;
   GM_ADDR lens_k;
+  GM_ADDR cmp_residual_k;
   GM_ADDR d_query_index;
   GM_ADDR d_key_index;
   GM_ADDR d_weights;
@@ -77,9 +84,10 @@ class DenseLightningIndexerGradKernel {
     }
     InitGm(io);
     geo_.Init(IndexerGeometry(t, t.n1), io.lens_q, io.lens_k);
+    geo_.InitCmp(static_cast<uint32_t>(t.attrs.cmp_ratio), t.cmpResidual != 0 ? io.cmp_residual_k : nullptr);
     InitUb();
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
-    for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) QueryRow(row);
+    for (uint32_t t0 = t.rowStart[aiv]; t0 < t.rowStart[aiv + 1];) t0 += QueryGroup(t0, t.rowStart[aiv + 1]);
     for (uint32_t u = t.keyBlockStart[aiv]; u < t.keyBlockStart[aiv + 1]; ++u) KeyBlock(u);
     SyncAll();  // every per-token loss is in the workspace
     if (aiv == 0) Loss();
@@ -93,10 +101,11 @@ class DenseLightningIndexerGradKernel {
     const uint64_t q_rows = uint64_t{t_.t1} * t_.n1;
     const uint64_t qi_elems = uint64_t{t_.t1} * t_.nIdx * t_.dIdx;
     qGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.query), q_rows * t_.d);
-    kGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.key), uint64_t{t_.t2} * t_.d);
+    const uint64_t k_rows = uint64_t{t_.t2} * t_.n2;
+    kGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.key), k_rows * t_.d);
     if (t_.hasRope) {
       qrGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.query_rope), q_rows * t_.dr);
-      krGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.key_rope), uint64_t{t_.t2} * t_.dr);
+      krGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.key_rope), k_rows * t_.dr);
     }
     qiGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.query_index), qi_elems);
     kiGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.key_index), uint64_t{t_.t2} * t_.dIdx);
@@ -111,10 +120,11 @@ class DenseLightningIndexerGradKernel {
     lossGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.loss), 1);
     GM_ADDR user = GetUserWorkspace(io.workspace);
     GM_ADDR ws = user + static_cast<uint64_t>(GetBlockIdx()) * t_.aivWsBytes;
-    wsS_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsS), uint64_t{t_.n1} * t_.keyChunk);
+    wsS_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsS), uint64_t{t_.qGroup} * t_.n1 * t_.keyChunk);
     wsSx_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsSx), uint64_t{t_.nIdx} * t_.keyChunk);
     wsDs_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsDs), uint64_t{t_.nIdx} * t_.keyChunk);
-    wsDq_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsDq), uint64_t{t_.nIdx} * t_.dIdx);
+    wsDq_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsDq),
+                          uint64_t{t_.qGroup} * t_.nIdx * t_.dIdx);
     wsSk_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsSk), uint64_t{t_.mMain} * t_.keyBlock);
     wsSxk_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsSxk), uint64_t{t_.mKey} * t_.keyBlock);
     wsCoef_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsCoef), uint64_t{t_.mKey} * t_.keyBlock);
@@ -131,6 +141,7 @@ class DenseLightningIndexerGradKernel {
     pipe_.InitBuffer(tileX_, p.tileXBytes);
     pipe_.InitBuffer(tile16_, p.tile16Bytes);
     for (auto& h : head_) pipe_.InitBuffer(h, p.headBytes);
+    pipe_.InitBuffer(dw_, p.dwBytes);
     pipe_.InitBuffer(wRaw_, p.wBytes);
     pipe_.InitBuffer(rowF_, p.rowFBytes);
     pipe_.InitBuffer(rowH_, p.rowHBytes);
@@ -139,37 +150,65 @@ class DenseLightningIndexerGradKernel {
   }
 
   enum Vec : uint32_t { kP = 0, kI = 1, kSx = 2, kTmp = 3, kA = 4, kB = 5 };
-  enum Head : uint32_t { kMax = 0, kSum = 1, kW = 2, kDw = 3 };
+  enum Head : uint32_t { kMax = 0, kSum = 1, kW = 2 };
   // Not const: TBuf::Get is a non-const member in the real API (kernel_tpipe.h).
   __aicore__ inline LocalTensor<float> V(Vec v) { return vec_[v].template Get<float>(); }
   __aicore__ inline LocalTensor<float> H(Head h) { return head_[h].template Get<float>(); }
   __aicore__ inline LocalTensor<float> Red() { return red_.template Get<float>(); }
   __aicore__ inline LocalTensor<float> Work() { return work_.template Get<float>(); }
+  // The d_weights accumulator of token i of a row-pass group.
+  __aicore__ inline LocalTensor<float> Dw(uint32_t i) {
+    return dw_.template Get<float>()[i * static_cast<uint32_t>(mgo::tiling::AlignUp(t_.nIdx, 8))];
+  }
+  // Row of head h of token i in an S product of m tokens: [m * N1] rows token-major for N2 = 1 (one
+  // product), [N1, m] head-major for N2 = N1 (one product per head); HeadPitch(m) rows between heads.
+  __aicore__ inline uint32_t HeadRow(uint32_t i, uint32_t h, uint32_t m) const {
+    return t_.n2 == 1 ? i * t_.n1 + h : h * m + i;
+  }
+  __aicore__ inline uint32_t HeadPitch(uint32_t m) const { return t_.n2 == 1 ? 1 : m; }
 
-  // The statistics and weights of token t: softmax_max/sum heads (N2 = 1: offset t * n1 in both
-  // layouts), weights as float32; returns (max_index, sum_index) in *mi, *si.
-  __aicore__ inline void LoadToken(uint32_t t, float* mi, float* si) {
-    const uint64_t at = uint64_t{t} * t_.n1;
+  // The statistics and weights of token t (batch b, local position s1): softmax_max/sum of its heads
+  // ([N2, T1, G] or [B, N2, S1, G], G = N1 / N2: offset t * N1 + h in both layouts for N2 = 1),
+  // weights as float32; returns (max_index, sum_index) in *mi, *si.
+  __aicore__ inline void LoadToken(uint32_t t, uint32_t b, uint32_t s1, float* mi, float* si) {
+    const uint32_t g = t_.n1 / t_.n2;
     for (uint32_t h = 0; h < t_.n1; ++h) {
-      H(kMax).SetValue(h, maxGm_.GetValue(at + h));
-      H(kSum).SetValue(h, sumGm_.GetValue(at + h));
+      const uint32_t hk = h / g;
+      const uint64_t row = geo_.Tnd() ? uint64_t{hk} * t_.t1 + t : (uint64_t{b} * t_.n2 + hk) * t_.s1 + s1;
+      const uint64_t at = row * g + h % g;
+      H(kMax).SetValue(h, maxGm_.GetValue(at));
+      H(kSum).SetValue(h, sumGm_.GetValue(at));
     }
     *mi = maxIdxGm_.GetValue(t);
     *si = sumIdxGm_.GetValue(t);
     LoadWeightsF32(wRaw_.template Get<W>(), wGm_[uint64_t{t} * t_.nIdx], H(kW), t_.nIdx);
   }
 
-  // S = cat(q, q_rope) cat(k, k_rope)ᵀ for `m` query rows from q_row and `n` key rows from k_row
-  // into ws ([m, n] float32): the rope product accumulates onto the main one.
-  __aicore__ inline void MainScores(uint64_t q_row, uint32_t m, uint64_t k_row, uint32_t n,
+  // S = cat(q, q_rope) cat(k, k_rope)ᵀ of `m` query tokens from q_tok against `n` key tokens from
+  // k_tok into ws, float32 rows of n in HeadRow order: for N2 = 1 one [m * N1, n] product, for
+  // N2 = N1 one [m, n] product per head. The rope product accumulates onto the main one.
+  __aicore__ inline void MainScores(uint64_t q_tok, uint32_t m, uint64_t k_tok, uint32_t n,
                                     const GlobalTensor<float>& ws) {
-    mmNT_.SetOrgShape(m, n, t_.d, t_.d);
+    if (t_.n2 == 1) {
+      HeadScores(q_tok * t_.n1, m * t_.n1, k_tok, n, 1, ws);
+      return;
+    }
+    for (uint32_t h = 0; h < t_.n1; ++h) {
+      HeadScores(q_tok * t_.n1 + h, m, k_tok * t_.n1 + h, n, t_.n1, ws[uint64_t{h} * m * n]);
+    }
+  }
+
+  // [m, n] = rows of query/query_rope from q_row against rows of key/key_rope from k_row, `heads`
+  // rows apart (the row pitch: 1 packed, N1 for one head of every token).
+  __aicore__ inline void HeadScores(uint64_t q_row, uint32_t m, uint64_t k_row, uint32_t n, uint32_t heads,
+                                    const GlobalTensor<float>& ws) {
+    mmNT_.SetOrgShape(m, n, heads * t_.d, heads * t_.d);
     mmNT_.SetSingleShape(m, n, t_.d);
     mmNT_.SetTensorA(qGm_[q_row * t_.d]);
     mmNT_.SetTensorB(kGm_[k_row * t_.d], true);
     mmNT_.IterateAll(ws);
     if (!t_.hasRope) return;
-    mmNT_.SetOrgShape(m, n, t_.dr, t_.dr);
+    mmNT_.SetOrgShape(m, n, heads * t_.dr, heads * t_.dr);
     mmNT_.SetSingleShape(m, n, t_.dr);
     mmNT_.SetTensorA(qrGm_[q_row * t_.dr]);
     mmNT_.SetTensorB(krGm_[k_row * t_.dr], true);
@@ -190,43 +229,68 @@ class DenseLightningIndexerGradKernel {
   }
 
   // ---------------------------------------------------------------- row pass
-  __aicore__ inline void QueryRow(uint32_t t) {
-    const SfaRow r = geo_.Row(t);
-    const uint32_t n = r.limit < 0 ? 0 : static_cast<uint32_t>(r.limit + 1);
-    if (n == 0) {
-      EmptyRow(t);
-      return;
+  // The row-pass group from token t0 (at most qGroup tokens, within one batch, one qGroup-aligned
+  // run of local positions and the AIV's range [t0, end)); returns its token count.
+  __aicore__ inline uint32_t QueryGroup(uint32_t t0, uint32_t end) {
+    const SfaRow r = geo_.Row(t0);
+    const uint32_t s1_end = (r.s1 / t_.qGroup + 1) * t_.qGroup;
+    uint32_t m = (s1_end < r.s1Len ? s1_end : r.s1Len) - r.s1;
+    m = end - t0 < m ? end - t0 : m;
+    uint32_t nmax = 0;
+    for (uint32_t i = 0; i < m; ++i) {
+      const int64_t limit = geo_.LimitOf(r.b, r.s1 + i, r.s1Len, r.s2Len);
+      keys_[i] = limit < 0 ? 0 : static_cast<uint32_t>(limit + 1);
+      nmax = keys_[i] > nmax ? keys_[i] : nmax;
+      loss_[i] = 0.0f;
+      Duplicate(Dw(i), 0.0f, t_.nIdx);
     }
-    float mi = 0.0f;
-    float si = 0.0f;
-    LoadToken(t, &mi, &si);
-    for (uint32_t g = 0; g < t_.nIdx; ++g) H(kDw).SetValue(g, 0.0f);
-    float loss = 0.0f;
-    for (uint32_t c0 = 0; c0 < n; c0 += t_.keyChunk) {
-      const uint32_t cols = n - c0 < t_.keyChunk ? n - c0 : t_.keyChunk;
-      loss += RowChunk(t, r.kv0 + c0, cols, c0 == 0, mi, si);
+    SyncPipes<HardEvent::V_S>();
+    for (uint32_t c0 = 0; c0 < nmax; c0 += t_.keyChunk) {
+      const uint32_t cols = nmax - c0 < t_.keyChunk ? nmax - c0 : t_.keyChunk;
+      MainScores(t0, m, r.kv0 + c0, cols, wsS_);
+      for (uint32_t i = 0; i < m; ++i) {
+        if (keys_[i] <= c0) continue;
+        const uint32_t n = keys_[i] - c0 < cols ? keys_[i] - c0 : cols;
+        float mi = 0.0f;
+        float si = 0.0f;
+        LoadToken(t0 + i, r.b, r.s1 + i, &mi, &si);
+        const uint32_t pitch = HeadPitch(m) * cols;
+        loss_[i] += RowChunk(t0 + i, i, wsS_[uint64_t{HeadRow(i, 0, m)} * cols], pitch, r.kv0 + c0, n, c0 == 0,
+                             mi, si);
+      }
     }
-    WriteWeightsGrad(t);
-    WriteRows(wsDq_, true, t_.nIdx, uint64_t{t} * t_.nIdx, dqiGm_);
+    for (uint32_t i = 0; i < m; ++i) FinishToken(t0 + i, i, keys_[i] > 0);
+    return m;
+  }
+
+  // Token t (group slot i): d_weights, d_query_index (zero without a visible key) and its loss.
+  __aicore__ inline void FinishToken(uint32_t t, uint32_t i, bool any) {
+    WriteWeightsGrad(t, Dw(i));
+    WriteRows(wsDq_[uint64_t{i} * t_.nIdx * t_.dIdx], any, t_.nIdx, uint64_t{t} * t_.nIdx, dqiGm_);
     const LocalTensor<float> red = Red();
-    red.SetValue(0, loss);
+    red.SetValue(0, loss_[i]);
     SyncPipes<HardEvent::V_MTE3>();
     SyncPipes<HardEvent::S_MTE3>();
     DataCopyPad(wsLoss_[t], red, DataCopyExtParams{1, 4, 0, 0, 0});
     PipeBarrier<PIPE_ALL>();  // the next token rewrites red (scalar and V after MTE3)
   }
 
-  // Keys [key0, key0 + cols) of token t; returns the chunk's loss.
-  __aicore__ inline float RowChunk(uint32_t t, uint64_t key0, uint32_t cols, bool first, float mi, float si) {
+  // Keys [key0, key0 + cols) of token t (group slot i), its head rows of S from s_rows, s_pitch
+  // floats apart (the first cols of each); returns the chunk's loss.
+  __aicore__ inline float RowChunk(uint32_t t, uint32_t i, const GlobalTensor<float>& s_rows, uint32_t s_pitch,
+                                  uint64_t key0, uint32_t cols, bool first, float mi, float si) {
     // Teacher p over the chunk.
-    MainScores(uint64_t{t} * t_.n1, t_.n1, key0, cols, wsS_);
     const LocalTensor<float> p = V(kP);
     const LocalTensor<float> s = tile_.template Get<float>();
     const uint32_t pitch = static_cast<uint32_t>(mgo::tiling::AlignUp(cols, 8));
     Duplicate(p, 0.0f, cols);
     for (uint32_t h0 = 0; h0 < t_.n1; h0 += t_.tileRows) {
       const uint32_t rows = t_.n1 - h0 < t_.tileRows ? t_.n1 - h0 : t_.tileRows;
-      LoadRowsF32(s, wsS_[uint64_t{h0} * cols], rows, cols);
+      DataCopyPad(s, s_rows[uint64_t{h0} * s_pitch],
+                  DataCopyExtParams{static_cast<uint16_t>(rows), static_cast<uint32_t>(cols * 4),
+                                    static_cast<uint32_t>((s_pitch - cols) * 4), 0, 0},
+                  DataCopyPadExtParams<float>{false, 0, 0, 0.0f});
+      SyncPipes<HardEvent::MTE2_V>();
       AddHeads(p, s, pitch, h0, rows, cols);
       SyncPipes<HardEvent::V_MTE2>();  // the next tile overwrites s
     }
@@ -245,6 +309,7 @@ class DenseLightningIndexerGradKernel {
     const LocalTensor<float> sx = V(kSx);
     const LocalTensor<float> tmp = V(kTmp);
     const LocalTensor<T> ds16 = vec16_.template Get<T>();
+    const LocalTensor<float> dw = Dw(i);
     for (uint32_t g = 0; g < t_.nIdx; ++g) {
       LoadRowsF32(sx, wsSx_[uint64_t{g} * cols], 1, cols);
       ReluKeepNan(tmp, sx, cols);
@@ -252,7 +317,7 @@ class DenseLightningIndexerGradKernel {
       ReduceSum(Red(), tmp, Work(), cols);
       Muls(tmp, di, H(kW).GetValue(g), cols);
       SyncPipes<HardEvent::V_S>();
-      H(kDw).SetValue(g, H(kDw).GetValue(g) + Red().GetValue(0));
+      dw.SetValue(g, dw.GetValue(g) + Red().GetValue(0));
       for (uint32_t j = 0; j < cols; ++j) tmp.SetValue(j, tmp.GetValue(j) * ReluStep(sx.GetValue(j)));
       SyncPipes<HardEvent::S_V>();
       Cast(ds16, tmp, RoundMode::CAST_RINT, cols);
@@ -263,7 +328,7 @@ class DenseLightningIndexerGradKernel {
     mmNN_.SetSingleShape(t_.nIdx, t_.dIdx, cols);
     mmNN_.SetTensorA(wsDs_);
     mmNN_.SetTensorB(kiGm_[key0 * t_.dIdx]);
-    mmNN_.IterateAll(wsDq_, first ? 0 : 1);
+    mmNN_.IterateAll(wsDq_[uint64_t{i} * t_.nIdx * t_.dIdx], first ? 0 : 1);
     return loss;
   }
 
@@ -286,19 +351,6 @@ class DenseLightningIndexerGradKernel {
     return Red().GetValue(0);
   }
 
-  // A token without a visible key: zero d_weights and d_query_index rows, loss 0.
-  __aicore__ inline void EmptyRow(uint32_t t) {
-    for (uint32_t g = 0; g < t_.nIdx; ++g) H(kDw).SetValue(g, 0.0f);
-    WriteWeightsGrad(t);
-    WriteRows(wsDq_, false, t_.nIdx, uint64_t{t} * t_.nIdx, dqiGm_);
-    const LocalTensor<float> red = Red();
-    red.SetValue(0, 0.0f);
-    SyncPipes<HardEvent::V_MTE3>();
-    SyncPipes<HardEvent::S_MTE3>();
-    DataCopyPad(wsLoss_[t], red, DataCopyExtParams{1, 4, 0, 0, 0});
-    PipeBarrier<PIPE_ALL>();
-  }
-
   // ---------------------------------------------------------------- key pass
   // Key block u: global key tokens [u * keyBlock, ...), possibly spanning batches.
   __aicore__ inline void KeyBlock(uint32_t u) {
@@ -309,19 +361,26 @@ class DenseLightningIndexerGradKernel {
     const uint32_t b_last = geo_.BatchOf(g0 + nb - 1, true);
     for (uint32_t b = b_first; b <= b_last; ++b) {
       BlockBatch bb{};
+      bb.b = b;
       bb.g0 = g0;
       bb.nb = nb;
       geo_.Batch(b, &bb.q0, &bb.s1Len, &bb.kv0, &bb.s2Len);
       const uint64_t lo = g0 > bb.kv0 ? g0 : bb.kv0;
       const uint64_t hi = g0 + nb < bb.kv0 + bb.s2Len ? g0 + nb : bb.kv0 + bb.s2Len;
       if (lo >= hi || bb.s1Len == 0) continue;
-      // The first local query that sees local key lo - kv0: limit(s1) = s1 + S2 - S1 (causal).
-      int64_t first = 0;
-      if (t_.sparseMode == static_cast<uint32_t>(mgo::table::SparseMode::kRightDownCausal)) {
-        first = static_cast<int64_t>(lo - bb.kv0) + bb.s1Len - bb.s2Len;
-        first = first < 0 ? 0 : first;
+      // The first local query that sees local key lo - kv0 (limits grow with s1): a bisection over the
+      // geometry's rule, causal or compressed alike.
+      const auto key = static_cast<int64_t>(lo - bb.kv0);
+      uint32_t first = 0;
+      for (uint32_t end = bb.s1Len; first < end;) {
+        const uint32_t mid = first + (end - first) / 2;
+        if (geo_.LimitOf(b, mid, bb.s1Len, bb.s2Len) >= key) {
+          end = mid;
+        } else {
+          first = mid + 1;
+        }
       }
-      for (uint32_t s1 = static_cast<uint32_t>(first); s1 < bb.s1Len; s1 += t_.tokChunk) {
+      for (uint32_t s1 = first; s1 < bb.s1Len; s1 += t_.tokChunk) {
         const uint32_t rows = bb.s1Len - s1 < t_.tokChunk ? bb.s1Len - s1 : t_.tokChunk;
         KeyChunk(bb, s1, rows, chunks++);
       }
@@ -331,6 +390,7 @@ class DenseLightningIndexerGradKernel {
 
   // One batch's share of a key block: the block's global keys [g0, g0 + nb), the batch's tokens.
   struct BlockBatch {
+    uint32_t b;
     uint64_t g0;
     uint32_t nb;
     uint64_t q0;
@@ -356,7 +416,7 @@ class DenseLightningIndexerGradKernel {
     const uint64_t t0 = bb.q0 + s1;
     const uint32_t nb = bb.nb;
     const uint32_t kb = t_.keyBlock;
-    MainScores(t0 * t_.n1, rows * t_.n1, bb.g0, nb, wsSk_);
+    MainScores(t0, rows, bb.g0, nb, wsSk_);
     mmNT_.SetOrgShape(rows * t_.nIdx, nb, t_.dIdx, t_.dIdx);
     mmNT_.SetSingleShape(rows * t_.nIdx, nb, t_.dIdx);
     mmNT_.SetTensorA(qiGm_[t0 * t_.nIdx * t_.dIdx]);
@@ -372,9 +432,9 @@ class DenseLightningIndexerGradKernel {
     for (uint32_t i = 0; i < rows; ++i) {
       float mi = 0.0f;
       float si = 0.0f;
-      LoadToken(static_cast<uint32_t>(t0 + i), &mi, &si);
+      LoadToken(static_cast<uint32_t>(t0 + i), bb.b, s1 + i, &mi, &si);
       Duplicate(p, 0.0f, nb);
-      AddHeads(p, s[i * t_.n1 * kb], kb, 0, t_.n1, nb);
+      AddHeads(p, s[HeadRow(i, 0, rows) * kb], HeadPitch(rows) * kb, 0, t_.n1, nb);
       Muls(p, p, 1.0f / static_cast<float>(t_.n1), nb);
       Duplicate(y, 0.0f, nb);
       for (uint32_t g = 0; g < t_.nIdx; ++g) {
@@ -386,7 +446,7 @@ class DenseLightningIndexerGradKernel {
       Sub(y, y, p, nb);
       SyncPipes<HardEvent::V_S>();
       // Coef over the block's columns, in place of Sx: dI w [Sx > 0] on visible keys, else 0.
-      const int64_t limit = geo_.Limit(s1 + i, bb.s1Len, bb.s2Len);
+      const int64_t limit = geo_.LimitOf(bb.b, s1 + i, bb.s1Len, bb.s2Len);
       for (uint32_t c = 0; c < kb; ++c) {
         const uint64_t key = bb.g0 + c;
         const bool seen = c < nb && key >= bb.kv0 && key < bb.kv0 + bb.s2Len &&
@@ -412,17 +472,17 @@ class DenseLightningIndexerGradKernel {
   }
 
   // ---------------------------------------------------------------- outputs
-  // d_weights row t from H(kDw) (scalar-written), in W.
-  __aicore__ inline void WriteWeightsGrad(uint32_t t) {
+  // d_weights row t from dw (scalar-written), in W.
+  __aicore__ inline void WriteWeightsGrad(uint32_t t, const LocalTensor<float>& dw) {
     SyncPipes<HardEvent::S_V>();
     SyncPipes<HardEvent::S_MTE3>();
     const DataCopyExtParams one{1, static_cast<uint32_t>(t_.nIdx * sizeof(W)), 0, 0, 0};
     if constexpr (std::is_same_v<W, float>) {
       SyncPipes<HardEvent::V_MTE3>();
-      DataCopyPad(dwGm_[uint64_t{t} * t_.nIdx], H(kDw), one);
+      DataCopyPad(dwGm_[uint64_t{t} * t_.nIdx], dw, one);
     } else {
       const LocalTensor<W> raw = wRaw_.template Get<W>();
-      Cast(raw, H(kDw), RoundMode::CAST_RINT, t_.nIdx);
+      Cast(raw, dw, RoundMode::CAST_RINT, t_.nIdx);
       SyncPipes<HardEvent::V_MTE3>();
       DataCopyPad(dwGm_[uint64_t{t} * t_.nIdx], raw, one);
     }
@@ -465,8 +525,10 @@ class DenseLightningIndexerGradKernel {
   Matmul<A, A, C> mmNN_;
   Matmul<AT, A, C> mmTN_;
   SfaGeometry geo_;
-  TBuf<TPosition::VECCALC> vec_[Plan::kVecs], vec16_, tile_, tileX_, tile16_, head_[Plan::kHeads], wRaw_, rowF_,
-      rowH_, work_, red_;
+  TBuf<TPosition::VECCALC> vec_[Plan::kVecs], vec16_, tile_, tileX_, tile16_, head_[Plan::kHeads], dw_, wRaw_,
+      rowF_, rowH_, work_, red_;
+  uint32_t keys_[mgo::tiling::kDlgMhaGroup];  // visible keys of each token of the row-pass group
+  float loss_[mgo::tiling::kDlgMhaGroup];     // loss of each token of the row-pass group
   GlobalTensor<T> qGm_, kGm_, qrGm_, krGm_, qiGm_, kiGm_, dqiGm_, dkiGm_;
   GlobalTensor<W> wGm_, dwGm_;
   GlobalTensor<float> maxGm_, sumGm_, maxIdxGm_, sumIdxGm_, lossGm_;
@@ -477,8 +539,8 @@ class DenseLightningIndexerGradKernel {
 }  // namespace mgo::kernel
 
 // Argument order: inputs (absent optional inputs are null), outputs, workspace, tiling.
-// cmp_residual_k is never read: the op_host takes cmp_ratio 1 only here (a table limit), where every
-// residual is 0.
+// cmp_residual_k is read only where the tiling says it is given and cmp_ratio > 1 (at ratio 1 every
+// residual is 0).
 extern "C" __global__ __aicore__ void dense_lightning_indexer_grad_kl_loss(
     GM_ADDR query, GM_ADDR key, GM_ADDR query_index, GM_ADDR key_index, GM_ADDR weights, GM_ADDR softmax_max,
     GM_ADDR softmax_sum, GM_ADDR softmax_max_index, GM_ADDR softmax_sum_index, GM_ADDR query_rope, GM_ADDR key_rope,
@@ -487,13 +549,12 @@ extern "C" __global__ __aicore__ void dense_lightning_indexer_grad_kl_loss(
     GM_ADDR tiling) {
   using mgo::tiling::DenseLightningIndexerGradKLLossTilingKey;
   using mgo::tiling::DType;
-  (void)cmp_residual_k;
   AscendC::SetSysWorkspace(workspace);
   REGISTER_TILING_DEFAULT(mgo::tiling::DlgTilingData);
   GET_TILING_DATA(tiling_data, tiling);
   const mgo::kernel::DlgIo io{query, key, query_index, key_index, weights, softmax_max, softmax_sum,
                               softmax_max_index, softmax_sum_index, query_rope, key_rope, actual_seq_lengths_query,
-                              actual_seq_lengths_key, d_query_index, d_key_index, d_weights, loss, workspace};
+                              actual_seq_lengths_key, cmp_residual_k, d_query_index, d_key_index, d_weights, loss, workspace};
   if (TILING_KEY_IS(DenseLightningIndexerGradKLLossTilingKey(DType::kFloat16, false))) {
     mgo::kernel::DenseLightningIndexerGradKernel<half, half> op;
     op.Run(io, tiling_data);

@@ -22,7 +22,8 @@ struct DenseLightningIndexerSoftmaxLseHost : DenseLightningIndexerSoftmaxLseDef 
     const mgo::infer::TensorDesc &qi = in[Table::In::kQueryIndex], &ki = in[Table::In::kKeyIndex];
     const size_t r = CheckTokenRank(a.layout, {&qi, &ki}, "query_index/key_index");
     const mgo::tiling::IndexerShape s{ReadIndexerTokens<Table>(a.layout, qi, ki, in),
-                                      Dim(qi, r - 2), Dim(qi, r - 1)};
+                                      Dim(qi, r - 2), Dim(qi, r - 1),
+                                      !mgo::infer::is_absent(in[Table::In::kCmpResidualK].shape)};
     const auto t = mgo::tiling::ComputeDenseLightningIndexerSoftmaxLseTiling(
         s, a, dtype, in[Table::In::kWeights].dtype == mgo::infer::DType::kFloat32,
         mgo::tiling::SeqLengths{nullptr, nullptr, 0}, CubeOf(p));

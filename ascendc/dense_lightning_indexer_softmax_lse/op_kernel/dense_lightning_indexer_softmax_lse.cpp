@@ -28,6 +28,7 @@ struct DliIo {
   GM_ADDR weights;
   GM_ADDR lens_q;
   GM_ADDR lens_k;
+  GM_ADDR cmp_residual_k;
   GM_ADDR softmax_max_index;
   GM_ADDR softmax_sum_index;
   GM_ADDR workspace;
@@ -49,6 +50,7 @@ class DenseLightningIndexerSoftmaxLseKernel {
     }
     InitGm(io);
     geo_.Init(IndexerGeometry(t, 1), io.lens_q, io.lens_k);
+    geo_.InitCmp(static_cast<uint32_t>(t.attrs.cmp_ratio), t.cmpResidual != 0 ? io.cmp_residual_k : nullptr);
     InitUb();
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) Row(row);
@@ -144,20 +146,19 @@ class DenseLightningIndexerSoftmaxLseKernel {
 }  // namespace mgo::kernel
 
 // Argument order: inputs (absent optional inputs are null), outputs, workspace, tiling.
-// cmp_residual_k is never read: the op_host takes cmp_ratio 1 only here (a table limit), where every
-// residual is 0.
+// cmp_residual_k is read only where the tiling says it is given and cmp_ratio > 1 (at ratio 1 every
+// residual is 0).
 extern "C" __global__ __aicore__ void dense_lightning_indexer_softmax_lse(
     GM_ADDR query_index, GM_ADDR key_index, GM_ADDR weights, GM_ADDR actual_seq_lengths_query,
     GM_ADDR actual_seq_lengths_key, GM_ADDR cmp_residual_k, GM_ADDR softmax_max_index, GM_ADDR softmax_sum_index,
     GM_ADDR workspace, GM_ADDR tiling) {
   using mgo::tiling::DenseLightningIndexerSoftmaxLseTilingKey;
   using mgo::tiling::DType;
-  (void)cmp_residual_k;
   AscendC::SetSysWorkspace(workspace);
   REGISTER_TILING_DEFAULT(mgo::tiling::DliTilingData);
   GET_TILING_DATA(tiling_data, tiling);
   const mgo::kernel::DliIo io{query_index, key_index, weights, actual_seq_lengths_query, actual_seq_lengths_key,
-                              softmax_max_index, softmax_sum_index, workspace};
+                              cmp_residual_k, softmax_max_index, softmax_sum_index, workspace};
   if (TILING_KEY_IS(DenseLightningIndexerSoftmaxLseTilingKey(DType::kFloat16, false))) {
     mgo::kernel::DenseLightningIndexerSoftmaxLseKernel<half, half> op;
     op.Run(io, tiling_data);

@@ -16,8 +16,8 @@ using harness::IndexerLens;
 using Attrs = mgo::table::DenseLightningIndexerSoftmaxLse::Attrs;
 
 mgo::tiling::DenseLightningIndexerSoftmaxLseTiling Tile(int dtype, const IndexerArgs& a, const Attrs& at,
-                                                        const IndexerLens& lens) {
-  return mgo::tiling::ComputeDenseLightningIndexerSoftmaxLseTiling(harness::ToIndexerShape(a, at.layout, lens), at,
+                                                        const IndexerLens& lens, bool residual = false) {
+  return mgo::tiling::ComputeDenseLightningIndexerSoftmaxLseTiling(harness::ToIndexerShape(a, at.layout, lens, residual), at,
                                                                    static_cast<DType>(dtype), a.weights_f32 != 0,
                                                                    lens.view, harness::IndexerPlatform(a));
 }
@@ -50,12 +50,12 @@ int twin_dli_schedule(int dtype, const IndexerArgs* a, const DenseLightningIndex
 int twin_dense_lightning_indexer_softmax_lse(int dtype, const IndexerArgs* a,
                                              const DenseLightningIndexerSoftmaxLseAttrArgs* raw, const void* qi,
                                              const void* ki, const void* w, const int32_t* lens_q,
-                                             const int32_t* lens_kv, float* smax, float* ssum,
-                                             harness::RunInfo* info, char* err, int64_t err_len) {
+                                             const int32_t* lens_kv, const int32_t* residual, float* smax,
+                                             float* ssum, harness::RunInfo* info, char* err, int64_t err_len) {
   return harness::Guarded(err, err_len, [&]() -> int {
     const Attrs attrs = harness::ToAttrs(*raw);
     const IndexerLens lens(*a, attrs.layout, lens_q, lens_kv);
-    const auto tiling = Tile(dtype, *a, attrs, lens);
+    const auto tiling = Tile(dtype, *a, attrs, lens, residual != nullptr);
     if (harness::Refused(tiling.result, err, err_len)) return harness::kTilingError;
     const auto t1 = static_cast<uint64_t>(a->t1);
     const auto t2 = static_cast<uint64_t>(a->t2);
@@ -68,6 +68,7 @@ int twin_dense_lightning_indexer_softmax_lse(int dtype, const IndexerArgs* a,
     gm.Input(ki, t2 * didx * 2, "key_index");
     gm.Input(w, t1 * nidx * (a->weights_f32 ? 4 : 2), "weights");
     lens.Register(gm, *a, lens_q, lens_kv);
+    if (residual != nullptr) gm.Input(residual, harness::ResidualCount(*a) * 4, "cmp_residual_k");
     gm.Output(smax, t1 * 4, "softmax_max_index");
     gm.Output(ssum, t1 * 4, "softmax_sum_index");
     gm.Workspace(ws.data(), ws.size(), "workspace");
@@ -77,7 +78,7 @@ int twin_dense_lightning_indexer_softmax_lse(int dtype, const IndexerArgs* a,
         tiling.result.data.usedAicNum, tiling.tilingKey, harness::ArchOf(a->arch),
         static_cast<uint64_t>(a->seed), [&] {
           dense_lightning_indexer_softmax_lse(u8(qi), u8(ki), u8(w), lens.Q(lens_q),
-                                              lens.Kv(lens_kv), nullptr, u8(smax), u8(ssum), ws.data(),
+                                              lens.Kv(lens_kv), residual != nullptr ? u8(residual) : nullptr, u8(smax), u8(ssum), ws.data(),
                                               tiling_gm.data());
         });
     *info = harness::RunInfo{static_cast<int64_t>(stats.ub_peak_bytes), static_cast<int64_t>(tiling.result.ubBytes),

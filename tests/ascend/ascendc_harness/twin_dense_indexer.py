@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .twin_args import IndexerArgs, SliArgs
-from .twin_indexer import LiProblem, SliProblem, _attr, _lens_args, _load, _poisoned_as, _store
+from .twin_indexer import LiProblem, SliProblem, _attr, _lens_args, _load, _poisoned_as, _residual_arg, _store
 from .twin_lib import (
     ARCH_A2,
     DEFAULT_UB,
@@ -44,6 +44,7 @@ class DliProblem:
     lens_k: list[int] | None
     attrs: dict[str, object] = field(default_factory=dict)
     arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
+    cmp_residual_k: list[int] | None = None  # one per batch (docs/contract.md section 9.1), or None (absent)
 
     @property
     def layout(self) -> str:
@@ -66,12 +67,13 @@ def dense_lightning_indexer_softmax_lse(p: DliProblem, core_num: int, seed: int 
     qi, ki = to_bits(p.query_index, p.dtype), to_bits(p.key_index, p.dtype)
     w = _store(p.weights, p.wdtype)
     lq, lk, keep = _lens_args(p.lens_q, p.lens_k)
+    res, keep_res = _residual_arg(p.cmp_residual_k)
     smax = np.full(p.stats_shape(), np.nan, np.float32)
     ssum = np.full(p.stats_shape(), np.nan, np.float32)
     info = call("twin_dense_lightning_indexer_softmax_lse", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
-                ctypes.byref(attr_args(DLI, p.attrs)), P(ptr(qi)), P(ptr(ki)), P(ptr(w)), lq, lk, P(ptr(smax)),
+                ctypes.byref(attr_args(DLI, p.attrs)), P(ptr(qi)), P(ptr(ki)), P(ptr(w)), lq, lk, res, P(ptr(smax)),
                 P(ptr(ssum)))
-    del keep
+    del keep, keep_res
     return KernelRun((smax, ssum), info)
 
 
@@ -112,10 +114,16 @@ class DligProblem:
     lens_k: list[int] | None
     attrs: dict[str, object] = field(default_factory=dict)
     arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
+    cmp_residual_k: list[int] | None = None  # one per batch (docs/contract.md section 9.1), or None (absent)
 
     @property
     def layout(self) -> str:
         return _attr(DLIG, self.attrs, "layout")
+
+    @property
+    def n2(self) -> ctypes.c_int64:
+        """The key heads (key dim -2) as the harness takes them."""
+        return ctypes.c_int64(self.arrays["key"].shape[-2])
 
     def args(self, core_num: int, seed: int = 0, ub_bytes: int | None = None) -> SliArgs:
         a = self.arrays
@@ -136,14 +144,15 @@ def dense_lightning_indexer_grad_kl_loss(p: DligProblem, core_num: int, seed: in
     rope = a.get("query_rope") is not None
     ropes = [to_bits(a[n], p.dtype) if rope else None for n in ("query_rope", "key_rope")]
     lq, lk, keep = _lens_args(p.lens_q, p.lens_k)
+    res, keep_res = _residual_arg(p.cmp_residual_k)
     outs = [poisoned(a["query_index"].shape), poisoned(a["key_index"].shape),
             _poisoned_as(a["weights"].shape, p.wdtype)]
     loss = np.full(1, np.nan, np.float32)
     info = call("twin_dense_lightning_indexer_grad_kl_loss", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
-                ctypes.byref(attr_args(DLIG, p.attrs)), *(P(ptr(x)) for x in ins), P(ptr(w)),
-                *(P(ptr(x)) for x in stats), ptr_or_none(ropes[0]), ptr_or_none(ropes[1]), lq, lk,
+                ctypes.byref(attr_args(DLIG, p.attrs)), p.n2, *(P(ptr(x)) for x in ins), P(ptr(w)),
+                *(P(ptr(x)) for x in stats), ptr_or_none(ropes[0]), ptr_or_none(ropes[1]), lq, lk, res,
                 *(P(ptr(x)) for x in outs), P(ptr(loss)))
-    del keep
+    del keep, keep_res
     values = (from_bits(outs[0], p.dtype), from_bits(outs[1], p.dtype), _load(outs[2], p.wdtype), float(loss[0]))
     return KernelRun((*values, *outs, loss), info)
 
@@ -164,6 +173,7 @@ class DligSchedule:
     tiling_key: int
     aiv_ws_bytes: int
     ws_loss: int
+    q_group: int
     row_start: np.ndarray
     key_block_start: np.ndarray
 
@@ -171,6 +181,6 @@ class DligSchedule:
 def dlig_schedule(p: DligProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> DligSchedule:
     """The pure tiling of dense_lightning_indexer_grad_kl_loss for ``p`` on ``core_num`` AI cores."""
     out, rows, keys = mixed_schedule("twin_dlig_schedule", p.dtype, p.args(core_num, 0, ub_bytes),
-                                     [ctypes.byref(attr_args(DLIG, p.attrs))], _lens_args(p.lens_q, p.lens_k), 14,
+                                     [ctypes.byref(attr_args(DLIG, p.attrs)), p.n2], _lens_args(p.lens_q, p.lens_k), 15,
                                      core_num, True)
     return DligSchedule(*(int(x) for x in out), rows, keys)
