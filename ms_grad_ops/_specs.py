@@ -424,8 +424,10 @@ _V4_SPECS = (
            ("d_query_index", "d_key_index", "d_weights", "softmax_out", "loss"), (_LAYOUT, _SPARSE_MODE, _CMP_RATIO),
            tuple((x, x, w, "int32", _F32, lq, lk, lr, x, x, w, _F32, _F32)
                  for x, w in _INDEXER_XW for lq in INTS for lk in INTS for lr in INTS),
+           ascend_dtypes=tuple((x, x, w, "int32", _F32, "int32", "int32", "int32", x, x, w, _F32, _F32)
+                               for x, w in _INDEXER_XW_ASCEND),
            optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"}),
-           ascend_socs=()),
+           size_limits=(_NIDX_ASCEND, _K_ASCEND), ascend_socs=_ATTN_SOCS),
 )
 
 OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (*_SPECS, *_SFA_SPECS, *_SMLA_SPECS, *_V4_SPECS)}

@@ -44,7 +44,7 @@ ASCEND_OPS = sorted(name for name, spec in OP_SPECS.items() if spec.ascend_dtype
 
 # Ops with CPU kernels and no Ascend kernel yet (issue 38: CPU kernels first): the table declares no Ascend
 # dtypes or SoCs, so they are not in the custom op package, and an Ascend device target refuses them by name.
-CPU_ONLY_OPS = ["sparse_flash_mla", "sparse_flash_mla_grad", "sparse_lightning_indexer_kl_loss_grad"]
+CPU_ONLY_OPS = ["sparse_flash_mla", "sparse_flash_mla_grad"]
 
 
 def test_every_operator_is_registered_for_ascend() -> None:
@@ -122,6 +122,11 @@ INFER_CASES = {
         [[6, 2, 16], [8, 1, 16], [6, 2], [1]],
         [X, X, X, X, X, "int32", "float32", "float32", X, X, "int32", "int32", "float32", "int32"],
         [X, X, X, "float32"]),
+    "sparse_lightning_indexer_kl_loss_grad": ({"layout": "TND", "sparse_mode": 3, "cmp_ratio": 4},
+                                              [[6, 4, 32], [8, 1, 32], [6, 4], [6, 1, 3], [6, 1, 3], [2], [2], [2]],
+                                              [[6, 4, 32], [8, 1, 32], [6, 4], [6, 1, 3], [1]],
+                                              [X, X, "float32", "int32", "float32", "int32", "int32", "int32"],
+                                              [X, X, "float32", "float32", "float32"]),
     "dense_lightning_indexer_softmax_lse": ({"layout": "TND", "sparse_mode": 3},
                                             [[6, 4, 32], [8, 1, 32], [6, 4], [2], [2], [0]], [[1, 6], [1, 6]],
                                             [X, X, "float32", "int32", "int32", "int32"], ["float32", "float32"]),

@@ -149,3 +149,13 @@ class SparseFlashAttentionGradAttrArgs(ctypes.Structure):
         ("next_tokens", ctypes.c_int64),
         ("deterministic", ctypes.c_bool),
     ]
+
+
+class SparseLightningIndexerKLLossGradAttrArgs(ctypes.Structure):
+    """The attributes of one sparse_lightning_indexer_kl_loss_grad call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("layout", ctypes.c_char_p),
+        ("sparse_mode", ctypes.c_int64),
+        ("cmp_ratio", ctypes.c_int64),
+    ]
