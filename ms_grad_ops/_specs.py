@@ -417,6 +417,11 @@ _SMLA_SPECS = (
            optional=_SMLA_OPTIONAL, ascend_socs=(), size_limits=_SMLA_SIZES),
 )
 
+# CANN's SparseLightningIndexerKLLossGrad (A2/A3 and 950) limits N2 = 1 (the shape rule's), Didx = 128, weights to
+# float32, Nidx to {8, 16, 32, 64} and K to 512..8192 on A2/A3 (950: Nidx 1..128, K 1..2048), B to 256 and S1/S2.
+# Our Ascend kernel (lightning_indexer_grad's with dI computed) takes more, so only its own bounds are stated, as
+# for the other indexer ops: Nidx and K as lightning_indexer_grad's; its tiling refuses a K whose per-token UB
+# vectors do not fit (docs/ops/sparse_lightning_indexer_kl_loss_grad.md).
 _V4_SPECS = (
     OpSpec("sparse_lightning_indexer_kl_loss_grad", "SparseLightningIndexerKLLossGrad",
            ("query_index", "key_index", "weights", "sparse_indices", "attn_softmax_l1_norm", "actual_seq_lengths_query",
