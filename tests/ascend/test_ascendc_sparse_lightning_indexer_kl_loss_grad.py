@@ -30,7 +30,7 @@ Y_TOL, LOSS_TOL = 2e-5, 2e-5
 
 def make_problem(seed: int, layout: str, ratio: int, *, dtype: str = "bfloat16", wdtype: str = "float32",
                  k: int = 7, nidx: int = 4, didx: int = 32, arch: int = A2, shape: dict | None = None,
-                 target_sum: float = 0.8) -> indexer.SlkgProblem:
+                 target_sum: float = 0.8, sparse_mode: int = 3) -> indexer.SlkgProblem:
     """Random inputs rounded to their dtypes; slots: keys of the row's batch, some hidden by the compressed rule,
     -1 slots, a duplicate. The target p is positive at the visible slots and sums to ``target_sum`` per row (the
     window and the sink take the rest), NaN at every other slot (never read)."""
@@ -49,14 +49,14 @@ def make_problem(seed: int, layout: str, ratio: int, *, dtype: str = "bfloat16",
             if k > 2 and row[0] >= 0:
                 row[1] = row[0]  # a duplicate: two slots, two softmax entries
             rows.append(row)
-            vis.append((row >= 0) & (row < visible(t, s1, s2, ratio, r)))
+            vis.append((row >= 0) & (row < (visible(t, s1, s2, ratio, r) if sparse_mode == 3 else s2)))
     si = np.stack(rows).reshape(*tq, 1, k)
     read = np.stack(vis).reshape(si.shape)
     p = rng.random(si.shape) + 0.05
     p = np.where(read, p, 0.0)
     p = p * (target_sum / np.maximum(p.sum(-1, keepdims=True), 1e-30))
     target = np.where(read, p.astype(np.float32), np.float32(np.nan))
-    attrs = dict(layout=shape["ms_layout"], sparse_mode=3, cmp_ratio=ratio)
+    attrs = dict(layout=shape["ms_layout"], sparse_mode=sparse_mode, cmp_ratio=ratio)
     return indexer.SlkgProblem(dtype, wdtype, qi, ki, w, si, target, cq, ck, attrs, arch=arch, cmp_residual_k=res)
 
 
@@ -118,9 +118,18 @@ def test_matches_reference_bitwise_across_cores(ratio: int, layout: str, arch: i
         same_bits(first, run, f"{cores} cores, seed {seed}")
 
 
+def test_sparse_mode_0() -> None:
+    """No mask: every in-range slot is visible whatever cmp_ratio says (the rule is sparse_mode 3's)."""
+    p = make_problem(17, "TND", 4, dtype="float16", wdtype="float32", sparse_mode=0)
+    first = indexer.sparse_lightning_indexer_kl_loss_grad(p, 8)
+    check(first, p)
+    same_bits(first, indexer.sparse_lightning_indexer_kl_loss_grad(p, 24, 2), "24 cores, seed 2")
+
+
 def test_edge_rows() -> None:
     """BSND, one batch, causal: row 0 sees one key (dI = sum(p) - p = 0, y = 1), row 1 selects only -1, row 2 only
-    hidden keys, row 3 one key three times among -1 and hidden slots; row 5's target sums to 2.5 (not 1)."""
+    hidden keys, row 3 one key three times among -1 and hidden slots, row 4 out-of-range indices (skipped unread on
+    the device; the reference, which rejects them, gets -1 there); row 5's target sums to 2.5 (not 1)."""
     p = make_problem(3, "BSND", 1, dtype="float16", wdtype="float16", k=6,
                      shape={"seq": [(8, 8)], "ms_layout": "BSND", "lens": False})
     p.cmp_residual_k = None
@@ -129,13 +138,16 @@ def test_edge_rows() -> None:
     si[0, 1, 0] = -1
     si[0, 2, 0] = [7, 6, 5, -1, 4, 3]  # all beyond row 2's limit (keys 0..2)
     si[0, 3, 0] = [2, 6, 2, -1, 2, -1]
+    si[0, 4, 0] = [8, 1, 1 << 30, -5, 3, -(1 << 30)]
     rng = np.random.default_rng(4)
     vis = (si >= 0) & (si <= np.arange(8).reshape(1, 8, 1, 1))
     p.target = np.where(vis, (rng.random(si.shape) + 0.1).astype(np.float32), np.float32(np.nan))
     p.target[0, 5] *= np.float32(2.5 / np.nansum(p.target[0, 5]))
     run = indexer.sparse_lightning_indexer_kl_loss_grad(p, 2)
-    want = reference(p)
-    check(run, p, want)
+    in_range = indexer.SlkgProblem(p.dtype, p.wdtype, p.query_index, p.key_index, p.weights,
+                                   np.where((si < -1) | (si >= 8), -1, si), p.target, None, None, p.attrs)
+    want = reference(in_range)
+    check(run, in_range, want)
     d_qi, _, d_w, y, _ = run.outputs[:5]
     assert y[0, 0, 0, 1] == 1 and (y[0, 0, 0, [0, 2, 3, 4, 5]] == 0).all(), "one visible key: y = 1 there only"
     assert (y[0, 1:3] == 0).all() and (d_qi[0, 1:3] == 0).all() and (d_w[0, 1:3] == 0).all()
