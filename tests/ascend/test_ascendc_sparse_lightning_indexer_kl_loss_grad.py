@@ -213,6 +213,7 @@ def test_tiling_invariants(layout: str, kw: dict, cores: int, arch: int) -> None
                                            ({"nidx": 200}, r"Nidx \(indexer heads.*\[1, 128\] on Ascend"),
                                            ({"k": 8192}, "unified buffer")])
 def test_tiling_rejects(kw: dict, match: str) -> None:
-    """K = 8192 (CANN's A2/A3 maximum) does not fit A2/A3's UB: six float32 [K] vectors per token."""
+    """K = 8192 (CANN's A2/A3 maximum) does not fit A2/A3's UB: six float32 [K] vectors per token (6960 fit at
+    Nidx 64)."""
     with pytest.raises(twin.TilingError, match=match):
         indexer.slkg_schedule(shape_only("BSND", **kw), 24)
