@@ -67,9 +67,9 @@ struct SlkgTilingData {
   table::SparseLightningIndexerKLLossGradAttrs attrs;
 };
 
-// Every UB buffer the kernel allocates: the shared core's plus three [kPad] vectors (p, I/y, one
-// row by slot).
-using SlkgUbPlan = IndexerGradUbPlan<6, 2>;
+// Every UB buffer the kernel allocates: the shared core's plus two [kPad] vectors (p, then the row
+// by slot; I, then y).
+using SlkgUbPlan = IndexerGradUbPlan<5, 2>;
 
 __aicore__ inline SlkgUbPlan PlanSlkgUb(const SlkgTilingData& t, bool weights_f32) {
   return PlanIndexerGradUb<SlkgUbPlan>(t, weights_f32, t.dIdx, uint64_t{t.mKey} * t.keyBlock * 4,

@@ -163,6 +163,15 @@ def test_real_sizes() -> None:
     check(indexer.sparse_lightning_indexer_kl_loss_grad(p, 24), p)
 
 
+def test_cann_largest_k() -> None:
+    """K = 8192 (CANN's A2/A3 maximum; five float32 [K] vectors per token in UB) at Nidx 64, Didx 128: few tokens,
+    most slots -1."""
+    shape = {"seq": [(4, 37)], "ms_layout": "BSND", "lens": False}
+    p = make_problem(8, "BSND", 1, dtype="float16", wdtype="float32", k=8192, nidx=64, didx=128, shape=shape)
+    p.cmp_residual_k = None
+    check(indexer.sparse_lightning_indexer_kl_loss_grad(p, 8), p)
+
+
 # ---------------------------------------------------------------- pure tiling
 def shape_only(layout: str, *, lens_q: list[int] | None = None, lens_k: list[int] | None = None, b: int = 1,
                s1: int = 1, s2: int = 1, nidx: int = 64, didx: int = 128, k: int = 2048,
@@ -182,7 +191,7 @@ TILING_SHAPES = [
     ("TND", {"lens_q": [4096, 3, 0, 1500], "lens_k": [1024, 3, 7, 375]}),
     ("BSND", {"b": 2, "s1": 777, "s2": 1000, "k": 512}),
     ("BSND", {"b": 1, "s1": 5, "s2": 5, "nidx": 128, "didx": 64, "k": 3}),
-    ("BSND", {"b": 3, "s1": 64, "s2": 64, "k": 4096}),
+    ("BSND", {"b": 3, "s1": 64, "s2": 64, "k": 8192}),
 ]
 
 
@@ -211,9 +220,7 @@ def test_tiling_invariants(layout: str, kw: dict, cores: int, arch: int) -> None
 @pytest.mark.parametrize(("kw", "match"), [({"didx": 40}, "Didx"),
                                            ({"k": 20000}, r"K \(slots of sparse_indices.*\[1, 16384\] on Ascend"),
                                            ({"nidx": 200}, r"Nidx \(indexer heads.*\[1, 128\] on Ascend"),
-                                           ({"k": 8192}, "unified buffer")])
+                                           ({"k": 16384}, "unified buffer")])
 def test_tiling_rejects(kw: dict, match: str) -> None:
-    """K = 8192 (CANN's A2/A3 maximum) does not fit A2/A3's UB: six float32 [K] vectors per token (6960 fit at
-    Nidx 64)."""
     with pytest.raises(twin.TilingError, match=match):
         indexer.slkg_schedule(shape_only("BSND", **kw), 24)

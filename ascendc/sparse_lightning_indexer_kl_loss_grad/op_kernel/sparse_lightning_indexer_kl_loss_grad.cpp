@@ -96,7 +96,8 @@ class SparseLightningIndexerKLLossGradKernel {
                &mmTN_);
   }
 
-  enum Vec : uint32_t { kP = 0, kY = 1, kDi = 2, kTmp0 = 3, kTmp1 = 4, kSlot = 5 };
+  // kP holds the target by column until dI is formed, then serves as the by-slot row (StoreBySlot, EmptyRow).
+  enum Vec : uint32_t { kP = 0, kY = 1, kDi = 2, kTmp0 = 3, kTmp1 = 4 };
   enum Head : uint32_t { kW = 0, kDw = 1 };
   // Not const: TBuf::Get is a non-const member in the real API (kernel_tpipe.h).
   __aicore__ inline LocalTensor<float> V(Vec v) { return ub_.Vec(v); }
@@ -141,10 +142,10 @@ class SparseLightningIndexerKLLossGradKernel {
   }
 
   // y = softmax(I) in place of I; the token's loss sum_j p (ln max(p, 1e-8) - ln max(y, 1e-8))
-  // -> wsLoss[t].
+  // -> wsLoss[t]. Scratch: kTmp1 and kDi (free until dI).
   __aicore__ inline void SoftmaxAndLoss(uint32_t t, uint32_t n) {
     const LocalTensor<float> y = V(kY);
-    const LocalTensor<float> a = V(kSlot);
+    const LocalTensor<float> a = V(kDi);
     const LocalTensor<float> b = V(kTmp1);
     const LocalTensor<float> red = Red();
     const LocalTensor<float> work = ub_.work.template Get<float>();
@@ -155,15 +156,14 @@ class SparseLightningIndexerKLLossGradKernel {
     ReduceSum(red, y, work, n);
     SyncPipes<HardEvent::V_S>();
     Muls(y, y, 1.0f / Reduced(), n);
-    Maxs(a, V(kP), kKlLogFloor, n);
-    Ln(a, a, n);
     Maxs(b, y, kKlLogFloor, n);
     Ln(b, b, n);
     // + (y - y): 0 for a finite y (softmax: in [0, 1] or NaN), NaN for a NaN y, which the
     // documented Maxs leaves unspecified (the reference's max(y, 1e-8) keeps it).
-    const LocalTensor<float> nan_of_y = V(kDi);  // free until dI
-    Sub(nan_of_y, y, y, n);
-    Add(b, b, nan_of_y, n);
+    Sub(a, y, y, n);
+    Add(b, b, a, n);
+    Maxs(a, V(kP), kKlLogFloor, n);
+    Ln(a, a, n);
     Sub(a, a, b, n);
     Mul(a, a, V(kP), n);
     ReduceSum(red, a, work, n);
@@ -171,10 +171,11 @@ class SparseLightningIndexerKLLossGradKernel {
   }
 
   // `by_col` (one value per visible column) -> dst[t, slot] by slot: every slot for an output, 0 at
-  // -1 / hidden slots (only the visible slots are ever read back from the dI workspace).
+  // -1 / hidden slots (only the visible slots are ever read back from the dI workspace). Uses kP: call
+  // after dI is formed.
   __aicore__ inline void StoreBySlot(uint32_t t, const SfaRow& r, const LocalTensor<float>& by_col,
                                      const GlobalTensor<float>& dst) {
-    const LocalTensor<float> by_slot = V(kSlot);
+    const LocalTensor<float> by_slot = V(kP);
     Duplicate(by_slot, 0.0f, t_.kPad);
     SyncPipes<HardEvent::V_S>();
     uint32_t col = 0;
@@ -192,7 +193,7 @@ class SparseLightningIndexerKLLossGradKernel {
 
   // A token without a visible key: zero gradients, softmax_out row and loss (its dI is never read).
   __aicore__ inline void EmptyRow(uint32_t t) {
-    const LocalTensor<float> z = V(kSlot);
+    const LocalTensor<float> z = V(kP);
     Duplicate(z, 0.0f, t_.kPad);
     StoreF32(yGm_[uint64_t{t} * t_.k], z, t_.k);
     StoreF32(wsLoss_[t], z, 1);
