@@ -236,4 +236,16 @@ struct SparseLightningIndexerKLLossGradAttrs {
   int64_t cmp_ratio;
 };
 
+// The sizes sparse_lightning_indexer_kl_loss_grad's Ascend kernel takes beyond the shape rules; its tiling refuses the others.
+struct SparseLightningIndexerKLLossGradAscend {
+  struct Nidx {
+    static constexpr uint64_t kMin = 1, kMax = 128;
+    static constexpr const char* kError = "Nidx (indexer heads, query_index dim -2) must be in [1, 128] on Ascend";
+  };
+  struct K {
+    static constexpr uint64_t kMin = 1, kMax = 16384;
+    static constexpr const char* kError = "K (slots of sparse_indices, its last dim) must be in [1, 16384] on Ascend";
+  };
+};
+
 }  // namespace mgo::table

@@ -420,6 +420,11 @@ _SMLA_SPECS = (
            optional=_SMLA_OPTIONAL, ascend_socs=_ATTN_SOCS, size_limits=_SMLA_SIZES),
 )
 
+# CANN's SparseLightningIndexerKLLossGrad (A2/A3 and 950) limits N2 = 1 (the shape rule's), Didx = 128, weights to
+# float32, Nidx to {8, 16, 32, 64} and K to 512..8192 on A2/A3 (950: Nidx 1..128, K 1..2048), B to 256 and S1/S2.
+# Our Ascend kernel (lightning_indexer_grad's with dI computed) takes more, so only its own bounds are stated, as
+# for the other indexer ops: Nidx and K as lightning_indexer_grad's; its tiling refuses a K whose per-token UB
+# vectors do not fit (docs/ops/sparse_lightning_indexer_kl_loss_grad.md).
 _V4_SPECS = (
     OpSpec("sparse_lightning_indexer_kl_loss_grad", "SparseLightningIndexerKLLossGrad",
            ("query_index", "key_index", "weights", "sparse_indices", "attn_softmax_l1_norm", "actual_seq_lengths_query",
@@ -427,8 +432,10 @@ _V4_SPECS = (
            ("d_query_index", "d_key_index", "d_weights", "softmax_out", "loss"), (_LAYOUT, _SPARSE_MODE, _CMP_RATIO),
            tuple((x, x, w, "int32", _F32, lq, lk, lr, x, x, w, _F32, _F32)
                  for x, w in _INDEXER_XW for lq in INTS for lk in INTS for lr in INTS),
+           ascend_dtypes=tuple((x, x, w, "int32", _F32, "int32", "int32", "int32", x, x, w, _F32, _F32)
+                               for x, w in _INDEXER_XW_ASCEND),
            optional=frozenset({"actual_seq_lengths_query", "actual_seq_lengths_key", "cmp_residual_k"}),
-           ascend_socs=()),
+           size_limits=(_NIDX_ASCEND, _K_ASCEND), ascend_socs=_ATTN_SOCS),
 )
 
 OP_SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (*_SPECS, *_SFA_SPECS, *_SMLA_SPECS, *_V4_SPECS)}

@@ -297,7 +297,7 @@ Input = tuple[list[int], str] | None  # (shape, dtype); None: an omitted OPTIONA
 def op_cases(t1: int = 256, t2: int = 512) -> dict[str, tuple[list[Input], dict[str, object]]]:
     """One case per op: bfloat16, TND with two sequences of T1 query and T2 key tokens in all (the
     other sizes those of tests/ascend/test_ascendc_op_host.py), optional inputs omitted where the
-    op allows (sinks; cmp_residual_k but lightning_indexer's and the sparse KL loss's). The defaults
+    op allows (sinks; cmp_residual_k but lightning_indexer's and the two sparse KL losses'). The defaults
     give every kernel more work units than any SoC has cores, so the block dim is the SoC's core count."""
     bf, i32, f32 = "bfloat16", "int32", "float32"
     lens: list[Input] = [([2], i32), ([2], i32)]
@@ -323,6 +323,8 @@ def op_cases(t1: int = 256, t2: int = 512) -> dict[str, tuple[list[Input], dict[
                               {"layout": "TND", "sparse_count": 6, "sparse_mode": 3, "cmp_ratio": 4}),
         "lightning_indexer_grad": ([qi, ki, w, idx1, ([t1, 1, 3], f32), *lens, None],
                                    {"layout": "TND", "sparse_mode": 3, "cmp_ratio": 128}),
+        "sparse_lightning_indexer_kl_loss_grad": ([qi, ki, w, idx1, ([t1, 1, 3], f32), *lens, ([2], i32)],
+                                                  {"layout": "TND", "sparse_mode": 3, "cmp_ratio": 4}),
         "dense_lightning_indexer_softmax_lse": ([qi, ki, w, *lens, None], {"layout": "TND"}),
         "dense_lightning_indexer_grad_kl_loss": ([q, k1, qi, ki, w, stats1, stats1, index_stats, index_stats, qr,
                                                   kr1, *lens, None], {"layout": "TND", "scale_value": 0.25}),

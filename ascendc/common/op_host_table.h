@@ -26,6 +26,7 @@
 #include "../../infer_shape/sparse_flash_attention_grad.h"
 #include "../../infer_shape/sparse_flash_mla.h"
 #include "../../infer_shape/sparse_flash_mla_grad.h"
+#include "../../infer_shape/sparse_lightning_indexer_kl_loss_grad.h"
 
 namespace mgo::op_host {
 
@@ -305,6 +306,29 @@ struct SparseFlashMlaGradDef {
        ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32,
        ge::DT_INT32, ge::DT_FLOAT, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT,
        ge::DT_FLOAT},
+  }};
+  static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
+};
+
+// sparse_lightning_indexer_kl_loss_grad
+struct SparseLightningIndexerKLLossGradDef {
+  using Table = mgo::table::SparseLightningIndexerKLLossGrad;
+  static mgo::infer::InferResult Infer(const std::vector<mgo::infer::TensorDesc>& in,
+                                       const Table::Attrs& a) {
+    return mgo::infer::sparse_lightning_indexer_kl_loss_grad(in, a);
+  }
+  // Columns over query_index, key_index, weights, sparse_indices, attn_softmax_l1_norm,
+  // actual_seq_lengths_query, actual_seq_lengths_key, cmp_residual_k, d_query_index, d_key_index,
+  // d_weights, softmax_out, loss.
+  static constexpr std::array<std::array<ge::DataType, 13>, 4> kDtypes{{
+      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_INT32, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT},
+      {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_INT32, ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT},
+      {ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_INT32, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_INT32, ge::DT_BF16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT},
+      {ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT32, ge::DT_FLOAT, ge::DT_INT32, ge::DT_INT32,
+       ge::DT_INT32, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT},
   }};
   static constexpr std::array<const char*, 3> kSocs{"ascend910b", "ascend910_93", "ascend950"};
 };

@@ -28,6 +28,7 @@
 #include "../sparse_flash_attention_grad/sparse_flash_attention_grad_tiling.h"
 #include "../sparse_flash_mla/sparse_flash_mla_tiling.h"
 #include "../sparse_lightning_indexer_grad_kl_loss/sparse_lightning_indexer_grad_kl_loss_tiling.h"
+#include "../sparse_lightning_indexer_kl_loss_grad/sparse_lightning_indexer_kl_loss_grad_tiling.h"
 
 namespace mgo::host_check {
 
@@ -129,6 +130,13 @@ inline void Describe(const mgo::tiling::LigTilingData& t) {
             << " user_workspace=" << t.workspaceBytes;
 }
 
+inline void Describe(const mgo::tiling::SlkgTilingData& t) {
+  std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " batch=" << t.batch << " s1=" << t.s1
+            << " s2=" << t.s2 << " t1=" << t.t1 << " t2=" << t.t2 << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx
+            << " k=" << t.k << " cmp_residual=" << t.cmpResidual << " used_aic=" << t.usedAicNum
+            << " user_workspace=" << t.workspaceBytes;
+}
+
 inline void Describe(const mgo::tiling::DliTilingData& t) {
   std::cout << " layout=" << t.layout << " sparse_mode=" << t.sparseMode << " batch=" << t.batch << " s1=" << t.s1
             << " s2=" << t.s2 << " t1=" << t.t1 << " t2=" << t.t2 << " n_idx=" << t.nIdx << " d_idx=" << t.dIdx
@@ -223,6 +231,8 @@ inline void PrintTiling(const std::string& op, const void* bytes, uint32_t block
     PrintTilingOf<tiling::LiTilingData, table::LightningIndexer>(bytes);
   } else if (op == "LightningIndexerGrad") {
     PrintTilingOf<tiling::LigTilingData, table::LightningIndexerGrad>(bytes);
+  } else if (op == "SparseLightningIndexerKLLossGrad") {
+    PrintTilingOf<tiling::SlkgTilingData, table::SparseLightningIndexerKLLossGrad>(bytes);
   } else if (op == "DenseLightningIndexerSoftmaxLse") {
     PrintTilingOf<tiling::DliTilingData, table::DenseLightningIndexerSoftmaxLse>(bytes);
   } else if (op == "DenseLightningIndexerGradKLLoss") {

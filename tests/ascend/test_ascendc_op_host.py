@@ -29,7 +29,7 @@ ASCENDC = ROOT / "ascendc"
 OPS = ("rope", "rope_grad", "cla_gate_merge", "cla_gate_backward", "sparse_flash_attention",
        "sparse_flash_attention_grad", "sparse_lightning_indexer_grad_kl_loss", "lightning_indexer",
        "lightning_indexer_grad", "dense_lightning_indexer_softmax_lse", "dense_lightning_indexer_grad_kl_loss",
-       "sparse_flash_mla", "sparse_flash_mla_grad")
+       "sparse_flash_mla", "sparse_flash_mla_grad", "sparse_lightning_indexer_kl_loss_grad")
 GE_DTYPES = {"DT_FLOAT16": "float16", "DT_BF16": "bfloat16", "DT_FLOAT": "float32", "DT_INT32": "int32",
              "DT_INT64": "int64"}
 ATTR_TYPES = {"String": "str", "Int": "int", "Float": "float", "Bool": "bool", "ListInt": "listInt"}
@@ -693,6 +693,45 @@ def test_lightning_indexer_grad_reads_the_residual_above_ratio_1(driver: Path) -
         assert (t["cmp_residual"], t["attr.cmp_ratio"]) == (want, ratio)
 
 
+SLKG = "sparse_lightning_indexer_kl_loss_grad"
+
+
+@pytest.mark.parametrize("layout, lengths", [("TND", True), ("TND", False), ("BSND", False)])
+@pytest.mark.parametrize("dtype, wdtype", [("float16", "float32"), ("bfloat16", "bfloat16")])
+def test_sparse_lightning_indexer_kl_loss_grad_adapters_pass_the_inputs(driver: Path, layout: str, lengths: bool,
+                                                                        dtype: str, wdtype: str) -> None:
+    """lightning_indexer_grad's inputs with the target attn_softmax_l1_norm in d_values' place; the key pass waits
+    for every core's row pass (SyncAll): all cores start together (schedule mode 1). The residual is read at
+    cmp_ratio > 1 only."""
+    inputs = lig_inputs(layout, dtype, wdtype, lengths=lengths)
+    attrs = defaults(SLKG, layout=layout, sparse_mode=3)
+    assert adapter_infer(driver, SLKG, inputs, attrs) == rules(SLKG, inputs, attrs)
+    t = tiling(driver, SLKG, inputs, attrs)
+    as_bsnd = layout == "BSND" or not lengths
+    batch, s1, s2 = (2, 5, 7) if layout == "BSND" else (1, 10, 14) if not lengths else (2, 0, 0)
+    expected = {"layout": 0 if as_bsnd else 1, "batch": batch, "s1": s1, "s2": s2, "t1": 10, "t2": 14, "n_idx": 2,
+                "d_idx": 16, "k": 3, "sparse_mode": 3, "cmp_residual": 0}
+    assert {key: t[key] for key in expected} == expected
+    assert t["tiling_key"] == {"float16": 0, "bfloat16": 1}[dtype] + (10 if wdtype == "float32" else 0)
+    assert t["block_dim"] == t["used_aic"] >= 1
+    assert t["schedule_mode"] == 1, "SyncAll: every core must start at once"
+    assert t["workspace"] == SYS_WORKSPACE + t["user_workspace"] and t["user_workspace"] > 0
+    placeheld = lig_inputs(layout, dtype, wdtype, lengths=lengths, omit=False)
+    assert tiling(driver, SLKG, placeheld, attrs) == t, "an omitted input and the placeholder tile alike"
+    given = [*inputs[:-1], ([2 if lengths else 1], "int32")]
+    for ratio, want in ((4, 1), (1, 0)):
+        t = tiling(driver, SLKG, given, defaults(SLKG, layout=layout, cmp_ratio=ratio))
+        assert (t["cmp_residual"], t["attr.cmp_ratio"]) == (want, ratio)
+
+
+def test_sparse_lightning_indexer_kl_loss_grad_tiling_refusal_names_the_op(driver: Path) -> None:
+    inputs = lig_inputs("TND", "float16", "float16", lengths=True)
+    inputs[0] = ([10, 200, 16], "float16")  # Nidx 200 > 128
+    inputs[2] = ([10, 200], "float16")
+    out, err = run_adapter(driver, SLKG, "tiling", inputs, defaults(SLKG, layout="TND"))
+    assert out == "failed" and "SparseLightningIndexerKLLossGrad" in err and "Nidx" in err
+
+
 @pytest.mark.parametrize(("step", "slot", "bad", "error"), [("shape", 4, ([10, 1, 4], "float32"), ValueError),
                                                              ("dtype", 4, ([10, 1, 3], "float16"), TypeError)])
 def test_lightning_indexer_grad_adapter_errors(driver: Path, step: str, slot: int, bad: Input, error: type) -> None:
@@ -862,6 +901,8 @@ LENGTHS_CASES = {
     SLI: (lambda lq, lk: sli_inputs("BSND", "bfloat16", "float32", rope=True, lengths=False)[:10]
           + [lq, lk, None, None],
           "actual_seq_lengths_key"),
+    SLKG: (lambda lq, lk: lig_inputs("BSND", "float16", "float16", lengths=False)[:5] + [lq, lk, None],
+           "actual_seq_lengths_key"),
     DLI: (lambda lq, lk: dense_inputs(DLI, "BSND", "float16", "float16", lengths=False)[:3] + [lq, lk, None],
           "actual_seq_lengths_key"),
     DLIG: (lambda lq, lk: dense_inputs(DLIG, "BSND", "bfloat16", "float32", lengths=False)[:11] + [lq, lk, None],

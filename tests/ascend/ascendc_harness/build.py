@@ -16,7 +16,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 ASCENDC = REPO / "ascendc"
 UNITS = ("harness_twin", "harness_cla_gate", "harness_rope", "harness_mix", "harness_sfa", "harness_sli",
-         "harness_li", "harness_lig", "harness_dli", "harness_dlig", "harness_smla", "harness_smla_grad")
+         "harness_li", "harness_lig", "harness_slkg", "harness_dli", "harness_dlig", "harness_smla",
+         "harness_smla_grad")
 CXXFLAGS = ("-std=c++17", "-O2", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Werror", f"-I{ASCENDC / 'twin'}")
 
 

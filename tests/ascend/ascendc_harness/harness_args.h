@@ -269,4 +269,21 @@ inline mgo::table::SparseFlashMlaGrad::Attrs ToAttrs(const SparseFlashMlaGradAtt
   return a;
 }
 
+// The attributes of one sparse_lightning_indexer_kl_loss_grad call, raw (mgo::table::SparseLightningIndexerKLLossGrad::Attrs once read).
+struct SparseLightningIndexerKLLossGradAttrArgs {
+  const char* layout;
+  int64_t sparse_mode;
+  int64_t cmp_ratio;
+};
+
+// As the op_host reads them: choices parsed, every domain checked with the Ascend limits.
+inline mgo::table::SparseLightningIndexerKLLossGrad::Attrs ToAttrs(const SparseLightningIndexerKLLossGradAttrArgs& raw) {
+  mgo::table::SparseLightningIndexerKLLossGrad::Attrs a{};
+  mgo::table::SetAttr(mgo::table::SparseLightningIndexerKLLossGrad::kName, a.layout, std::string(raw.layout));
+  mgo::table::SetAttr(mgo::table::SparseLightningIndexerKLLossGrad::kName, a.sparse_mode, raw.sparse_mode);
+  mgo::table::SetAttr(mgo::table::SparseLightningIndexerKLLossGrad::kName, a.cmp_ratio, raw.cmp_ratio);
+  mgo::table::SparseLightningIndexerKLLossGrad::CheckAttrs(a, mgo::table::Backend::kAscend);
+  return a;
+}
+
 }  // namespace harness

@@ -197,3 +197,13 @@ class SparseFlashMlaGradAttrArgs(ctypes.Structure):
         ("ori_win_right", ctypes.c_int64),
         ("layout", ctypes.c_char_p),
     ]
+
+
+class SparseLightningIndexerKLLossGradAttrArgs(ctypes.Structure):
+    """The attributes of one sparse_lightning_indexer_kl_loss_grad call, raw (a choice by its name, as bytes)."""
+
+    _fields_ = [
+        ("layout", ctypes.c_char_p),
+        ("sparse_mode", ctypes.c_int64),
+        ("cmp_ratio", ctypes.c_int64),
+    ]

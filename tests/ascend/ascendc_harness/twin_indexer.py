@@ -1,6 +1,7 @@
-"""ctypes bindings of the indexer harnesses (harness_li.cpp, harness_lig.cpp, harness_sli.cpp, sharing
-harness_indexer.h): lightning_indexer, lightning_indexer_grad and sparse_lightning_indexer_grad_kl_loss
-on the twin's mixed launch, their pure tilings, and the twin's Sort32 the forward uses."""
+"""ctypes bindings of the indexer harnesses (harness_li.cpp, harness_lig.cpp, harness_sli.cpp,
+harness_slkg.cpp, sharing harness_indexer.h): lightning_indexer, lightning_indexer_grad,
+sparse_lightning_indexer_grad_kl_loss and sparse_lightning_indexer_kl_loss_grad on the twin's mixed launch,
+their pure tilings, and the twin's Sort32 the forward uses."""
 from __future__ import annotations
 
 import ctypes
@@ -339,3 +340,88 @@ def lig_schedule(p: LigProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> Li
     out, rows, keys = mixed_schedule("twin_lig_schedule", p.dtype, p.args(core_num, 0, ub_bytes),
                                      [ctypes.byref(attr_args(LIG, p.attrs))], p.lens(), 12, core_num, True)
     return LigSchedule(*(int(x) for x in out), rows, keys)
+
+
+# ---------------------------------------------------------------- sparse_lightning_indexer_kl_loss_grad
+SLKG = "sparse_lightning_indexer_kl_loss_grad"
+
+
+@dataclass
+class SlkgProblem:
+    """Inputs of one sparse_lightning_indexer_kl_loss_grad call in the layouts of docs/contract.md section 0.2
+    (float arrays already rounded to ``dtype`` / ``wdtype``; sparse_indices int; the target
+    attn_softmax_l1_norm float32-representable), cumulative TND lengths or None; ``attrs`` by their table
+    names (the table's defaults for those not given)."""
+
+    dtype: str
+    wdtype: str
+    query_index: np.ndarray
+    key_index: np.ndarray
+    weights: np.ndarray
+    sparse_indices: np.ndarray
+    target: np.ndarray
+    lens_q: list[int] | None
+    lens_k: list[int] | None
+    attrs: dict[str, object] = field(default_factory=dict)
+    arch: int = ARCH_A2  # the NPU arch of the launch; the tiling takes that SoC's platform
+    cmp_residual_k: list[int] | None = None  # one per batch (docs/contract.md section 9.1), or None (absent)
+
+    @property
+    def layout(self) -> str:
+        return _attr(SLKG, self.attrs, "layout")
+
+    def args(self, core_num: int, seed: int = 0, ub_bytes: int | None = None) -> IndexerArgs:
+        li = LiProblem(self.dtype, self.wdtype, self.query_index, self.key_index, self.weights, self.lens_q,
+                       self.lens_k, {"layout": self.layout}, arch=self.arch)
+        return li.args(core_num, seed, ub_bytes, k=self.sparse_indices.shape[-1])
+
+    def lens(self) -> tuple[object, object, list[np.ndarray]]:
+        return _lens_args(self.lens_q, self.lens_k)
+
+
+def sparse_lightning_indexer_kl_loss_grad(p: SlkgProblem, core_num: int, seed: int = 0) -> KernelRun:
+    """(d_query_index, d_key_index, d_weights, softmax_out, loss) of the kernel on the twin as float64; the raw
+    16-bit / float32 outputs are in ``KernelRun.outputs[5:]`` for bitwise comparisons."""
+    args = p.args(core_num, seed)
+    qi, ki = to_bits(p.query_index, p.dtype), to_bits(p.key_index, p.dtype)
+    w = _store(p.weights, p.wdtype)
+    idx = np.ascontiguousarray(p.sparse_indices, np.int32)
+    target = np.ascontiguousarray(p.target, np.float32)
+    lq, lk, keep = p.lens()
+    res, keep_res = _residual_arg(p.cmp_residual_k)
+    outs = [poisoned(p.query_index.shape), poisoned(p.key_index.shape), _poisoned_as(p.weights.shape, p.wdtype),
+            np.full(p.sparse_indices.shape, np.nan, np.float32), np.full(1, np.nan, np.float32)]
+    info = call("twin_sparse_lightning_indexer_kl_loss_grad", ctypes.c_int(DTYPE_CODES[p.dtype]),
+                ctypes.byref(args), ctypes.byref(attr_args(SLKG, p.attrs)), P(ptr(qi)), P(ptr(ki)), P(ptr(w)),
+                P(ptr(idx)), P(ptr(target)), lq, lk, res, *(P(ptr(x)) for x in outs))
+    del keep, keep_res
+    values = (from_bits(outs[0], p.dtype), from_bits(outs[1], p.dtype), _load(outs[2], p.wdtype),
+              outs[3].astype(np.float64), float(outs[4][0]))
+    return KernelRun((*values, *outs), info)
+
+
+@dataclass
+class SlkgSchedule:
+    used_aic: int
+    aiv: int
+    k_pad: int
+    gather_rows: int
+    key_block: int
+    key_blocks: int
+    row_chunk: int
+    m_key: int
+    ub_bytes: int
+    workspace_bytes: int
+    tiling_key: int
+    aiv_ws_bytes: int
+    ws_di: int
+    ws_loss: int
+    row_start: np.ndarray
+    key_block_start: np.ndarray
+
+
+def slkg_schedule(p: SlkgProblem, core_num: int, ub_bytes: int = DEFAULT_UB) -> SlkgSchedule:
+    """The pure tiling of sparse_lightning_indexer_kl_loss_grad for ``p`` on ``core_num`` AI cores."""
+    out, rows, keys = mixed_schedule("twin_slkg_schedule", p.dtype, p.args(core_num, 0, ub_bytes),
+                                     [ctypes.byref(attr_args(SLKG, p.attrs))], p.lens(), 14, core_num, True)
+    return SlkgSchedule(*(int(x) for x in out), rows, keys)
