@@ -142,6 +142,7 @@ class SfaGeometry {
   // Last local key local query s1 of batch b may see (-1: none): Limit, or with compressed keys
   // under rightDownCausal the shared rule (a residual outside [0, ratio) cannot reach past S2_b).
   __aicore__ inline int64_t LimitOf(uint32_t b, uint32_t s1, uint32_t s1_len, uint32_t s2_len) const {
+    if (s1 >= s1_len) return -1;  // a BSND padding row sees nothing, compressed keys or not
     if (cmpRatio_ <= 1 || t_.sparseMode != static_cast<uint32_t>(mgo::table::SparseMode::kRightDownCausal)) {
       return Limit(s1, s1_len, s2_len);
     }

@@ -197,6 +197,40 @@ def test_lightning_indexer(arch: int, dtype: str, wdtype: str) -> None:
     assert (padding(idx, LENS_Q) == -1).all() and np.isneginf(padding(val, LENS_Q)).all(), "padding: -1 / -inf"
 
 
+def test_lightning_indexer_compressed_keys() -> None:
+    """BSND lengths with compressed keys (ratio 4, a residual per batch): the padding rows still see nothing (the
+    compressed rule is never asked about them) and the valid rows equal the TND run, itself the reference's."""
+    import test_ascendc_indexer_cmp as cmp_test
+    p = li_test.problem(5, "bfloat16", "float32", "TND", k=6, lens_q=LENS_Q, lens_k=LENS_K)
+    p.attrs = {**p.attrs, "cmp_ratio": 4}
+    p.cmp_residual_k = [1, 3, 0, 2]
+    tnd = cmp_test.check_li(p, 8)
+    b = replace(p, query_index=q_side(p.query_index), key_index=k_side(p.key_index), weights=q_side(p.weights),
+                lens_q=LENS_Q, lens_k=LENS_K, attrs={**p.attrs, "layout": "BSND"})
+    idx, val = bsnd_runs(lambda cores, seed: indexer.lightning_indexer(b, cores, seed)).outputs
+    assert_bits(to_tnd(idx, LENS_Q), tnd.outputs[0], "sparse_indices")
+    assert_bits(to_tnd(val, LENS_Q), tnd.outputs[1], "sparse_values")
+    assert (padding(idx, LENS_Q) == -1).all() and np.isneginf(padding(val, LENS_Q)).all(), "padding: -1 / -inf"
+    assert (to_tnd(idx, LENS_Q) >= 0).any(), "some valid row selects a compressed key"
+
+
+@pytest.mark.parametrize("mha", [False, True])
+def test_dense_lightning_indexer_grad_kl_loss_groups(mha: bool) -> None:
+    """The dense grad's row groups (N2 = N1: 16 tokens of one batch) around BSND padding rows: equal to TND."""
+    _, dtype, wdtype = A2
+    if mha:
+        case = dlig_test.mha_case(11, dtype, wdtype, "TND", n1=3, n2=3, lens_q=LENS_Q, lens_k=LENS_K)
+        p, want = dlig_test.mha_problem(case, dtype, wdtype), dlig_test.mha_want(case)
+    else:
+        case = dlig_test.small(11, dtype, wdtype, "TND", lens_q=LENS_Q, lens_k=LENS_K)
+        p = dlig_test.problem(case, dtype, wdtype)
+        want = ref.dense_lightning_indexer_grad_kl_loss(*dlig_test.dense_ref_args(case), **case.ref_kwargs())
+    tnd = dense.dense_lightning_indexer_grad_kl_loss(p, 8)
+    b = replace(p, arrays=sli_bsnd(p.arrays), lens_q=LENS_Q, lens_k=LENS_K, attrs={**p.attrs, "layout": "BSND"})
+    got = bsnd_runs(lambda cores, seed: dense.dense_lightning_indexer_grad_kl_loss(b, cores, seed)).outputs
+    check_kl(got, tnd, want, dtype)
+
+
 def check_key_grad(got: np.ndarray, want: np.ndarray, dtype: str, name: str) -> None:
     """A key-side gradient of a BSND run: its valid rows against the (packed) reference at the
     kernel tests' tolerance, its padding rows 0."""

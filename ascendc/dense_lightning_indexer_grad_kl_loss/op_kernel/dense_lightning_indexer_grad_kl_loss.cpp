@@ -234,7 +234,8 @@ class DenseLightningIndexerGradKernel {
   __aicore__ inline uint32_t QueryGroup(uint32_t t0, uint32_t end) {
     const SfaRow r = geo_.Row(t0);
     const uint32_t s1_end = (r.s1 / t_.qGroup + 1) * t_.qGroup;
-    uint32_t m = (s1_end < r.s1Len ? s1_end : r.s1Len) - r.s1;
+    // a BSND padding row (s1 >= S1_b) is a group of its own: no key, zero outputs
+    uint32_t m = geo_.Padding(r) ? 1 : (s1_end < r.s1Len ? s1_end : r.s1Len) - r.s1;
     m = end - t0 < m ? end - t0 : m;
     uint32_t nmax = 0;
     for (uint32_t i = 0; i < m; ++i) {
