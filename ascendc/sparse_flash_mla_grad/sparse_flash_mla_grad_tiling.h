@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "../../infer_shape/op_attrs.h"
+#include "../common/smla_tiling_common.h"
 #include "../common/tiling_common.h"
 
 namespace mgo::tiling {
@@ -23,16 +24,6 @@ inline constexpr uint64_t SparseFlashMlaGradTilingKey(DType dtype) { return stat
 inline constexpr uint32_t kSmlaMaxKeyChunk = 512;  // keys per row-pass chunk, as CANN's kernels use
 inline constexpr uint32_t kSmlaKeyBlock = 64;      // keys per key-pass block
 inline constexpr uint32_t kSmlaKeyPassRows = 64;   // matmul rows (query rows x G) per key-pass chunk
-
-// The shapes as the op sees them. BSND: batch B, s1/s2/s3 the padded rows per batch; TND: batch = the
-// sequences (cu_seqlens_q entries - 1; 1 without lengths), s* unused.
-struct SmlaGradShape {
-  uint32_t layout;  // table::Layout
-  uint64_t batch, s1, s2, s3, t1, t2, t3;
-  uint64_t n1, n2, d;
-  uint64_t kOri, kCmp;  // slots of ori/cmp_sparse_indices (0: absent)
-  bool hasCmp, hasCu, hasUsedQ, hasUsedOri, hasUsedCmp, hasResidual, hasSinks;
-};
 
 // Every UB buffer one AIV allocates (the kernel allocates exactly these), so Total() is its footprint.
 struct SmlaGradUbPlan {
@@ -123,30 +114,21 @@ struct SparseFlashMlaGradTiling {
   uint64_t tilingKey;
 };
 
-// nullptr when the shape and the platform can be tiled (the attributes' Ascend limits are the table's,
-// checked by the op_host before any tiling; the sizes' limits are checked here).
-inline const char* CheckSmlaGradShape(const SmlaGradShape& s, const CubePlatform& p) {
+// nullptr when the shape and the platform can be tiled: the shape checks both V4 tilings share
+// (smla_tiling_common.h: CheckSmlaShape), then the sizes' Ascend limits (the attributes' are the table's, checked
+// by the op_host before any tiling).
+inline const char* CheckSmlaGradShape(const SmlaShape& s, const CubePlatform& p) {
   using Limits = table::SparseFlashMlaGradAscend;
-  if (const char* err = CheckCubePlatform(p)) return err;
-  if (s.n1 == 0 || s.n2 == 0 || s.n1 % s.n2 != 0) return "N1 must be a positive multiple of N2";
-  if (const char* err = OutOfRange<Limits::N2>(s.n2)) return err;
-  if (const char* err = OutOfRange<Limits::D>(s.d)) return err;
-  if (const char* err = OutOfRange<Limits::N1>(s.n1)) return err;
-  if (s.kCmp > 0) {
-    if (const char* err = OutOfRange<Limits::K>(s.kCmp)) return err;
-  }
-  if (s.batch == 0) return "batch must be positive";
-  if (s.layout == static_cast<uint32_t>(table::Layout::kBSND) &&
-      (s.t1 != s.batch * s.s1 || s.t2 != s.batch * s.s2 || s.t3 != s.batch * s.s3)) {
-    return "BSND: t1/t2/t3 must equal B*S1/B*S2/B*S3";
-  }
-  if (s.t1 * s.n1 > UINT32_MAX || s.t2 * s.n2 > UINT32_MAX || s.t3 * s.n2 > UINT32_MAX || s.kOri > 65535) {
-    return "shape out of range (T*N < 2^32, K <= 65535)";
-  }
-  return nullptr;
+  const char* err = CheckCubePlatform(p);
+  if (err == nullptr) err = CheckSmlaShape(s);
+  if (err == nullptr) err = OutOfRange<Limits::N2>(s.n2);
+  if (err == nullptr) err = OutOfRange<Limits::D>(s.d);
+  if (err == nullptr) err = OutOfRange<Limits::N1>(s.n1);
+  if (err == nullptr && s.kCmp > 0) err = OutOfRange<Limits::K>(s.kCmp);
+  return err;
 }
 
-inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaGradShape& s,
+inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaShape& s,
                                                                 const table::SparseFlashMlaGradAttrs& a, DType dtype,
                                                                 const CubePlatform& p) {
   SparseFlashMlaGradTiling out{{false, nullptr, {}, 0, 0}, SparseFlashMlaGradTilingKey(dtype)};
@@ -157,34 +139,36 @@ inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaGradSh
   }
   SparseFlashMlaGradTilingData& t = r.data;
   t.attrs = a;
-  const auto u32 = [](uint64_t v) { return static_cast<uint32_t>(v); };
-  t.layout = s.layout;
-  t.batch = u32(s.batch);
-  t.s1 = u32(s.s1);
-  t.s2 = u32(s.s2);
-  t.s3 = u32(s.s3);
-  t.t1 = u32(s.t1);
-  t.t2 = u32(s.t2);
-  t.t3 = u32(s.t3);
-  t.n1 = u32(s.n1);
-  t.n2 = u32(s.n2);
-  t.g = u32(s.n1 / s.n2);
-  t.d = u32(s.d);
-  t.kOri = u32(s.kOri);
-  t.kCmp = u32(s.kCmp);
-  t.hasCmp = s.hasCmp ? 1 : 0;
-  t.hasCu = s.hasCu ? 1 : 0;
-  t.hasUsedQ = s.hasUsedQ ? 1 : 0;
-  t.hasUsedOri = s.hasUsedOri ? 1 : 0;
-  t.hasUsedCmp = s.hasUsedCmp ? 1 : 0;
-  t.hasResidual = s.hasResidual ? 1 : 0;
-  t.hasSinks = s.hasSinks ? 1 : 0;
-  t.scale = static_cast<float>(a.softmax_scale);
-  t.ratio = static_cast<int32_t>(a.cmp_ratio);
-  t.oriMode = static_cast<uint32_t>(a.ori_mask_mode);
-  t.cmpMode = static_cast<uint32_t>(a.cmp_mask_mode);
-  t.winLeft = static_cast<int32_t>(a.ori_win_left);
-  t.winRight = static_cast<int32_t>(a.ori_win_right);
+  // The shared geometry (TND without cu_seqlens_q: one sequence, BSND with B = 1), in the fields the kernel reads.
+  const SmlaGeo g = MakeSmlaGeo(s, a);
+  const auto has = [&](SmlaLen l) { return SmlaHas(g, l) ? 1u : 0u; };
+  t.layout = g.layout;
+  t.batch = g.batch;
+  t.s1 = g.s1;
+  t.s2 = g.s2;
+  t.s3 = g.s3;
+  t.t1 = g.t1;
+  t.t2 = g.t2;
+  t.t3 = g.t3;
+  t.n1 = g.n1;
+  t.n2 = g.n2;
+  t.g = g.g;
+  t.d = g.d;
+  t.kOri = g.kOri;
+  t.kCmp = g.kCmp;
+  t.hasCmp = g.hasCmp;
+  t.hasCu = SmlaTnd(g) ? has(SmlaLen::kCuQ) : 0;
+  t.hasUsedQ = has(SmlaLen::kUsedQ);
+  t.hasUsedOri = has(SmlaLen::kUsedOri);
+  t.hasUsedCmp = g.hasCmp != 0 ? has(SmlaLen::kUsedCmp) : 0;
+  t.hasResidual = has(SmlaLen::kResidual);
+  t.hasSinks = g.hasSinks;
+  t.scale = g.scale;
+  t.ratio = static_cast<int32_t>(g.ratio);
+  t.oriMode = static_cast<uint32_t>(g.oriMode);
+  t.cmpMode = static_cast<uint32_t>(g.cmpMode);
+  t.winLeft = static_cast<int32_t>(g.winLeft);
+  t.winRight = static_cast<int32_t>(g.winRight);
 
   // Cores: never more AIVs than query rows (at least one core); every AIV takes part in the key pass.
   t.usedAicNum = UsedAic(s.t1 * s.n2, p);
