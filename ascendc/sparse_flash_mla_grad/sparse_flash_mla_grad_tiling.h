@@ -8,6 +8,7 @@
 //     AIV owning a key block's first row computes the whole block (keyBlock keys).
 // The row pass reads each row's keys in chunks of at most keyChunk (the band as contiguous ranges of ori_kv,
 // then the compressed entries); the key pass multiplies up to rowChunk query rows against one key block.
+// The row geometry (shapes, batches, bands, compressed limits) is smla_tiling_common.h's, the forward's.
 // Plain C++17 over <cstdint>: compiles for the host tiling, the device and the CPU twin.
 #pragma once
 
@@ -50,16 +51,7 @@ struct SmlaGradUbPlan {
 };
 
 struct SparseFlashMlaGradTilingData {
-  uint32_t layout;
-  uint32_t batch, s1, s2, s3, t1, t2, t3;
-  uint32_t n1, n2, g, d;
-  uint32_t kOri, kCmp;
-  uint32_t hasCmp, hasCu, hasUsedQ, hasUsedOri, hasUsedCmp, hasResidual, hasSinks;
-  float scale;
-  int32_t ratio;
-  uint32_t oriMode;  // table::OriMaskMode
-  uint32_t cmpMode;  // table::CmpMaskMode
-  int32_t winLeft, winRight;
+  SmlaGeo geo;           // the row geometry, the forward's (smla_tiling_common.h)
   uint32_t usedAicNum;   // blockDim of the launch
   uint32_t aivNum;       // 2 * usedAicNum
   uint32_t keyChunk;     // keys per row-pass chunk
@@ -139,36 +131,9 @@ inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaShape&
   }
   SparseFlashMlaGradTilingData& t = r.data;
   t.attrs = a;
-  // The shared geometry (TND without cu_seqlens_q: one sequence, BSND with B = 1), in the fields the kernel reads.
-  const SmlaGeo g = MakeSmlaGeo(s, a);
-  const auto has = [&](SmlaLen l) { return SmlaHas(g, l) ? 1u : 0u; };
-  t.layout = g.layout;
-  t.batch = g.batch;
-  t.s1 = g.s1;
-  t.s2 = g.s2;
-  t.s3 = g.s3;
-  t.t1 = g.t1;
-  t.t2 = g.t2;
-  t.t3 = g.t3;
-  t.n1 = g.n1;
-  t.n2 = g.n2;
-  t.g = g.g;
-  t.d = g.d;
-  t.kOri = g.kOri;
-  t.kCmp = g.kCmp;
-  t.hasCmp = g.hasCmp;
-  t.hasCu = SmlaTnd(g) ? has(SmlaLen::kCuQ) : 0;
-  t.hasUsedQ = has(SmlaLen::kUsedQ);
-  t.hasUsedOri = has(SmlaLen::kUsedOri);
-  t.hasUsedCmp = g.hasCmp != 0 ? has(SmlaLen::kUsedCmp) : 0;
-  t.hasResidual = has(SmlaLen::kResidual);
-  t.hasSinks = g.hasSinks;
-  t.scale = g.scale;
-  t.ratio = static_cast<int32_t>(g.ratio);
-  t.oriMode = static_cast<uint32_t>(g.oriMode);
-  t.cmpMode = static_cast<uint32_t>(g.cmpMode);
-  t.winLeft = static_cast<int32_t>(g.winLeft);
-  t.winRight = static_cast<int32_t>(g.winRight);
+  // The shared geometry (TND without cu_seqlens_q: one sequence, BSND with B = 1).
+  t.geo = MakeSmlaGeo(s, a);
+  const SmlaGeo& g = t.geo;
 
   // Cores: never more AIVs than query rows (at least one core); every AIV takes part in the key pass.
   t.usedAicNum = UsedAic(s.t1 * s.n2, p);
@@ -179,15 +144,15 @@ inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaShape&
 
   t.keyChunk = kSmlaMaxKeyChunk;
   t.keyBlock = kSmlaKeyBlock;
-  t.rowChunk = t.g >= kSmlaKeyPassRows ? 1 : kSmlaKeyPassRows / t.g;
-  t.mRows = t.g > t.rowChunk * t.g ? t.g : t.rowChunk * t.g;
+  t.rowChunk = g.g >= kSmlaKeyPassRows ? 1 : kSmlaKeyPassRows / g.g;
+  t.mRows = g.g > t.rowChunk * g.g ? g.g : t.rowChunk * g.g;
   const uint32_t block_cols = static_cast<uint32_t>(AlignUp(t.keyBlock, kCubeAlign));
   t.gatherRows = 16;
   uint32_t tile_rows = t.mRows < 64 ? t.mRows : 64;
   const auto cols = [&] { return t.keyChunk > block_cols ? t.keyChunk : block_cols; };
-  const uint32_t sink_heads = s.hasSinks ? t.n1 : 0;
+  const uint32_t sink_heads = s.hasSinks ? g.n1 : 0;
   const auto plan = [&] {
-    return PlanSmlaGradUb(t.gatherRows, tile_rows, cols(), t.d, t.mRows, t.rowChunk, t.keyBlock, t.kOri, t.kCmp,
+    return PlanSmlaGradUb(t.gatherRows, tile_rows, cols(), g.d, t.mRows, t.rowChunk, t.keyBlock, g.kOri, g.kCmp,
                           sink_heads);
   };
   while (plan().Total() > p.ubBytes) {
@@ -215,9 +180,9 @@ inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaShape&
   }
 
   const uint32_t c = t.chunkCols;
-  t.mmScore = PlanMatmul(2 * t.mRows, c, t.d, p);
-  t.mmDq = PlanMatmul(t.g, t.d, c, p);
-  t.mmDkv = PlanMatmul(block_cols, t.d, 2 * t.mRows, p);
+  t.mmScore = PlanMatmul(2 * t.mRows, c, g.d, p);
+  t.mmDq = PlanMatmul(g.g, g.d, c, p);
+  t.mmDkv = PlanMatmul(block_cols, g.d, 2 * t.mRows, p);
   const MatmulTiling* all[] = {&t.mmScore, &t.mmDq, &t.mmDkv};
   for (const MatmulTiling* mm : all) {
     if (!MatmulFits(*mm, p)) {
@@ -228,12 +193,12 @@ inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaShape&
 
   WorkspaceCursor take;
   const uint64_t m2 = 2ull * t.mRows;
-  t.wsQd = take(m2 * t.d * kElemBytes16);
-  t.wsK = take(uint64_t{c} * t.d * kElemBytes16);
+  t.wsQd = take(m2 * g.d * kElemBytes16);
+  t.wsK = take(uint64_t{c} * g.d * kElemBytes16);
   t.wsSd = take(m2 * c * 4);
   t.wsPd = take(m2 * c * kElemBytes16);
-  t.wsAcc = take(uint64_t{t.g} * t.d * 4);
-  t.wsDkv = take(uint64_t{block_cols} * t.d * 4);
+  t.wsAcc = take(uint64_t{g.g} * g.d * 4);
+  t.wsDkv = take(uint64_t{block_cols} * g.d * 4);
   t.aivWsBytes = take.off;
   const uint64_t stat_bytes = AlignUp(s.t1 * s.n1 * 4, 512);
   t.wsDelta = take.off * t.aivNum;
