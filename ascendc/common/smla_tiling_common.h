@@ -249,6 +249,19 @@ inline const char* CheckSmlaShape(const SmlaShape& s) {
   return nullptr;
 }
 
+// The platform, CheckSmlaShape, then the sizes' limits of either op's table (SparseFlashMla(Grad)Ascend: N2, D, N1
+// and K when cmp_sparse_indices is given); nullptr when all hold.
+template <typename Limits>
+inline const char* CheckSmlaAscend(const SmlaShape& s, const CubePlatform& p) {
+  const char* err = CheckCubePlatform(p);
+  if (err == nullptr) err = CheckSmlaShape(s);
+  if (err == nullptr) err = OutOfRange<typename Limits::N2>(s.n2);
+  if (err == nullptr) err = OutOfRange<typename Limits::D>(s.d);
+  if (err == nullptr) err = OutOfRange<typename Limits::N1>(s.n1);
+  if (err == nullptr && s.kCmp > 0) err = OutOfRange<typename Limits::K>(s.kCmp);
+  return err;
+}
+
 // The geometry fields from a checked shape and either op's attributes (SparseFlashMla(Grad)Attrs: the same
 // fields). TND without cu_seqlens_q is one sequence: BSND with B = 1 (softmax_lse [1, N2, T1, G] = [N2, T1, G]).
 template <typename Attrs>

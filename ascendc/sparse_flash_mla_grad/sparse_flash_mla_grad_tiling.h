@@ -106,26 +106,12 @@ struct SparseFlashMlaGradTiling {
   uint64_t tilingKey;
 };
 
-// nullptr when the shape and the platform can be tiled: the shape checks both V4 tilings share
-// (smla_tiling_common.h: CheckSmlaShape), then the sizes' Ascend limits (the attributes' are the table's, checked
-// by the op_host before any tiling).
-inline const char* CheckSmlaGradShape(const SmlaShape& s, const CubePlatform& p) {
-  using Limits = table::SparseFlashMlaGradAscend;
-  const char* err = CheckCubePlatform(p);
-  if (err == nullptr) err = CheckSmlaShape(s);
-  if (err == nullptr) err = OutOfRange<Limits::N2>(s.n2);
-  if (err == nullptr) err = OutOfRange<Limits::D>(s.d);
-  if (err == nullptr) err = OutOfRange<Limits::N1>(s.n1);
-  if (err == nullptr && s.kCmp > 0) err = OutOfRange<Limits::K>(s.kCmp);
-  return err;
-}
-
 inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaShape& s,
                                                                 const table::SparseFlashMlaGradAttrs& a, DType dtype,
                                                                 const CubePlatform& p) {
   SparseFlashMlaGradTiling out{{false, nullptr, {}, 0, 0}, SparseFlashMlaGradTilingKey(dtype)};
   auto& r = out.result;
-  if (const char* err = CheckSmlaGradShape(s, p)) {
+  if (const char* err = CheckSmlaAscend<table::SparseFlashMlaGradAscend>(s, p)) {
     r.error = err;
     return out;
   }
