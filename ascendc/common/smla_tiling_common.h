@@ -61,9 +61,11 @@ struct SmlaGeo {
 };
 
 // One batch on the flattened token axes: first row and rows used per source, and the original length the
-// compressed causal rule counts from (maskLen: cmpLen * ratio + residual, or oriLen without cmp_residual_kv).
+// compressed causal rule counts from (maskLen: cmpLen * ratio + residual, or oriLen without cmp_residual_kv);
+// then the rows each source holds for it (used + padding: the grad's key pass walks them).
 struct SmlaBatch {
   uint64_t q0, qLen, ori0, oriLen, cmp0, cmpLen, maskLen;
+  uint64_t qAvail, oriAvail, cmpAvail;
 };
 
 // One query row: its batch, local position, whether it is padding (beyond seqused_q: never read, out 0, lse
@@ -119,11 +121,14 @@ __aicore__ inline SmlaBatch SmlaBatchOf(const SmlaGeo& g, const Lens& lens, uint
   SmlaBatch r{};
   uint64_t av = 0;
   SmlaSpan(g, lens, SmlaLen::kCuQ, g.s1, g.t1, b, &r.q0, &av);
+  r.qAvail = av;
   r.qLen = SmlaUsed(g, SmlaHas(g, SmlaLen::kUsedQ) ? lens.Get(SmlaLen::kUsedQ, b) : 0, SmlaLen::kUsedQ, av);
   SmlaSpan(g, lens, SmlaLen::kCuOri, g.s2, g.t2, b, &r.ori0, &av);
+  r.oriAvail = av;
   r.oriLen = SmlaUsed(g, SmlaHas(g, SmlaLen::kUsedOri) ? lens.Get(SmlaLen::kUsedOri, b) : 0, SmlaLen::kUsedOri, av);
   if (g.hasCmp) {
     SmlaSpan(g, lens, SmlaLen::kCuCmp, g.s3, g.t3, b, &r.cmp0, &av);
+    r.cmpAvail = av;
     r.cmpLen = SmlaUsed(g, SmlaHas(g, SmlaLen::kUsedCmp) ? lens.Get(SmlaLen::kUsedCmp, b) : 0, SmlaLen::kUsedCmp, av);
   }
   if (SmlaHas(g, SmlaLen::kResidual)) {
@@ -135,13 +140,61 @@ __aicore__ inline SmlaBatch SmlaBatchOf(const SmlaGeo& g, const Lens& lens, uint
   return r;
 }
 
-// The batch holding query token t: BSND t / S1; TND the last batch whose cumulative start is <= t.
+// The batch holding row t of the source whose cumulative lengths are `cu` (kCuQ: query, kCuOri: ori_kv,
+// kCuCmp: cmp_kv): BSND t / S of that source; TND the last batch whose cumulative start is <= t.
+template <typename Lens>
+__aicore__ inline uint32_t SmlaBatchOfRow(const SmlaGeo& g, const Lens& lens, SmlaLen cu, uint64_t t) {
+  if (!SmlaTnd(g)) {
+    const uint32_t s = cu == SmlaLen::kCuQ ? g.s1 : (cu == SmlaLen::kCuOri ? g.s2 : g.s3);
+    return static_cast<uint32_t>(t / s);
+  }
+  uint32_t b = 0;
+  while (b + 1 < g.batch && lens.Get(cu, b + 1) <= static_cast<int64_t>(t)) ++b;
+  return b;
+}
+
+// The batch holding query token t.
 template <typename Lens>
 __aicore__ inline uint32_t SmlaBatchOfToken(const SmlaGeo& g, const Lens& lens, uint64_t t) {
-  if (!SmlaTnd(g)) return static_cast<uint32_t>(t / g.s1);
-  uint32_t b = 0;
-  while (b + 1 < g.batch && lens.Get(SmlaLen::kCuQ, b + 1) <= static_cast<int64_t>(t)) ++b;
-  return b;
+  return SmlaBatchOfRow(g, lens, SmlaLen::kCuQ, t);
+}
+
+// The original tokens local query row `local` of batch `b` sees: [*lo, *hi) (empty when *hi <= *lo).
+__aicore__ inline void SmlaOriBand(const SmlaGeo& g, const SmlaBatch& b, uint64_t local, int64_t* lo,
+                                   int64_t* hi) {
+  const int64_t ori_len = static_cast<int64_t>(b.oriLen);
+  const int64_t thr = ori_len - static_cast<int64_t>(b.qLen) + static_cast<int64_t>(local) + 1;
+  *lo = 0;
+  *hi = ori_len;
+  if (g.oriMode == static_cast<int64_t>(OriMaskMode::kRightDownCausal)) {
+    *hi = thr < ori_len ? thr : ori_len;
+  } else if (g.oriMode == static_cast<int64_t>(OriMaskMode::kBand)) {
+    if (g.winLeft >= 0) *lo = thr - 1 - g.winLeft > 0 ? thr - 1 - g.winLeft : 0;
+    if (g.winRight >= 0) *hi = thr + g.winRight < ori_len ? thr + g.winRight : ori_len;
+  }
+}
+
+// The compressed entries local query row `local` of batch `b` sees: [0, limit).
+__aicore__ inline int64_t SmlaCmpLimit(const SmlaGeo& g, const SmlaBatch& b, uint64_t local) {
+  const int64_t cmp_len = static_cast<int64_t>(b.cmpLen);
+  if (!g.hasCmp) return 0;
+  if (g.cmpMode == static_cast<int64_t>(CmpMaskMode::kNoMask)) return cmp_len;
+  const int64_t cthr = static_cast<int64_t>(b.maskLen) - static_cast<int64_t>(b.qLen) +
+                       static_cast<int64_t>(local) + 1;
+  const int64_t lim = cthr <= 0 ? 0 : cthr / static_cast<int64_t>(g.ratio);
+  return lim < cmp_len ? lim : cmp_len;
+}
+
+// The first local query row of batch `b` whose band can reach local original token `key` (the bands' ends
+// never fall as rows go on: the key pass starts its scan there).
+__aicore__ inline uint64_t SmlaFirstOriRow(const SmlaGeo& g, const SmlaBatch& b, uint64_t key) {
+  int64_t right = -1;  // unbounded
+  if (g.oriMode == static_cast<int64_t>(OriMaskMode::kRightDownCausal)) right = 0;
+  if (g.oriMode == static_cast<int64_t>(OriMaskMode::kBand)) right = g.winRight;
+  if (right < 0) return 0;
+  const int64_t s = static_cast<int64_t>(key) - right -
+                    (static_cast<int64_t>(b.oriLen) - static_cast<int64_t>(b.qLen));  // hi(s) > key from here on
+  return s > 0 ? static_cast<uint64_t>(s) : 0;
 }
 
 // The geometry of query row `row` (= t * N2 + grp) (docs/contract.md section 8, "the keys of query row t").
@@ -155,37 +208,18 @@ __aicore__ inline SmlaRow SmlaRowOf(const SmlaGeo& g, const Lens& lens, uint32_t
   r.local = r.t - r.batch.q0;
   r.padding = r.t < r.batch.q0 || r.local >= r.batch.qLen;
   if (r.padding) return r;
-  const SmlaBatch& b = r.batch;
-  const int64_t ori_len = static_cast<int64_t>(b.oriLen);
-  const int64_t thr = ori_len - static_cast<int64_t>(b.qLen) + static_cast<int64_t>(r.local) + 1;
-  r.oriLo = 0;
-  r.oriHi = ori_len;
-  if (g.oriMode == static_cast<int64_t>(OriMaskMode::kRightDownCausal)) {
-    r.oriHi = thr < ori_len ? thr : ori_len;
-  } else if (g.oriMode == static_cast<int64_t>(OriMaskMode::kBand)) {
-    if (g.winLeft >= 0) r.oriLo = thr - 1 - g.winLeft > 0 ? thr - 1 - g.winLeft : 0;
-    if (g.winRight >= 0) r.oriHi = thr + g.winRight < ori_len ? thr + g.winRight : ori_len;
-  }
-  const int64_t cmp_len = static_cast<int64_t>(b.cmpLen);
-  if (!g.hasCmp) {
-    r.cmpLimit = 0;
-  } else if (g.cmpMode == static_cast<int64_t>(CmpMaskMode::kNoMask)) {
-    r.cmpLimit = cmp_len;
-  } else {
-    const int64_t cthr = static_cast<int64_t>(b.maskLen) - static_cast<int64_t>(b.qLen) +
-                         static_cast<int64_t>(r.local) + 1;
-    const int64_t lim = cthr <= 0 ? 0 : cthr / static_cast<int64_t>(g.ratio);
-    r.cmpLimit = lim < cmp_len ? lim : cmp_len;
-  }
+  SmlaOriBand(g, r.batch, r.local, &r.oriLo, &r.oriHi);
+  r.cmpLimit = SmlaCmpLimit(g, r.batch, r.local);
   return r;
 }
 
 // Element offset of (row, head 0 of its group) in softmax_lse: [N2, T1, G] (TND) or [B, N2, S1, G] (BSND).
-__aicore__ inline uint64_t SmlaLseOffset(const SmlaGeo& g, const SmlaRow& r) {
-  if (SmlaTnd(g)) return (uint64_t{r.grp} * g.t1 + r.t) * g.g;
-  const uint64_t b = r.t / g.s1;
-  return ((b * g.n2 + r.grp) * g.s1 + r.t % g.s1) * g.g;
+__aicore__ inline uint64_t SmlaLseOffset(const SmlaGeo& g, uint32_t t, uint32_t grp) {
+  if (SmlaTnd(g)) return (uint64_t{grp} * g.t1 + t) * g.g;
+  const uint64_t b = t / g.s1;
+  return ((b * g.n2 + grp) * g.s1 + t % g.s1) * g.g;
 }
+__aicore__ inline uint64_t SmlaLseOffset(const SmlaGeo& g, const SmlaRow& r) { return SmlaLseOffset(g, r.t, r.grp); }
 
 // Upper bound of the keys of a row (balancing only): the band's width (or the ori slots), plus the visible
 // compressed entries (or the cmp slots).
@@ -213,6 +247,19 @@ inline const char* CheckSmlaShape(const SmlaShape& s) {
     return "shape out of range (T*N < 2^32, B, K <= 65535)";
   }
   return nullptr;
+}
+
+// The platform, CheckSmlaShape, then the sizes' limits of either op's table (SparseFlashMla(Grad)Ascend: N2, D, N1
+// and K when cmp_sparse_indices is given); nullptr when all hold.
+template <typename Limits>
+inline const char* CheckSmlaAscend(const SmlaShape& s, const CubePlatform& p) {
+  const char* err = CheckCubePlatform(p);
+  if (err == nullptr) err = CheckSmlaShape(s);
+  if (err == nullptr) err = OutOfRange<typename Limits::N2>(s.n2);
+  if (err == nullptr) err = OutOfRange<typename Limits::D>(s.d);
+  if (err == nullptr) err = OutOfRange<typename Limits::N1>(s.n1);
+  if (err == nullptr && s.kCmp > 0) err = OutOfRange<typename Limits::K>(s.kCmp);
+  return err;
 }
 
 // The geometry fields from a checked shape and either op's attributes (SparseFlashMla(Grad)Attrs: the same

@@ -47,16 +47,9 @@ __aicore__ inline SfaUbPlan PlanSparseFlashMlaUb(const SparseFlashMlaTilingData&
 inline SparseFlashMlaTiling ComputeSparseFlashMlaTiling(const SmlaShape& s, const table::SparseFlashMlaAttrs& a,
                                                        DType dtype, const SmlaLensHost* lens,
                                                        const CubePlatform& p) {
-  using Limits = table::SparseFlashMlaAscend;
   SparseFlashMlaTiling out{{false, nullptr, {}, 0, 0}, SparseFlashMlaTilingKey(dtype)};
   auto& r = out.result;
-  const char* err = CheckCubePlatform(p);
-  if (err == nullptr) err = CheckSmlaShape(s);
-  if (err == nullptr) err = OutOfRange<Limits::N2>(s.n2);
-  if (err == nullptr) err = OutOfRange<Limits::D>(s.d);
-  if (err == nullptr) err = OutOfRange<Limits::N1>(s.n1);
-  if (err == nullptr && s.kCmp > 0) err = OutOfRange<Limits::K>(s.kCmp);
-  if (err != nullptr) {
+  if (const char* err = CheckSmlaAscend<table::SparseFlashMlaAscend>(s, p)) {
     r.error = err;
     return out;
   }

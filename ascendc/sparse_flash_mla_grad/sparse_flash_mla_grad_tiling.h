@@ -8,12 +8,14 @@
 //     AIV owning a key block's first row computes the whole block (keyBlock keys).
 // The row pass reads each row's keys in chunks of at most keyChunk (the band as contiguous ranges of ori_kv,
 // then the compressed entries); the key pass multiplies up to rowChunk query rows against one key block.
+// The row geometry (shapes, batches, bands, compressed limits) is smla_tiling_common.h's, the forward's.
 // Plain C++17 over <cstdint>: compiles for the host tiling, the device and the CPU twin.
 #pragma once
 
 #include <cstdint>
 
 #include "../../infer_shape/op_attrs.h"
+#include "../common/smla_tiling_common.h"
 #include "../common/tiling_common.h"
 
 namespace mgo::tiling {
@@ -23,16 +25,6 @@ inline constexpr uint64_t SparseFlashMlaGradTilingKey(DType dtype) { return stat
 inline constexpr uint32_t kSmlaMaxKeyChunk = 512;  // keys per row-pass chunk, as CANN's kernels use
 inline constexpr uint32_t kSmlaKeyBlock = 64;      // keys per key-pass block
 inline constexpr uint32_t kSmlaKeyPassRows = 64;   // matmul rows (query rows x G) per key-pass chunk
-
-// The shapes as the op sees them. BSND: batch B, s1/s2/s3 the padded rows per batch; TND: batch = the
-// sequences (cu_seqlens_q entries - 1; 1 without lengths), s* unused.
-struct SmlaGradShape {
-  uint32_t layout;  // table::Layout
-  uint64_t batch, s1, s2, s3, t1, t2, t3;
-  uint64_t n1, n2, d;
-  uint64_t kOri, kCmp;  // slots of ori/cmp_sparse_indices (0: absent)
-  bool hasCmp, hasCu, hasUsedQ, hasUsedOri, hasUsedCmp, hasResidual, hasSinks;
-};
 
 // Every UB buffer one AIV allocates (the kernel allocates exactly these), so Total() is its footprint.
 struct SmlaGradUbPlan {
@@ -59,16 +51,7 @@ struct SmlaGradUbPlan {
 };
 
 struct SparseFlashMlaGradTilingData {
-  uint32_t layout;
-  uint32_t batch, s1, s2, s3, t1, t2, t3;
-  uint32_t n1, n2, g, d;
-  uint32_t kOri, kCmp;
-  uint32_t hasCmp, hasCu, hasUsedQ, hasUsedOri, hasUsedCmp, hasResidual, hasSinks;
-  float scale;
-  int32_t ratio;
-  uint32_t oriMode;  // table::OriMaskMode
-  uint32_t cmpMode;  // table::CmpMaskMode
-  int32_t winLeft, winRight;
+  SmlaGeo geo;           // the row geometry, the forward's (smla_tiling_common.h)
   uint32_t usedAicNum;   // blockDim of the launch
   uint32_t aivNum;       // 2 * usedAicNum
   uint32_t keyChunk;     // keys per row-pass chunk
@@ -123,68 +106,20 @@ struct SparseFlashMlaGradTiling {
   uint64_t tilingKey;
 };
 
-// nullptr when the shape and the platform can be tiled (the attributes' Ascend limits are the table's,
-// checked by the op_host before any tiling; the sizes' limits are checked here).
-inline const char* CheckSmlaGradShape(const SmlaGradShape& s, const CubePlatform& p) {
-  using Limits = table::SparseFlashMlaGradAscend;
-  if (const char* err = CheckCubePlatform(p)) return err;
-  if (s.n1 == 0 || s.n2 == 0 || s.n1 % s.n2 != 0) return "N1 must be a positive multiple of N2";
-  if (const char* err = OutOfRange<Limits::N2>(s.n2)) return err;
-  if (const char* err = OutOfRange<Limits::D>(s.d)) return err;
-  if (const char* err = OutOfRange<Limits::N1>(s.n1)) return err;
-  if (s.kCmp > 0) {
-    if (const char* err = OutOfRange<Limits::K>(s.kCmp)) return err;
-  }
-  if (s.batch == 0) return "batch must be positive";
-  if (s.layout == static_cast<uint32_t>(table::Layout::kBSND) &&
-      (s.t1 != s.batch * s.s1 || s.t2 != s.batch * s.s2 || s.t3 != s.batch * s.s3)) {
-    return "BSND: t1/t2/t3 must equal B*S1/B*S2/B*S3";
-  }
-  if (s.t1 * s.n1 > UINT32_MAX || s.t2 * s.n2 > UINT32_MAX || s.t3 * s.n2 > UINT32_MAX || s.kOri > 65535) {
-    return "shape out of range (T*N < 2^32, K <= 65535)";
-  }
-  return nullptr;
-}
-
-inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaGradShape& s,
+inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaShape& s,
                                                                 const table::SparseFlashMlaGradAttrs& a, DType dtype,
                                                                 const CubePlatform& p) {
   SparseFlashMlaGradTiling out{{false, nullptr, {}, 0, 0}, SparseFlashMlaGradTilingKey(dtype)};
   auto& r = out.result;
-  if (const char* err = CheckSmlaGradShape(s, p)) {
+  if (const char* err = CheckSmlaAscend<table::SparseFlashMlaGradAscend>(s, p)) {
     r.error = err;
     return out;
   }
   SparseFlashMlaGradTilingData& t = r.data;
   t.attrs = a;
-  const auto u32 = [](uint64_t v) { return static_cast<uint32_t>(v); };
-  t.layout = s.layout;
-  t.batch = u32(s.batch);
-  t.s1 = u32(s.s1);
-  t.s2 = u32(s.s2);
-  t.s3 = u32(s.s3);
-  t.t1 = u32(s.t1);
-  t.t2 = u32(s.t2);
-  t.t3 = u32(s.t3);
-  t.n1 = u32(s.n1);
-  t.n2 = u32(s.n2);
-  t.g = u32(s.n1 / s.n2);
-  t.d = u32(s.d);
-  t.kOri = u32(s.kOri);
-  t.kCmp = u32(s.kCmp);
-  t.hasCmp = s.hasCmp ? 1 : 0;
-  t.hasCu = s.hasCu ? 1 : 0;
-  t.hasUsedQ = s.hasUsedQ ? 1 : 0;
-  t.hasUsedOri = s.hasUsedOri ? 1 : 0;
-  t.hasUsedCmp = s.hasUsedCmp ? 1 : 0;
-  t.hasResidual = s.hasResidual ? 1 : 0;
-  t.hasSinks = s.hasSinks ? 1 : 0;
-  t.scale = static_cast<float>(a.softmax_scale);
-  t.ratio = static_cast<int32_t>(a.cmp_ratio);
-  t.oriMode = static_cast<uint32_t>(a.ori_mask_mode);
-  t.cmpMode = static_cast<uint32_t>(a.cmp_mask_mode);
-  t.winLeft = static_cast<int32_t>(a.ori_win_left);
-  t.winRight = static_cast<int32_t>(a.ori_win_right);
+  // The shared geometry (TND without cu_seqlens_q: one sequence, BSND with B = 1).
+  t.geo = MakeSmlaGeo(s, a);
+  const SmlaGeo& g = t.geo;
 
   // Cores: never more AIVs than query rows (at least one core); every AIV takes part in the key pass.
   t.usedAicNum = UsedAic(s.t1 * s.n2, p);
@@ -195,15 +130,15 @@ inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaGradSh
 
   t.keyChunk = kSmlaMaxKeyChunk;
   t.keyBlock = kSmlaKeyBlock;
-  t.rowChunk = t.g >= kSmlaKeyPassRows ? 1 : kSmlaKeyPassRows / t.g;
-  t.mRows = t.g > t.rowChunk * t.g ? t.g : t.rowChunk * t.g;
+  t.rowChunk = g.g >= kSmlaKeyPassRows ? 1 : kSmlaKeyPassRows / g.g;
+  t.mRows = g.g > t.rowChunk * g.g ? g.g : t.rowChunk * g.g;
   const uint32_t block_cols = static_cast<uint32_t>(AlignUp(t.keyBlock, kCubeAlign));
   t.gatherRows = 16;
   uint32_t tile_rows = t.mRows < 64 ? t.mRows : 64;
   const auto cols = [&] { return t.keyChunk > block_cols ? t.keyChunk : block_cols; };
-  const uint32_t sink_heads = s.hasSinks ? t.n1 : 0;
+  const uint32_t sink_heads = s.hasSinks ? g.n1 : 0;
   const auto plan = [&] {
-    return PlanSmlaGradUb(t.gatherRows, tile_rows, cols(), t.d, t.mRows, t.rowChunk, t.keyBlock, t.kOri, t.kCmp,
+    return PlanSmlaGradUb(t.gatherRows, tile_rows, cols(), g.d, t.mRows, t.rowChunk, t.keyBlock, g.kOri, g.kCmp,
                           sink_heads);
   };
   while (plan().Total() > p.ubBytes) {
@@ -231,9 +166,9 @@ inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaGradSh
   }
 
   const uint32_t c = t.chunkCols;
-  t.mmScore = PlanMatmul(2 * t.mRows, c, t.d, p);
-  t.mmDq = PlanMatmul(t.g, t.d, c, p);
-  t.mmDkv = PlanMatmul(block_cols, t.d, 2 * t.mRows, p);
+  t.mmScore = PlanMatmul(2 * t.mRows, c, g.d, p);
+  t.mmDq = PlanMatmul(g.g, g.d, c, p);
+  t.mmDkv = PlanMatmul(block_cols, g.d, 2 * t.mRows, p);
   const MatmulTiling* all[] = {&t.mmScore, &t.mmDq, &t.mmDkv};
   for (const MatmulTiling* mm : all) {
     if (!MatmulFits(*mm, p)) {
@@ -244,12 +179,12 @@ inline SparseFlashMlaGradTiling ComputeSparseFlashMlaGradTiling(const SmlaGradSh
 
   WorkspaceCursor take;
   const uint64_t m2 = 2ull * t.mRows;
-  t.wsQd = take(m2 * t.d * kElemBytes16);
-  t.wsK = take(uint64_t{c} * t.d * kElemBytes16);
+  t.wsQd = take(m2 * g.d * kElemBytes16);
+  t.wsK = take(uint64_t{c} * g.d * kElemBytes16);
   t.wsSd = take(m2 * c * 4);
   t.wsPd = take(m2 * c * kElemBytes16);
-  t.wsAcc = take(uint64_t{t.g} * t.d * 4);
-  t.wsDkv = take(uint64_t{block_cols} * t.d * 4);
+  t.wsAcc = take(uint64_t{g.g} * g.d * 4);
+  t.wsDkv = take(uint64_t{block_cols} * g.d * 4);
   t.aivWsBytes = take.off;
   const uint64_t stat_bytes = AlignUp(s.t1 * s.n1 * 4, 512);
   t.wsDelta = take.off * t.aivNum;

@@ -22,9 +22,20 @@
 
 #include "../../common/kernel_helpers.h"
 #include "../../common/sfa_kernel_common.h"
+#include "../../common/smla_kernel_common.h"
 #include "../sparse_flash_mla_grad_tiling.h"
 
 namespace mgo::kernel {
+
+// The row geometry is the forward's (smla_tiling_common.h; the length tensors: smla_kernel_common.h).
+using mgo::tiling::SmlaBatch;
+using mgo::tiling::SmlaBatchOf;
+using mgo::tiling::SmlaBatchOfRow;
+using mgo::tiling::SmlaBatchOfToken;
+using mgo::tiling::SmlaCmpLimit;
+using mgo::tiling::SmlaFirstOriRow;
+using mgo::tiling::SmlaLseOffset;
+using mgo::tiling::SmlaOriBand;
 
 // The kernel's GM arguments (absent optional inputs are null).
 struct SmlaGradIo {
@@ -37,13 +48,7 @@ struct SmlaGradIo {
   GM_ADDR cmp_kv;
   GM_ADDR ori_idx;
   GM_ADDR cmp_idx;
-  GM_ADDR cu_q;
-  GM_ADDR cu_ori;
-  GM_ADDR cu_cmp;
-  GM_ADDR used_q;
-  GM_ADDR used_ori;
-  GM_ADDR used_cmp;
-  GM_ADDR residual;
+  GM_ADDR lens[static_cast<uint32_t>(mgo::tiling::SmlaLen::kCount)];  // SmlaLen order
   GM_ADDR sinks;
   GM_ADDR d_query;
   GM_ADDR d_ori_kv;
@@ -52,136 +57,6 @@ struct SmlaGradIo {
   GM_ADDR ori_l1;
   GM_ADDR cmp_l1;
   GM_ADDR workspace;
-};
-
-// One batch: where its rows of each source start, how many it has and uses, and L, the original length the
-// compressed causal rule counts from.
-struct SmlaGradBatch {
-  uint64_t q0, ori0, cmp0;
-  uint32_t qAvail, oriAvail, cmpAvail;
-  uint32_t qLen, oriLen, cmpLen;
-  int64_t maskLen;
-};
-
-enum class SmlaGradSource : uint32_t { kQuery = 0, kOri = 1, kCmp = 2 };
-
-// The launch geometry from the tiling and the length inputs (contract section 8).
-class SmlaGradGeometry {
- public:
-  __aicore__ inline void Init(const mgo::tiling::SparseFlashMlaGradTilingData& t, const SmlaGradIo& io) {
-    t_ = t;
-    const uint32_t cu = t.batch + 1;
-    if (t.hasCu) {
-      cuQ_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(io.cu_q), cu);
-      cuOri_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(io.cu_ori), cu);
-      if (t.hasCmp) cuCmp_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(io.cu_cmp), cu);
-    }
-    if (t.hasUsedQ) usedQ_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(io.used_q), t.batch);
-    if (t.hasUsedOri) usedOri_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(io.used_ori), t.batch);
-    if (t.hasUsedCmp) usedCmp_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(io.used_cmp), t.batch);
-    if (t.hasResidual) residual_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(io.residual), t.batch);
-  }
-
-  __aicore__ inline bool Tnd() const { return t_.layout == static_cast<uint32_t>(mgo::table::Layout::kTND); }
-
-  __aicore__ inline SmlaGradBatch Batch(uint32_t b) const {
-    SmlaGradBatch r{};
-    if (!Tnd()) {
-      r.q0 = uint64_t{b} * t_.s1;
-      r.ori0 = uint64_t{b} * t_.s2;
-      r.cmp0 = uint64_t{b} * t_.s3;
-      r.qAvail = t_.s1;
-      r.oriAvail = t_.s2;
-      r.cmpAvail = t_.s3;
-    } else if (!t_.hasCu) {
-      r.qAvail = t_.t1;
-      r.oriAvail = t_.t2;
-      r.cmpAvail = t_.t3;
-    } else {
-      r.q0 = static_cast<uint64_t>(cuQ_.GetValue(b));
-      r.ori0 = static_cast<uint64_t>(cuOri_.GetValue(b));
-      r.qAvail = static_cast<uint32_t>(cuQ_.GetValue(b + 1) - cuQ_.GetValue(b));
-      r.oriAvail = static_cast<uint32_t>(cuOri_.GetValue(b + 1) - cuOri_.GetValue(b));
-      if (t_.hasCmp) {
-        r.cmp0 = static_cast<uint64_t>(cuCmp_.GetValue(b));
-        r.cmpAvail = static_cast<uint32_t>(cuCmp_.GetValue(b + 1) - cuCmp_.GetValue(b));
-      }
-    }
-    if (!t_.hasCmp) r.cmpAvail = 0;
-    r.qLen = Used(t_.hasUsedQ != 0, usedQ_, b, r.qAvail);
-    r.oriLen = Used(t_.hasUsedOri != 0, usedOri_, b, r.oriAvail);
-    r.cmpLen = Used(t_.hasUsedCmp != 0, usedCmp_, b, r.cmpAvail);
-    r.maskLen = t_.hasResidual ? int64_t{r.cmpLen} * t_.ratio + residual_.GetValue(b) : int64_t{r.oriLen};
-    return r;
-  }
-
-  // The batch holding row `token` of `src`.
-  __aicore__ inline uint32_t BatchOf(uint64_t token, SmlaGradSource src) const {
-    if (!Tnd()) {
-      const uint32_t s = src == SmlaGradSource::kQuery ? t_.s1 : (src == SmlaGradSource::kOri ? t_.s2 : t_.s3);
-      return static_cast<uint32_t>(token / s);
-    }
-    if (!t_.hasCu) return 0;
-    const GlobalTensor<int32_t>& cu = src == SmlaGradSource::kQuery ? cuQ_ : (src == SmlaGradSource::kOri ? cuOri_ : cuCmp_);
-    uint32_t b = 0;
-    while (b + 1 < t_.batch && static_cast<uint64_t>(cu.GetValue(b + 1)) <= token) ++b;
-    return b;
-  }
-
-  // The original tokens local query row s sees: [lo, hi) (empty when hi <= lo).
-  __aicore__ inline void OriRange(const SmlaGradBatch& bt, uint32_t s, int64_t* lo, int64_t* hi) const {
-    const int64_t thr = int64_t{bt.oriLen} - bt.qLen + s + 1;
-    *lo = 0;
-    *hi = bt.oriLen;
-    if (t_.oriMode == static_cast<uint32_t>(mgo::table::OriMaskMode::kRightDownCausal)) {
-      *hi = thr < *hi ? thr : *hi;
-    } else if (t_.oriMode == static_cast<uint32_t>(mgo::table::OriMaskMode::kBand)) {
-      if (t_.winLeft >= 0) {
-        const int64_t l = thr - 1 - t_.winLeft;
-        *lo = l > 0 ? l : 0;
-      }
-      if (t_.winRight >= 0) {
-        const int64_t h = thr + t_.winRight;
-        *hi = h < *hi ? h : *hi;
-      }
-    }
-  }
-
-  // The first local query row whose original range can reach local key `key` (the ranges' ends never fall).
-  __aicore__ inline uint32_t FirstOriRow(const SmlaGradBatch& bt, uint32_t key) const {
-    int64_t right = -1;  // unbounded
-    if (t_.oriMode == static_cast<uint32_t>(mgo::table::OriMaskMode::kRightDownCausal)) right = 0;
-    if (t_.oriMode == static_cast<uint32_t>(mgo::table::OriMaskMode::kBand)) right = t_.winRight;
-    if (right < 0) return 0;
-    const int64_t s = int64_t{key} - right - (int64_t{bt.oriLen} - bt.qLen);  // hi(s) > key from here on
-    return s > 0 ? static_cast<uint32_t>(s) : 0;
-  }
-
-  // The compressed entries local query row s sees: [0, limit).
-  __aicore__ inline int64_t CmpLimit(const SmlaGradBatch& bt, uint32_t s) const {
-    if (t_.cmpMode == static_cast<uint32_t>(mgo::table::CmpMaskMode::kNoMask)) return bt.cmpLen;
-    const int64_t thr = bt.maskLen - bt.qLen + s + 1;
-    if (thr <= 0) return 0;
-    const int64_t lim = thr / t_.ratio;
-    return lim < bt.cmpLen ? lim : bt.cmpLen;
-  }
-
-  // Element offset of (query token t, local row s, batch b, group g) in softmax_lse: [N2, T1, G] (TND) or
-  // [B, N2, S1, G] (BSND).
-  __aicore__ inline uint64_t LseOffset(uint64_t t, uint32_t b, uint32_t s, uint32_t g) const {
-    if (Tnd()) return (uint64_t{g} * t_.t1 + t) * t_.g;
-    return ((uint64_t{b} * t_.n2 + g) * t_.s1 + s) * t_.g;
-  }
-
- private:
-  __aicore__ inline static uint32_t Used(bool has, const GlobalTensor<int32_t>& used, uint32_t b, uint32_t avail) {
-    if (!has) return avail;
-    const int32_t v = used.GetValue(b);
-    return v < 0 ? 0 : (static_cast<uint32_t>(v) < avail ? static_cast<uint32_t>(v) : avail);
-  }
-
-  mgo::tiling::SparseFlashMlaGradTilingData t_{};
-  GlobalTensor<int32_t> cuQ_, cuOri_, cuCmp_, usedQ_, usedOri_, usedCmp_, residual_;
 };
 
 // The UB buffers of one AIV, allocated exactly as PlanSmlaGradUb counts them.
@@ -230,16 +105,17 @@ class SparseFlashMlaGradKernel {
       return;
     }
     InitGm(io);
-    geo_.Init(t, io);
-    ub_.Init(pipe_, mgo::tiling::PlanSmlaGradUb(t.gatherRows, t.ubTileRows, t.chunkCols, t.d, t.mRows, t.rowChunk,
-                                                t.keyBlock, t.kOri, t.kCmp, t.hasSinks ? t.n1 : 0));
+    lens_.Init(t.geo, io.lens);
+    const SmlaGeo& g = t.geo;
+    ub_.Init(pipe_, mgo::tiling::PlanSmlaGradUb(t.gatherRows, t.ubTileRows, t.chunkCols, g.d, t.mRows, t.rowChunk,
+                                                t.keyBlock, g.kOri, g.kCmp, g.hasSinks ? g.n1 : 0));
     gather_.Init(ub_.gather.template Get<T>(), t.gatherRows);
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) QueryRow(row);
     SyncAll();  // every delta is in the workspace before any key pass reads it
-    for (uint32_t kr = t.oriKeyStart[aiv]; kr < t.oriKeyStart[aiv + 1]; ++kr) KeyRow(kr, SmlaGradSource::kOri);
-    for (uint32_t kr = t.cmpKeyStart[aiv]; kr < t.cmpKeyStart[aiv + 1]; ++kr) KeyRow(kr, SmlaGradSource::kCmp);
-    if (t.hasSinks && aiv == 0) SumSinkTerms();
+    for (uint32_t kr = t.oriKeyStart[aiv]; kr < t.oriKeyStart[aiv + 1]; ++kr) KeyRow(kr, true);
+    for (uint32_t kr = t.cmpKeyStart[aiv]; kr < t.cmpKeyStart[aiv + 1]; ++kr) KeyRow(kr, false);
+    if (g.hasSinks && aiv == 0) SumSinkTerms();
     mmNT_.End();
     mmNN_.End();
     mmTN_.End();
@@ -249,109 +125,109 @@ class SparseFlashMlaGradKernel {
   enum StatSlot : uint32_t { kLse = 0, kDelta = 1, kSink = 2, kSinkTerm = 3 };
 
   __aicore__ inline void InitGm(const SmlaGradIo& io) {
-    const uint64_t q_rows = uint64_t{t_.t1} * t_.n1;
-    qGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.query), q_rows * t_.d);
-    doGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_out), q_rows * t_.d);
-    oGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.out), q_rows * t_.d);
+    const uint64_t q_rows = uint64_t{t_.geo.t1} * t_.geo.n1;
+    qGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.query), q_rows * t_.geo.d);
+    doGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_out), q_rows * t_.geo.d);
+    oGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.out), q_rows * t_.geo.d);
     lseGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.softmax_lse), q_rows);
-    dqGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_query), q_rows * t_.d);
-    const uint64_t ori_rows = uint64_t{t_.t2} * t_.n2;
-    kvGm_[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.ori_kv), ori_rows * t_.d);
-    dKvGm_[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_ori_kv), ori_rows * t_.d);
-    if (t_.hasCmp) {
-      const uint64_t cmp_rows = uint64_t{t_.t3} * t_.n2;
-      kvGm_[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.cmp_kv), cmp_rows * t_.d);
-      dKvGm_[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_cmp_kv), cmp_rows * t_.d);
+    dqGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_query), q_rows * t_.geo.d);
+    const uint64_t ori_rows = uint64_t{t_.geo.t2} * t_.geo.n2;
+    kvGm_[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.ori_kv), ori_rows * t_.geo.d);
+    dKvGm_[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_ori_kv), ori_rows * t_.geo.d);
+    if (t_.geo.hasCmp) {
+      const uint64_t cmp_rows = uint64_t{t_.geo.t3} * t_.geo.n2;
+      kvGm_[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.cmp_kv), cmp_rows * t_.geo.d);
+      dKvGm_[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(io.d_cmp_kv), cmp_rows * t_.geo.d);
     }
-    const uint64_t idx_rows = uint64_t{t_.t1} * t_.n2;
-    if (t_.kOri > 0) {
-      oriIdxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(io.ori_idx), idx_rows * t_.kOri);
-      l1OriGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.ori_l1), idx_rows * t_.kOri);
+    const uint64_t idx_rows = uint64_t{t_.geo.t1} * t_.geo.n2;
+    if (t_.geo.kOri > 0) {
+      oriIdxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(io.ori_idx), idx_rows * t_.geo.kOri);
+      l1OriGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.ori_l1), idx_rows * t_.geo.kOri);
     }
-    if (t_.kCmp > 0) {
-      cmpIdxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(io.cmp_idx), idx_rows * t_.kCmp);
-      l1CmpGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.cmp_l1), idx_rows * t_.kCmp);
+    if (t_.geo.kCmp > 0) {
+      cmpIdxGm_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(io.cmp_idx), idx_rows * t_.geo.kCmp);
+      l1CmpGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.cmp_l1), idx_rows * t_.geo.kCmp);
     }
     GM_ADDR user = GetUserWorkspace(io.workspace);
     GM_ADDR ws = user + static_cast<uint64_t>(GetBlockIdx()) * t_.aivWsBytes;
     const uint64_t m2 = 2ull * t_.mRows;
     const uint64_t cw = t_.chunkCols;
-    wsQd_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsQd), m2 * t_.d);
-    wsK_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsK), cw * t_.d);
+    wsQd_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsQd), m2 * t_.geo.d);
+    wsK_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsK), cw * t_.geo.d);
     wsSd_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsSd), m2 * cw);
     wsPd_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(ws + t_.wsPd), m2 * cw);
-    wsAcc_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsAcc), uint64_t{t_.g} * t_.d);
+    wsAcc_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsAcc), uint64_t{t_.geo.g} * t_.geo.d);
     const uint64_t block_cols = mgo::tiling::AlignUp(t_.keyBlock, mgo::tiling::kCubeAlign);
-    wsDkv_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsDkv), block_cols * t_.d);
+    wsDkv_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsDkv), block_cols * t_.geo.d);
     wsDelta_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(user + t_.wsDelta), q_rows);
-    if (t_.hasSinks) {
-      sinkGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.sinks), t_.n1);
-      dSinkGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.d_sinks), t_.n1);
+    if (t_.geo.hasSinks) {
+      sinkGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.sinks), t_.geo.n1);
+      dSinkGm_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(io.d_sinks), t_.geo.n1);
       wsSink_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(user + t_.wsSink), q_rows);
     }
   }
 
   // Not const: TBuf::Get is a non-const member in the real API (kernel_tpipe.h).
   __aicore__ inline LocalTensor<float> Stat(StatSlot s) { return ub_.stat[s].template Get<float>(); }
-  __aicore__ inline uint64_t KvStride() const { return uint64_t{t_.n2} * t_.d; }
+  __aicore__ inline uint64_t KvStride() const { return uint64_t{t_.geo.n2} * t_.geo.d; }
 
   // ---------------------------------------------------------------- row pass
   __aicore__ inline void QueryRow(uint32_t row) {
-    const uint32_t t = row / t_.n2;
-    const uint32_t g = row % t_.n2;
-    const uint32_t b = geo_.BatchOf(t, SmlaGradSource::kQuery);
-    const SmlaGradBatch bt = geo_.Batch(b);
-    const uint64_t q_row0 = uint64_t{t} * t_.n1 + uint64_t{g} * t_.g;
+    const uint32_t t = row / t_.geo.n2;
+    const uint32_t g = row % t_.geo.n2;
+    const SmlaBatch bt = SmlaBatchOf(t_.geo, lens_, SmlaBatchOfToken(t_.geo, lens_, t));
+    const uint64_t q_row0 = uint64_t{t} * t_.geo.n1 + uint64_t{g} * t_.geo.g;
     const bool padding = t - bt.q0 >= bt.qLen;
     const auto s = static_cast<uint32_t>(t - bt.q0);
     SyncPipes<HardEvent::V_S>();  // the previous row's vector work on the statistics is done
-    if (t_.kOri > 0) Duplicate(ub_.l1Ori.template Get<float>(), 0.0f, t_.kOri);
-    if (t_.kCmp > 0) Duplicate(ub_.l1Cmp.template Get<float>(), 0.0f, t_.kCmp);
+    if (t_.geo.kOri > 0) Duplicate(ub_.l1Ori.template Get<float>(), 0.0f, t_.geo.kOri);
+    if (t_.geo.kCmp > 0) Duplicate(ub_.l1Cmp.template Get<float>(), 0.0f, t_.geo.kCmp);
     uint32_t chunks = 0;
     if (padding) {
-      Duplicate(Stat(kDelta), 0.0f, t_.g);
-      StoreF32(wsDelta_[q_row0], Stat(kDelta), t_.g);
+      Duplicate(Stat(kDelta), 0.0f, t_.geo.g);
+      StoreF32(wsDelta_[q_row0], Stat(kDelta), t_.geo.g);
     } else {
-      gather_.Copy(wsQd_, qGm_[q_row0 * t_.d], qGm_, t_.d, t_.g, t_.d, 0);
-      gather_.Copy(wsQd_[uint64_t{t_.g} * t_.d], doGm_[q_row0 * t_.d], doGm_, t_.d, t_.g, t_.d, 0);
+      gather_.Copy(wsQd_, qGm_[q_row0 * t_.geo.d], qGm_, t_.geo.d, t_.geo.g, t_.geo.d, 0);
+      gather_.Copy(wsQd_[uint64_t{t_.geo.g} * t_.geo.d], doGm_[q_row0 * t_.geo.d], doGm_, t_.geo.d, t_.geo.g,
+                   t_.geo.d, 0);
       RowDelta(q_row0);
-      const uint64_t at = geo_.LseOffset(t, b, s, g);
-      for (uint32_t h = 0; h < t_.g; ++h) Stat(kLse).SetValue(h, lseGm_.GetValue(at + h));
+      const uint64_t at = SmlaLseOffset(t_.geo, t, g);
+      for (uint32_t h = 0; h < t_.geo.g; ++h) Stat(kLse).SetValue(h, lseGm_.GetValue(at + h));
       chunks = RowKeys(t, g, bt, s);
     }
-    WriteRows(wsAcc_, chunks > 0, t_.g, q_row0, 1, dqGm_, t_.scale);
-    const uint64_t slots = uint64_t{t} * t_.n2 + g;
+    WriteRows(wsAcc_, chunks > 0, t_.geo.g, q_row0, 1, dqGm_, t_.geo.scale);
+    const uint64_t slots = uint64_t{t} * t_.geo.n2 + g;
     SyncPipes<HardEvent::S_MTE3>();  // the slots' norms were set by the scalar unit
-    if (t_.kOri > 0) StoreF32(l1OriGm_[slots * t_.kOri], ub_.l1Ori.template Get<float>(), t_.kOri);
-    if (t_.kCmp > 0) StoreF32(l1CmpGm_[slots * t_.kCmp], ub_.l1Cmp.template Get<float>(), t_.kCmp);
-    if (t_.hasSinks) SinkTerms(q_row0, g * t_.g, chunks > 0);
+    if (t_.geo.kOri > 0) StoreF32(l1OriGm_[slots * t_.geo.kOri], ub_.l1Ori.template Get<float>(), t_.geo.kOri);
+    if (t_.geo.kCmp > 0) StoreF32(l1CmpGm_[slots * t_.geo.kCmp], ub_.l1Cmp.template Get<float>(), t_.geo.kCmp);
+    if (t_.geo.hasSinks) SinkTerms(q_row0, g * t_.geo.g, chunks > 0);
   }
 
   // Walks the row's keys in order (the original tokens, then the compressed entries), gathering them into the
   // chunk workspace; returns the number of chunks computed.
-  __aicore__ inline uint32_t RowKeys(uint32_t t, uint32_t g, const SmlaGradBatch& bt, uint32_t s) {
+  __aicore__ inline uint32_t RowKeys(uint32_t t, uint32_t g, const SmlaBatch& bt, uint32_t s) {
     chunks_ = 0;
     filled_ = 0;
     g_ = g;
-    const uint64_t slots = uint64_t{t} * t_.n2 + g;
+    const uint64_t slots = uint64_t{t} * t_.geo.n2 + g;
     int64_t lo = 0;
     int64_t hi = 0;
-    geo_.OriRange(bt, s, &lo, &hi);
-    if (t_.kOri == 0) {
+    SmlaOriBand(t_.geo, bt, s, &lo, &hi);
+    if (t_.geo.kOri == 0) {
       if (hi > lo) AddKeys(0, bt.ori0 + lo, static_cast<uint32_t>(hi - lo), -1);
     } else {
-      for (uint32_t slot = 0; slot < t_.kOri; ++slot) {
-        const int32_t v = oriIdxGm_.GetValue(slots * t_.kOri + slot);
+      for (uint32_t slot = 0; slot < t_.geo.kOri; ++slot) {
+        const int32_t v = oriIdxGm_.GetValue(slots * t_.geo.kOri + slot);
         if (v >= lo && v < hi) AddKeys(0, bt.ori0 + v, 1, static_cast<int32_t>(slot));
       }
     }
-    if (t_.hasCmp) {
-      const int64_t limit = geo_.CmpLimit(bt, s);
-      if (t_.kCmp == 0) {
+    if (t_.geo.hasCmp) {
+      const int64_t limit = SmlaCmpLimit(t_.geo, bt, s);
+      if (t_.geo.kCmp == 0) {
         if (limit > 0) AddKeys(1, bt.cmp0, static_cast<uint32_t>(limit), -1);
       } else {
-        for (uint32_t slot = 0; slot < t_.kCmp; ++slot) {
-          const int32_t v = cmpIdxGm_.GetValue(slots * t_.kCmp + slot);
+        for (uint32_t slot = 0; slot < t_.geo.kCmp; ++slot) {
+          const int32_t v = cmpIdxGm_.GetValue(slots * t_.geo.kCmp + slot);
           if (v >= 0 && v < limit) AddKeys(1, bt.cmp0 + v, 1, static_cast<int32_t>(slot) + kCmpTag);
         }
       }
@@ -366,8 +242,8 @@ class SparseFlashMlaGradKernel {
     const LocalTensor<int32_t> col_slot = ub_.colSlot.template Get<int32_t>();
     while (count > 0) {
       const uint32_t take = count < t_.keyChunk - filled_ ? count : t_.keyChunk - filled_;
-      gather_.Copy(wsK_[uint64_t{filled_} * t_.d], kvGm_[src][(token * t_.n2 + g_) * t_.d], kvGm_[src], KvStride(),
-                   take, t_.d, 0);
+      gather_.Copy(wsK_[uint64_t{filled_} * t_.geo.d], kvGm_[src][(token * t_.geo.n2 + g_) * t_.geo.d], kvGm_[src],
+                   KvStride(), take, t_.geo.d, 0);
       for (uint32_t i = 0; i < take; ++i) col_slot.SetValue(filled_ + i, tag);
       filled_ += take;
       token += take;
@@ -387,20 +263,20 @@ class SparseFlashMlaGradKernel {
     const LocalTensor<float> of = ub_.rowF[1].template Get<float>();
     const LocalTensor<float> red = ub_.red.template Get<float>();
     const LocalTensor<float> work = ub_.work.template Get<float>();
-    for (uint32_t h = 0; h < t_.g; ++h) {
-      DataCopy(do16, doGm_[(q_row0 + h) * t_.d], t_.d);
-      DataCopy(o16, oGm_[(q_row0 + h) * t_.d], t_.d);
+    for (uint32_t h = 0; h < t_.geo.g; ++h) {
+      DataCopy(do16, doGm_[(q_row0 + h) * t_.geo.d], t_.geo.d);
+      DataCopy(o16, oGm_[(q_row0 + h) * t_.geo.d], t_.geo.d);
       SyncPipes<HardEvent::MTE2_V>();
-      Cast(dof, do16, RoundMode::CAST_NONE, t_.d);
-      Cast(of, o16, RoundMode::CAST_NONE, t_.d);
-      Mul(dof, dof, of, t_.d);
-      ReduceSum(red, dof, work, t_.d);
+      Cast(dof, do16, RoundMode::CAST_NONE, t_.geo.d);
+      Cast(of, o16, RoundMode::CAST_NONE, t_.geo.d);
+      Mul(dof, dof, of, t_.geo.d);
+      ReduceSum(red, dof, work, t_.geo.d);
       SyncPipes<HardEvent::V_S>();
       Stat(kDelta).SetValue(h, red.GetValue(0));
       SyncPipes<HardEvent::V_MTE2>();  // the next head's rows overwrite the buffers
     }
     SyncPipes<HardEvent::S_MTE3>();
-    StoreF32(wsDelta_[q_row0], Stat(kDelta), t_.g);
+    StoreF32(wsDelta_[q_row0], Stat(kDelta), t_.geo.g);
   }
 
   // The d_sinks terms of the G heads of a row (first head head0): -exp(sink - lse) * delta, 0 for a -inf sink
@@ -409,22 +285,22 @@ class SparseFlashMlaGradKernel {
     const LocalTensor<float> sink = Stat(kSink);
     const LocalTensor<float> term = Stat(kSinkTerm);
     if (!any) {
-      Duplicate(term, 0.0f, t_.g);
-      StoreF32(wsSink_[q_row0], term, t_.g);
+      Duplicate(term, 0.0f, t_.geo.g);
+      StoreF32(wsSink_[q_row0], term, t_.geo.g);
       return;
     }
-    for (uint32_t h = 0; h < t_.g; ++h) sink.SetValue(h, sinkGm_.GetValue(head0 + h));
+    for (uint32_t h = 0; h < t_.geo.g; ++h) sink.SetValue(h, sinkGm_.GetValue(head0 + h));
     SyncPipes<HardEvent::S_V>();
-    Sub(term, sink, Stat(kLse), t_.g);
-    Exp(term, term, t_.g);
-    Mul(term, term, Stat(kDelta), t_.g);
-    Muls(term, term, -1.0f, t_.g);
+    Sub(term, sink, Stat(kLse), t_.geo.g);
+    Exp(term, term, t_.geo.g);
+    Mul(term, term, Stat(kDelta), t_.geo.g);
+    Muls(term, term, -1.0f, t_.geo.g);
     SyncPipes<HardEvent::V_S>();
-    for (uint32_t h = 0; h < t_.g; ++h) {
+    for (uint32_t h = 0; h < t_.geo.g; ++h) {
       if (sink.GetValue(h) < kLowestFloat) term.SetValue(h, 0.0f);  // -inf: no sink
     }
     SyncPipes<HardEvent::S_MTE3>();
-    StoreF32(wsSink_[q_row0], term, t_.g);
+    StoreF32(wsSink_[q_row0], term, t_.geo.g);
   }
 
   // d_sinks = the sum over query tokens, ascending, of the rows' terms: [t1, n1] through the score tile,
@@ -432,22 +308,22 @@ class SparseFlashMlaGradKernel {
   __aicore__ inline void SumSinkTerms() {
     const LocalTensor<float> acc = ub_.sink.template Get<float>();
     const LocalTensor<float> tile = ub_.score.template Get<float>();
-    const uint32_t pitch = static_cast<uint32_t>(mgo::tiling::AlignUp(t_.n1, 8));
-    Duplicate(acc, 0.0f, t_.n1);
-    for (uint32_t t0 = 0; t0 < t_.t1; t0 += t_.sinkTileRows) {
-      const uint32_t rows = t_.t1 - t0 < t_.sinkTileRows ? t_.t1 - t0 : t_.sinkTileRows;
+    const uint32_t pitch = static_cast<uint32_t>(mgo::tiling::AlignUp(t_.geo.n1, 8));
+    Duplicate(acc, 0.0f, t_.geo.n1);
+    for (uint32_t t0 = 0; t0 < t_.geo.t1; t0 += t_.sinkTileRows) {
+      const uint32_t rows = t_.geo.t1 - t0 < t_.sinkTileRows ? t_.geo.t1 - t0 : t_.sinkTileRows;
       SyncPipes<HardEvent::V_MTE2>();  // the previous tile is consumed
-      LoadRowsF32(tile, wsSink_[uint64_t{t0} * t_.n1], rows, t_.n1);
-      for (uint32_t i = 0; i < rows; ++i) Add(acc, acc, tile[i * pitch], t_.n1);
+      LoadRowsF32(tile, wsSink_[uint64_t{t0} * t_.geo.n1], rows, t_.geo.n1);
+      for (uint32_t i = 0; i < rows; ++i) Add(acc, acc, tile[i * pitch], t_.geo.n1);
     }
-    StoreF32(dSinkGm_, acc, t_.n1);
+    StoreF32(dSinkGm_, acc, t_.geo.n1);
   }
 
   // One chunk of n keys of the current query row: [S; dP] (AIC); P, dS and the column sums of P (AIV);
   // dQ (+)= dS K (AIC); the L1 norms of the chunk's index slots.
   __aicore__ inline void RowChunk(uint32_t n, uint32_t index) {
-    const uint32_t g = t_.g;
-    const bool norms = t_.kOri > 0 || t_.kCmp > 0;
+    const uint32_t g = t_.geo.g;
+    const bool norms = t_.geo.kOri > 0 || t_.geo.kCmp > 0;
     const LocalTensor<float> col_sum = ub_.colSum.template Get<float>();
     if (norms) Duplicate(col_sum, 0.0f, n);
     ScoresAndDp(g, n);
@@ -455,8 +331,8 @@ class SparseFlashMlaGradKernel {
       const uint32_t rows = g - h0 < t_.ubTileRows ? g - h0 : t_.ubTileRows;
       SoftmaxBackwardTile(g, h0, rows, n, false, norms);
     }
-    mmNN_.SetOrgShape(g, t_.d, n, n);
-    mmNN_.SetSingleShape(g, t_.d, n);
+    mmNN_.SetOrgShape(g, t_.geo.d, n, n);
+    mmNN_.SetSingleShape(g, t_.geo.d, n);
     mmNN_.SetTensorA(wsPd_);
     mmNN_.SetTensorB(wsK_);
     mmNN_.IterateAll(wsAcc_, index > 0 ? 1 : 0);
@@ -480,8 +356,8 @@ class SparseFlashMlaGradKernel {
 
   // [S; dP] = [Q; dO] Kᵀ: the 2m rows of wsQd against the n keys of wsK -> wsSd [2m, n].
   __aicore__ inline void ScoresAndDp(uint32_t m, uint32_t n) {
-    mmNT_.SetOrgShape(2 * m, n, t_.d, t_.d);
-    mmNT_.SetSingleShape(2 * m, n, t_.d);
+    mmNT_.SetOrgShape(2 * m, n, t_.geo.d, t_.geo.d);
+    mmNT_.SetSingleShape(2 * m, n, t_.geo.d);
     mmNT_.SetTensorA(wsQd_);
     mmNT_.SetTensorB(wsK_, true);
     mmNT_.IterateAll(wsSd_);
@@ -511,16 +387,16 @@ class SparseFlashMlaGradKernel {
       const float delta = Stat(kDelta).GetValue(j);
       const LocalTensor<float> si = s[i * pitch_f];
       const LocalTensor<float> dpi = dp[i * pitch_f];
-      Muls(si, si, t_.scale, n);
+      Muls(si, si, t_.geo.scale, n);
       Adds(si, si, -lse, n);
       if (key_pass) Mins(si, si, kExpCap, n);
       Exp(si, si, n);
-      if (key_pass) Mul(si, si, mult[(j / t_.g) * pitch_m], n);
+      if (key_pass) Mul(si, si, mult[(j / t_.geo.g) * pitch_m], n);
       if (norms) Add(col_sum, col_sum, si, n);
       Adds(dpi, dpi, -delta, n);
       Mul(dpi, dpi, si, n);
       if (key_pass) {
-        Muls(dpi, dpi, t_.scale, n);
+        Muls(dpi, dpi, t_.geo.scale, n);
         Cast(p16[i * pitch_h], si, RoundMode::CAST_RINT, n);
       }
       Cast(ds16[i * pitch_h], dpi, RoundMode::CAST_RINT, n);
@@ -534,76 +410,74 @@ class SparseFlashMlaGradKernel {
                                    uint64_t stride, const GlobalTensor<T>& dst, float scale) {
     const LocalTensor<float> rowf = ub_.rowF[0].template Get<float>();
     const LocalTensor<T> rowh = ub_.rowH[0].template Get<T>();
-    if (!any) Duplicate(rowf, 0.0f, t_.d);
+    if (!any) Duplicate(rowf, 0.0f, t_.geo.d);
     for (uint32_t i = 0; i < rows; ++i) {
       if (any) {
-        DataCopy(rowf, acc[uint64_t{i} * t_.d], t_.d);
+        DataCopy(rowf, acc[uint64_t{i} * t_.geo.d], t_.geo.d);
         SyncPipes<HardEvent::MTE2_V>();
-        if (scale != 1.0f) Muls(rowf, rowf, scale, t_.d);
+        if (scale != 1.0f) Muls(rowf, rowf, scale, t_.geo.d);
       }
-      Cast(rowh, rowf, RoundMode::CAST_RINT, t_.d);
+      Cast(rowh, rowf, RoundMode::CAST_RINT, t_.geo.d);
       SyncPipes<HardEvent::V_MTE3>();
-      DataCopy(dst[(row0 + uint64_t{i} * stride) * t_.d], rowh, t_.d);
+      DataCopy(dst[(row0 + uint64_t{i} * stride) * t_.geo.d], rowh, t_.geo.d);
       SyncPipes<HardEvent::MTE3_V>();
       SyncPipes<HardEvent::MTE3_MTE2>();
     }
   }
 
   // ---------------------------------------------------------------- key pass
-  // Key row kr = (token of `src`, g); the AIV owning a block's first key row does the whole block.
-  __aicore__ inline void KeyRow(uint32_t kr, SmlaGradSource src) {
-    const uint32_t token = kr / t_.n2;
-    const uint32_t g = kr % t_.n2;
-    const uint32_t b = geo_.BatchOf(token, src);
-    const SmlaGradBatch bt = geo_.Batch(b);
-    const bool ori = src == SmlaGradSource::kOri;
+  // Key row kr = (token of ori_kv, or of cmp_kv when !ori, g); the AIV owning a block's first key row does the
+  // whole block.
+  __aicore__ inline void KeyRow(uint32_t kr, bool ori) {
+    const uint32_t token = kr / t_.geo.n2;
+    const uint32_t g = kr % t_.geo.n2;
+    const SmlaLen cu = ori ? SmlaLen::kCuOri : SmlaLen::kCuCmp;
+    const SmlaBatch bt = SmlaBatchOf(t_.geo, lens_, SmlaBatchOfRow(t_.geo, lens_, cu, token));
     const uint64_t src0 = ori ? bt.ori0 : bt.cmp0;
-    const uint32_t avail = ori ? bt.oriAvail : bt.cmpAvail;
+    const auto avail = static_cast<uint32_t>(ori ? bt.oriAvail : bt.cmpAvail);
     const auto local = static_cast<uint32_t>(token - src0);
     if (local % t_.keyBlock != 0) return;
     const uint32_t n = avail - local < t_.keyBlock ? avail - local : t_.keyBlock;
     const uint32_t si = ori ? 0 : 1;
-    gather_.Copy(wsK_, kvGm_[si][(uint64_t{token} * t_.n2 + g) * t_.d], kvGm_[si], KvStride(), n, t_.d, 0);
+    gather_.Copy(wsK_, kvGm_[si][(uint64_t{token} * t_.geo.n2 + g) * t_.geo.d], kvGm_[si], KvStride(), n, t_.geo.d, 0);
     g_ = g;
     uint32_t chunks = 0;
     uint32_t count = 0;
-    const uint32_t first = ori ? geo_.FirstOriRow(bt, local) : 0;
+    const auto first = static_cast<uint32_t>(ori ? SmlaFirstOriRow(t_.geo, bt, local) : 0);
     for (uint32_t s = first; s < bt.qLen; ++s) {
       const int32_t seen = ori ? OriMultiplicity(bt, s, local, n, count) : CmpMultiplicity(bt, s, local, n, count);
       if (seen < 0) break;  // no later row reaches the block
       if (seen == 0) continue;
       rowT_[count] = static_cast<uint32_t>(bt.q0 + s);
-      rowS_[count] = s;
-      rowB_ = b;
       if (++count == t_.rowChunk) {
         KeyChunk(count, n, chunks++);
         count = 0;
       }
     }
     if (count > 0) KeyChunk(count, n, chunks++);
-    WriteRows(wsDkv_, chunks > 0, n, uint64_t{token} * t_.n2 + g, t_.n2, dKvGm_[si], 1.0f);
+    WriteRows(wsDkv_, chunks > 0, n, uint64_t{token} * t_.geo.n2 + g, t_.geo.n2, dKvGm_[si], 1.0f);
   }
 
   // Fills mult row `entry` over the block's n columns with how often local query row s sees each of the
   // block's keys [key0, key0 + n) of ori_kv; returns whether any (1), none (0), or -1 when neither this row
   // nor any later one can (the band's start has passed the block).
-  __aicore__ inline int32_t OriMultiplicity(const SmlaGradBatch& bt, uint32_t s, uint32_t key0, uint32_t n,
+  __aicore__ inline int32_t OriMultiplicity(const SmlaBatch& bt, uint32_t s, uint32_t key0, uint32_t n,
                                             uint32_t entry) {
     int64_t lo = 0;
     int64_t hi = 0;
-    geo_.OriRange(bt, s, &lo, &hi);
+    SmlaOriBand(t_.geo, bt, s, &lo, &hi);
     if (lo >= int64_t{key0} + n) return -1;
     const int64_t a = lo > key0 ? lo : key0;
     const int64_t e = hi < int64_t{key0} + n ? hi : int64_t{key0} + n;
     if (e <= a) return 0;
     const LocalTensor<float> mult = MultRow(entry, n);
-    if (t_.kOri == 0) {
+    if (t_.geo.kOri == 0) {
       for (int64_t c = a; c < e; ++c) mult.SetValue(static_cast<uint32_t>(c - key0), 1.0f);
       return 1;
     }
-    const uint64_t slots = (uint64_t{static_cast<uint32_t>(bt.q0 + s)} * t_.n2 + g_) * t_.kOri;
+    const uint64_t slots = (uint64_t{static_cast<uint32_t>(bt.q0 + s)} * t_.geo.n2 + g_) * t_.geo.kOri;
     int32_t any = 0;
-    for (uint32_t slot = 0; slot < t_.kOri; ++slot) {
+    for (uint32_t slot = 0; slot < t_.geo.kOri; ++slot) {
       const int32_t v = oriIdxGm_.GetValue(slots + slot);
       if (v < a || v >= e) continue;
       const auto c = static_cast<uint32_t>(v - key0);
@@ -614,19 +488,19 @@ class SparseFlashMlaGradKernel {
   }
 
   // As OriMultiplicity for the compressed entries [key0, key0 + n).
-  __aicore__ inline int32_t CmpMultiplicity(const SmlaGradBatch& bt, uint32_t s, uint32_t key0, uint32_t n,
+  __aicore__ inline int32_t CmpMultiplicity(const SmlaBatch& bt, uint32_t s, uint32_t key0, uint32_t n,
                                             uint32_t entry) {
-    const int64_t limit = geo_.CmpLimit(bt, s);
+    const int64_t limit = SmlaCmpLimit(t_.geo, bt, s);
     if (limit <= key0) return 0;
     const int64_t e = limit < int64_t{key0} + n ? limit : int64_t{key0} + n;
     const LocalTensor<float> mult = MultRow(entry, n);
-    if (t_.kCmp == 0) {
+    if (t_.geo.kCmp == 0) {
       for (int64_t c = key0; c < e; ++c) mult.SetValue(static_cast<uint32_t>(c - key0), 1.0f);
       return 1;
     }
-    const uint64_t slots = (uint64_t{static_cast<uint32_t>(bt.q0 + s)} * t_.n2 + g_) * t_.kCmp;
+    const uint64_t slots = (uint64_t{static_cast<uint32_t>(bt.q0 + s)} * t_.geo.n2 + g_) * t_.geo.kCmp;
     int32_t any = 0;
-    for (uint32_t slot = 0; slot < t_.kCmp; ++slot) {
+    for (uint32_t slot = 0; slot < t_.geo.kCmp; ++slot) {
       const int32_t v = cmpIdxGm_.GetValue(slots + slot);
       if (v < static_cast<int32_t>(key0) || v >= e) continue;
       const auto c = static_cast<uint32_t>(v - key0);
@@ -644,18 +518,20 @@ class SparseFlashMlaGradKernel {
     return mult;
   }
 
-  // Recomputes S, dP, P, dS of `count` query rows (rowT_, rowS_ of batch rowB_) against the block's n keys,
+  // Recomputes S, dP, P, dS of `count` query rows (tokens rowT_) against the block's n keys,
   // then dKV (+)= [scale dS; P]ᵀ [Q; dO].
   __aicore__ inline void KeyChunk(uint32_t count, uint32_t n, uint32_t index) {
-    const uint32_t m = count * t_.g;
+    const uint32_t m = count * t_.geo.g;
     for (uint32_t i = 0; i < count; ++i) {
-      const uint64_t q_row0 = uint64_t{rowT_[i]} * t_.n1 + uint64_t{g_} * t_.g;
-      gather_.Copy(wsQd_[uint64_t{i} * t_.g * t_.d], qGm_[q_row0 * t_.d], qGm_, t_.d, t_.g, t_.d, 0);
-      gather_.Copy(wsQd_[uint64_t{m + i * t_.g} * t_.d], doGm_[q_row0 * t_.d], doGm_, t_.d, t_.g, t_.d, 0);
-      const uint64_t at = geo_.LseOffset(rowT_[i], rowB_, rowS_[i], g_);
-      for (uint32_t h = 0; h < t_.g; ++h) {
-        Stat(kLse).SetValue(i * t_.g + h, lseGm_.GetValue(at + h));
-        Stat(kDelta).SetValue(i * t_.g + h, wsDelta_.GetValue(q_row0 + h));
+      const uint64_t q_row0 = uint64_t{rowT_[i]} * t_.geo.n1 + uint64_t{g_} * t_.geo.g;
+      gather_.Copy(wsQd_[uint64_t{i} * t_.geo.g * t_.geo.d], qGm_[q_row0 * t_.geo.d], qGm_, t_.geo.d, t_.geo.g,
+                   t_.geo.d, 0);
+      gather_.Copy(wsQd_[uint64_t{m + i * t_.geo.g} * t_.geo.d], doGm_[q_row0 * t_.geo.d], doGm_, t_.geo.d,
+                   t_.geo.g, t_.geo.d, 0);
+      const uint64_t at = SmlaLseOffset(t_.geo, rowT_[i], g_);
+      for (uint32_t h = 0; h < t_.geo.g; ++h) {
+        Stat(kLse).SetValue(i * t_.geo.g + h, lseGm_.GetValue(at + h));
+        Stat(kDelta).SetValue(i * t_.geo.g + h, wsDelta_.GetValue(q_row0 + h));
       }
     }
     SyncPipes<HardEvent::S_V>();
@@ -664,8 +540,8 @@ class SparseFlashMlaGradKernel {
       const uint32_t rows = m - r0 < t_.ubTileRows ? m - r0 : t_.ubTileRows;
       SoftmaxBackwardTile(m, r0, rows, n, true, false);
     }
-    mmTN_.SetOrgShape(n, t_.d, 2 * m, 2 * m);
-    mmTN_.SetSingleShape(n, t_.d, 2 * m);
+    mmTN_.SetOrgShape(n, t_.geo.d, 2 * m, 2 * m);
+    mmTN_.SetSingleShape(n, t_.geo.d, 2 * m);
     mmTN_.SetTensorA(wsPd_, true);
     mmTN_.SetTensorB(wsQd_);
     mmTN_.IterateAll(wsDkv_, index > 0 ? 1 : 0);
@@ -677,15 +553,13 @@ class SparseFlashMlaGradKernel {
   Matmul<A, AT, C> mmNT_;
   Matmul<A, A, C> mmNN_;
   Matmul<AT, A, C> mmTN_;
-  SmlaGradGeometry geo_;
+  SmlaLensGm lens_;
   SmlaGradUb ub_;
   RowGather<T> gather_;
   uint32_t chunks_ = 0;   // row pass: chunks of the current row so far
   uint32_t filled_ = 0;   // row pass: keys in the current chunk
   uint32_t g_ = 0;        // the current key group
-  uint32_t rowB_ = 0;     // key pass: the block's batch
   uint32_t rowT_[kMaxRowChunk] = {};
-  uint32_t rowS_[kMaxRowChunk] = {};
   GlobalTensor<T> qGm_, doGm_, oGm_, dqGm_, kvGm_[2], dKvGm_[2];
   GlobalTensor<int32_t> oriIdxGm_, cmpIdxGm_;
   GlobalTensor<float> lseGm_, l1OriGm_, l1CmpGm_, sinkGm_, dSinkGm_;
@@ -708,8 +582,10 @@ extern "C" __global__ __aicore__ void sparse_flash_mla_grad(
   REGISTER_TILING_DEFAULT(mgo::tiling::SparseFlashMlaGradTilingData);
   GET_TILING_DATA(tiling_data, tiling);
   const mgo::kernel::SmlaGradIo io{query, d_out, out, softmax_lse, ori_kv, cmp_kv, ori_sparse_indices,
-                                   cmp_sparse_indices, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
-                                   seqused_ori_kv, seqused_cmp_kv, cmp_residual_kv, sinks, d_query, d_ori_kv,
+                                   cmp_sparse_indices,
+                                   {cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_ori_kv,
+                                    seqused_cmp_kv, cmp_residual_kv},
+                                   sinks, d_query, d_ori_kv,
                                    d_cmp_kv, d_sinks, ori_softmax_l1_norm, cmp_softmax_l1_norm, workspace};
   if (TILING_KEY_IS(SparseFlashMlaGradTilingKey(DType::kFloat16))) {
     mgo::kernel::SparseFlashMlaGradKernel<half> op;

@@ -11,14 +11,42 @@ namespace {
 using harness::SmlaGradArgs;  // generated into harness_args.h with its ctypes mirror
 using harness::SparseFlashMlaGradAttrArgs;
 using mgo::tiling::DType;
-using mgo::tiling::SmlaGradShape;
+using mgo::tiling::SmlaShape;
 
-SmlaGradShape Shape(const SmlaGradArgs& a, mgo::table::Layout layout) {
+// The shared SmlaShape of the args: TND without cu_seqlens_q is batch 0 (one sequence); the cumulative lengths
+// come together (has_cu: all of them given).
+SmlaShape Shape(const SmlaGradArgs& a, mgo::table::Layout layout) {
+  using mgo::tiling::SmlaLen;
+  using mgo::tiling::SmlaLenBit;
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  return SmlaGradShape{static_cast<uint32_t>(layout), u(a.batch), u(a.s1), u(a.s2), u(a.s3), u(a.t1), u(a.t2),
-                       u(a.t3), u(a.n1), u(a.n2), u(a.d), u(a.k_ori), u(a.k_cmp), a.has_cmp != 0, a.has_cu != 0,
-                       a.has_used_q != 0, a.has_used_ori != 0, a.has_used_cmp != 0, a.has_residual != 0,
-                       a.has_sinks != 0};
+  const bool tnd = layout == mgo::table::Layout::kTND;
+  uint32_t mask = 0;
+  if (a.has_cu != 0) {
+    mask |= SmlaLenBit(SmlaLen::kCuQ) | SmlaLenBit(SmlaLen::kCuOri);
+    if (a.has_cmp != 0) mask |= SmlaLenBit(SmlaLen::kCuCmp);
+  }
+  if (a.has_used_q != 0) mask |= SmlaLenBit(SmlaLen::kUsedQ);
+  if (a.has_used_ori != 0) mask |= SmlaLenBit(SmlaLen::kUsedOri);
+  if (a.has_used_cmp != 0) mask |= SmlaLenBit(SmlaLen::kUsedCmp);
+  if (a.has_residual != 0) mask |= SmlaLenBit(SmlaLen::kResidual);
+  SmlaShape s{};
+  s.layout = layout;
+  s.batch = tnd && a.has_cu == 0 ? 0 : u(a.batch);
+  s.t1 = u(a.t1);
+  s.t2 = u(a.t2);
+  s.t3 = u(a.t3);
+  s.s1 = u(a.s1);
+  s.s2 = u(a.s2);
+  s.s3 = u(a.s3);
+  s.n1 = u(a.n1);
+  s.n2 = u(a.n2);
+  s.d = u(a.d);
+  s.kOri = u(a.k_ori);
+  s.kCmp = u(a.k_cmp);
+  s.hasSinks = a.has_sinks != 0;
+  s.lenMask = mask;
+  s.hasCmp = a.has_cmp != 0;
+  return s;
 }
 
 mgo::tiling::SparseFlashMlaGradTiling Tile(int dtype, const SmlaGradArgs& a, const SparseFlashMlaGradAttrArgs& raw) {
