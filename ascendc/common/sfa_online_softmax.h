@@ -33,7 +33,16 @@ struct SfaSoftmaxDims {
 
 template <typename T>
 class SfaOnlineSoftmax {
+  using A = MatmulType<TPosition::GM, CubeFormat::ND, T>;
+  using BT = MatmulType<TPosition::GM, CubeFormat::ND, T, true>;
+  using C = MatmulType<TPosition::GM, CubeFormat::ND, float>;
+
  public:
+  // The chunk's two products on the AIC (float32 accumulation): S = Q Kᵀ and acc (+)= P V. Public because the
+  // kernel's Run registers them: REGIST_MATMUL_OBJ declares the clients in its caller's scope, so it stays there.
+  Matmul<A, BT, C> mmScore;
+  Matmul<A, A, C> mmPv;
+
   enum StatSlot : uint32_t { kMax = 0, kSum = 1, kNewMax = 2, kRowSum = 3, kAlpha = 4 };
 
   // `ub` outlives this object (a member of the same kernel).
@@ -67,14 +76,13 @@ class SfaOnlineSoftmax {
 
   // One chunk of n gathered keys (chunk `index` of the group): S = Q Kᵀ (AIC) -> scale, running max m,
   // P = exp(S - m), running sum l (AIV); acc = acc * exp(m_old - m) (AIV), acc (+)= P V (AIC).
-  template <class ScoreMm, class PvMm>
-  __aicore__ inline void Chunk(ScoreMm& mm_score, PvMm& mm_pv, uint32_t n, uint32_t index) {
+  __aicore__ inline void Chunk(uint32_t n, uint32_t index) {
     const uint32_t g = dims_.g;
-    mm_score.SetOrgShape(g, n, dims_.dk, dims_.dk);
-    mm_score.SetSingleShape(g, n, dims_.dk);
-    mm_score.SetTensorA(ws_.q);
-    mm_score.SetTensorB(ws_.k, true);
-    mm_score.IterateAll(ws_.s);
+    mmScore.SetOrgShape(g, n, dims_.dk, dims_.dk);
+    mmScore.SetSingleShape(g, n, dims_.dk);
+    mmScore.SetTensorA(ws_.q);
+    mmScore.SetTensorB(ws_.k, true);
+    mmScore.IterateAll(ws_.s);
 
     const LocalTensor<float> score = ub_->score.template Get<float>();
     const LocalTensor<T> p16 = ub_->io[0].template Get<T>();
@@ -95,11 +103,17 @@ class SfaOnlineSoftmax {
     Muls(Stat(kMax), Stat(kNewMax), 1.0f, g);
     if (index > 0) RescaleAcc();
 
-    mm_pv.SetOrgShape(g, dims_.d, n, n);
-    mm_pv.SetSingleShape(g, dims_.d, n);
-    mm_pv.SetTensorA(ws_.p);
-    mm_pv.SetTensorB(ws_.v);
-    mm_pv.IterateAll(ws_.acc, index > 0 ? 1 : 0);
+    mmPv.SetOrgShape(g, dims_.d, n, n);
+    mmPv.SetSingleShape(g, dims_.d, n);
+    mmPv.SetTensorA(ws_.p);
+    mmPv.SetTensorB(ws_.v);
+    mmPv.IterateAll(ws_.acc, index > 0 ? 1 : 0);
+  }
+
+  // After the last row: ends both Matmul clients (the AIC's service loop stops).
+  __aicore__ inline void End() {
+    mmScore.End();
+    mmPv.End();
   }
 
   // Output rows from out_row0 (GM pitch d): acc / l per head, or 0 when the group had no chunk.

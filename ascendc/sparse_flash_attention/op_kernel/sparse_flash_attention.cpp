@@ -25,10 +25,6 @@ namespace mgo::kernel {
 
 template <typename T>
 class SparseFlashAttentionKernel {
-  using A = MatmulType<TPosition::GM, CubeFormat::ND, T>;
-  using BT = MatmulType<TPosition::GM, CubeFormat::ND, T, true>;
-  using C = MatmulType<TPosition::GM, CubeFormat::ND, float>;
-
  public:
   __aicore__ inline void Run(GM_ADDR query, GM_ADDR key, GM_ADDR value, GM_ADDR indices, GM_ADDR query_rope,
                              GM_ADDR key_rope, GM_ADDR lens_q, GM_ADDR lens_kv, GM_ADDR sinks, GM_ADDR out,
@@ -37,7 +33,7 @@ class SparseFlashAttentionKernel {
     t_ = t;
     const TCubeTiling score_tiling = ToCubeTiling(t.mmScore);
     const TCubeTiling pv_tiling = ToCubeTiling(t.mmPv);
-    REGIST_MATMUL_OBJ(&pipe_, GetSysWorkSpacePtr(), mmScore_, &score_tiling, mmPv_, &pv_tiling);
+    REGIST_MATMUL_OBJ(&pipe_, GetSysWorkSpacePtr(), softmax_.mmScore, &score_tiling, softmax_.mmPv, &pv_tiling);
     if ASCEND_IS_AIC {
       return;
     }
@@ -50,8 +46,7 @@ class SparseFlashAttentionKernel {
                   SfaSoftmaxDims{t.g, t.dk, t.d, t.ubTileRows, t.scaleValue});
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) ProcessRow(row);
-    mmScore_.End();
-    mmPv_.End();
+    softmax_.End();
   }
 
  private:
@@ -97,7 +92,7 @@ class SparseFlashAttentionKernel {
 
     const SfaKeyChunkIo<T> io{kGm_, krGm_, vGm_, wsKf_, wsV_};
     const uint32_t chunks = GatherKeyChunks(t_, geo_, r, row, idxGm_, gather_, io,
-                                            [this](uint32_t n, uint32_t i) { softmax_.Chunk(mmScore_, mmPv_, n, i); });
+                                            [this](uint32_t n, uint32_t i) { softmax_.Chunk(n, i); });
     Finish(r, q_row0, chunks > 0);
   }
 
@@ -122,8 +117,6 @@ class SparseFlashAttentionKernel {
 
   mgo::tiling::SparseFlashAttentionTilingData t_{};  // the SFA tiling and the op's attributes (t_.attrs)
   TPipe pipe_;
-  Matmul<A, BT, C> mmScore_;
-  Matmul<A, A, C> mmPv_;
   SfaGeometry geo_;
   SfaUb ub_;
   RowGather<T> gather_;

@@ -40,16 +40,12 @@ struct SmlaForwardArgs {
 
 template <typename T>
 class SparseFlashMlaKernel {
-  using A = MatmulType<TPosition::GM, CubeFormat::ND, T>;
-  using BT = MatmulType<TPosition::GM, CubeFormat::ND, T, true>;
-  using C = MatmulType<TPosition::GM, CubeFormat::ND, float>;
-
  public:
   __aicore__ inline void Run(const SmlaForwardArgs& in, const mgo::tiling::SparseFlashMlaTilingData& t) {
     t_ = t;
     const TCubeTiling score_tiling = ToCubeTiling(t.mmScore);
     const TCubeTiling pv_tiling = ToCubeTiling(t.mmPv);
-    REGIST_MATMUL_OBJ(&pipe_, GetSysWorkSpacePtr(), mmScore_, &score_tiling, mmPv_, &pv_tiling);
+    REGIST_MATMUL_OBJ(&pipe_, GetSysWorkSpacePtr(), softmax_.mmScore, &score_tiling, softmax_.mmPv, &pv_tiling);
     if ASCEND_IS_AIC {
       return;
     }
@@ -62,8 +58,7 @@ class SparseFlashMlaKernel {
                   SfaSoftmaxDims{t.geo.g, t.geo.d, t.geo.d, t.ubTileRows, t.geo.scale});
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) ProcessRow(row);
-    mmScore_.End();
-    mmPv_.End();
+    softmax_.End();
   }
 
  private:
@@ -103,7 +98,7 @@ class SparseFlashMlaKernel {
       LoadQuery(q_row0);
       chunks = GatherSmlaChunks(
           g, r, idx_, gather_, wsKv_, t_.keyChunk, [](const SmlaKeyRun&, uint32_t, uint32_t, uint32_t) {},
-          [this](uint32_t n, uint32_t i) { softmax_.Chunk(mmScore_, mmPv_, n, i); });
+          [this](uint32_t n, uint32_t i) { softmax_.Chunk(n, i); });
     }
     Finish(r, q_row0, chunks > 0);
   }
@@ -146,8 +141,6 @@ class SparseFlashMlaKernel {
 
   mgo::tiling::SparseFlashMlaTilingData t_{};
   TPipe pipe_;
-  Matmul<A, BT, C> mmScore_;
-  Matmul<A, A, C> mmPv_;
   SmlaLensGm lens_;
   SmlaIndices idx_;
   SfaUb ub_;
