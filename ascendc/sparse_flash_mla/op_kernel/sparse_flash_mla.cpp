@@ -17,7 +17,7 @@
 #include "kernel_operator.h"
 #include "lib/matmul_intf.h"
 
-#include "../../common/sfa_kernel_common.h"
+#include "../../common/sfa_online_softmax.h"
 #include "../../common/smla_kernel_common.h"
 #include "../sparse_flash_mla_tiling.h"
 
@@ -40,16 +40,12 @@ struct SmlaForwardArgs {
 
 template <typename T>
 class SparseFlashMlaKernel {
-  using A = MatmulType<TPosition::GM, CubeFormat::ND, T>;
-  using BT = MatmulType<TPosition::GM, CubeFormat::ND, T, true>;
-  using C = MatmulType<TPosition::GM, CubeFormat::ND, float>;
-
  public:
   __aicore__ inline void Run(const SmlaForwardArgs& in, const mgo::tiling::SparseFlashMlaTilingData& t) {
     t_ = t;
     const TCubeTiling score_tiling = ToCubeTiling(t.mmScore);
     const TCubeTiling pv_tiling = ToCubeTiling(t.mmPv);
-    REGIST_MATMUL_OBJ(&pipe_, GetSysWorkSpacePtr(), mmScore_, &score_tiling, mmPv_, &pv_tiling);
+    REGIST_MATMUL_OBJ(&pipe_, GetSysWorkSpacePtr(), softmax_.mmScore, &score_tiling, softmax_.mmPv, &pv_tiling);
     if ASCEND_IS_AIC {
       return;
     }
@@ -57,10 +53,12 @@ class SparseFlashMlaKernel {
     lens_.Init(t.geo, in.lens);
     ub_.Init(pipe_, mgo::tiling::PlanSparseFlashMlaUb(t));
     gather_.Init(ub_.gather.template Get<T>(), t.gatherRows, t.geo, SmlaKv<T>{oriGm_, cmpGm_});
+    // Shared KV: the gathered rows are both the keys and the values.
+    softmax_.Init(&ub_, SfaChunkWs<T>{wsQ_, wsKv_, wsKv_, wsP_, wsS_, wsAcc_},
+                  SfaSoftmaxDims{t.geo.g, t.geo.d, t.geo.d, t.ubTileRows, t.geo.scale});
     const auto aiv = static_cast<uint32_t>(GetBlockIdx());
     for (uint32_t row = t.rowStart[aiv]; row < t.rowStart[aiv + 1]; ++row) ProcessRow(row);
-    mmScore_.End();
-    mmPv_.End();
+    softmax_.End();
   }
 
  private:
@@ -88,24 +86,19 @@ class SparseFlashMlaKernel {
     wsAcc_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws + t_.wsAcc), uint64_t{g.g} * g.d);
   }
 
-  enum StatSlot : uint32_t { kMax = 0, kSum = 1, kNewMax = 2, kRowSum = 3, kAlpha = 4 };
-  // Not const: TBuf::Get is a non-const member in the real API (kernel_tpipe.h).
-  __aicore__ inline LocalTensor<float> Stat(StatSlot s) { return ub_.stat[s].template Get<float>(); }
-
   __aicore__ inline void ProcessRow(uint32_t row) {
     const SmlaGeo& g = t_.geo;
     const SmlaRow r = mgo::tiling::SmlaRowOf(g, lens_, row);
     const uint64_t q_row0 = uint64_t{r.t} * g.n1 + uint64_t{r.grp} * g.g;  // first head row of the group
-    Duplicate(Stat(kMax), kLowestFloat, g.g);
-    Duplicate(Stat(kSum), 0.0f, g.g);
+    softmax_.Start();
     uint32_t chunks = 0;
     if (!r.padding) {
-      if (g.hasSinks) StartWithSinks(r.grp * g.g);
+      if (g.hasSinks) softmax_.StartWithSinks(sinkGm_, r.grp * g.g);
       // The query heads of the group: G consecutive rows of D.
       LoadQuery(q_row0);
       chunks = GatherSmlaChunks(
           g, r, idx_, gather_, wsKv_, t_.keyChunk, [](const SmlaKeyRun&, uint32_t, uint32_t, uint32_t) {},
-          [this](uint32_t n, uint32_t i) { Chunk(n, i); });
+          [this](uint32_t n, uint32_t i) { softmax_.Chunk(n, i); });
     }
     Finish(r, q_row0, chunks > 0);
   }
@@ -123,126 +116,23 @@ class SparseFlashMlaKernel {
     }
   }
 
-  // The sink of each head of the group (from head0) as the first term of its softmax: m = sink, l = 1.
-  // A -inf sink keeps the start without sink.
-  __aicore__ inline void StartWithSinks(uint32_t head0) {
-    SyncPipes<HardEvent::V_S>();
-    for (uint32_t h = 0; h < t_.geo.g; ++h) {
-      const float sink = sinkGm_.GetValue(head0 + h);
-      if (sink < kLowestFloat) continue;  // -inf
-      Stat(kMax).SetValue(h, sink);
-      Stat(kSum).SetValue(h, 1.0f);
-    }
-    SyncPipes<HardEvent::S_V>();
-  }
-
-  // One chunk of n gathered keys: scores, online softmax update, acc (+)= P V.
-  __aicore__ inline void Chunk(uint32_t n, uint32_t index) {
-    const SmlaGeo& geo = t_.geo;
-    const uint32_t g = geo.g;
-    mmScore_.SetOrgShape(g, n, geo.d, geo.d);
-    mmScore_.SetSingleShape(g, n, geo.d);
-    mmScore_.SetTensorA(wsQ_);
-    mmScore_.SetTensorB(wsKv_, true);
-    mmScore_.IterateAll(wsS_);
-
-    const LocalTensor<float> score = ub_.score.template Get<float>();
-    const LocalTensor<T> p16 = ub_.io[0].template Get<T>();
-    const LocalTensor<float> red = ub_.red.template Get<float>();
-    const LocalTensor<float> work = ub_.work.template Get<float>();
-    const uint32_t pitch_f = static_cast<uint32_t>(mgo::tiling::AlignUp(n, 8));
-    const uint32_t pitch_h = static_cast<uint32_t>(mgo::tiling::AlignUp(n, 16));
-    for (uint32_t h0 = 0; h0 < g; h0 += t_.ubTileRows) {
-      const uint32_t rows = g - h0 < t_.ubTileRows ? g - h0 : t_.ubTileRows;
-      LoadRowsF32(score, wsS_[uint64_t{h0} * n], rows, n);
-      for (uint32_t i = 0; i < rows; ++i) {
-        const LocalTensor<float> s = score[i * pitch_f];
-        Muls(s, s, geo.scale, n);
-        ReduceMax(red, s, work, n);
-        SyncPipes<HardEvent::V_S>();
-        const float old_max = Stat(kMax).GetValue(h0 + i);
-        const float chunk_max = red.GetValue(0);
-        const float new_max = chunk_max > old_max ? chunk_max : old_max;
-        Stat(kNewMax).SetValue(h0 + i, new_max);
-        SyncPipes<HardEvent::S_V>();
-        Adds(s, s, -new_max, n);
-        Exp(s, s, n);
-        ReduceSum(red, s, work, n);
-        Cast(p16[i * pitch_h], s, RoundMode::CAST_RINT, n);
-        SyncPipes<HardEvent::V_S>();
-        const float row_sum = red.GetValue(0);
-        Stat(kRowSum).SetValue(h0 + i, row_sum);
-        // A NaN score makes the row sum NaN; the max must be NaN too (IEEE propagation, as the reference's),
-        // whatever ReduceMax does with NaN. (+inf - +inf is NaN too: keep +inf.)
-        if (row_sum != row_sum && !(new_max > 3.0e38f)) Stat(kNewMax).SetValue(h0 + i, row_sum);
-      }
-      StoreRows16(wsP_[uint64_t{h0} * n], p16, rows, n);
-    }
-    SyncPipes<HardEvent::S_V>();
-    // alpha = exp(m_old - m_new) rescales what earlier chunks (and the sink) accumulated.
-    Sub(Stat(kAlpha), Stat(kMax), Stat(kNewMax), g);
-    Exp(Stat(kAlpha), Stat(kAlpha), g);
-    Mul(Stat(kSum), Stat(kSum), Stat(kAlpha), g);
-    Add(Stat(kSum), Stat(kSum), Stat(kRowSum), g);
-    Muls(Stat(kMax), Stat(kNewMax), 1.0f, g);
-    if (index > 0) RescaleAcc();
-
-    mmPv_.SetOrgShape(g, geo.d, n, n);
-    mmPv_.SetSingleShape(g, geo.d, n);
-    mmPv_.SetTensorA(wsP_);
-    mmPv_.SetTensorB(wsKv_);
-    mmPv_.IterateAll(wsAcc_, index > 0 ? 1 : 0);
-  }
-
-  // acc[h] *= alpha[h], row by row through UB.
-  __aicore__ inline void RescaleAcc() {
-    const uint32_t d = t_.geo.d;
-    const LocalTensor<float> rowf = ub_.rowF[0].template Get<float>();
-    SyncPipes<HardEvent::V_S>();
-    for (uint32_t h = 0; h < t_.geo.g; ++h) {
-      const float alpha = Stat(kAlpha).GetValue(h);
-      DataCopy(rowf, wsAcc_[uint64_t{h} * d], d);
-      SyncPipes<HardEvent::MTE2_V>();
-      Muls(rowf, rowf, alpha, d);
-      SyncPipes<HardEvent::V_MTE3>();
-      DataCopy(wsAcc_[uint64_t{h} * d], rowf, d);
-      SyncPipes<HardEvent::MTE3_MTE2>();
-    }
-  }
-
   // attn_out = acc / l (or 0 without keys), then softmax_lse: m + ln(l) with keys; without keys the sink
   // (m = sink, l = 1) or -inf (l = 0); 0 for a padding row.
   __aicore__ inline void Finish(const SmlaRow& r, uint64_t q_row0, bool any) {
+    using Sm = SfaOnlineSoftmax<T>;
     const SmlaGeo& geo = t_.geo;
-    const uint32_t d = geo.d;
-    const LocalTensor<float> rowf = ub_.rowF[0].template Get<float>();
-    const LocalTensor<T> rowh = ub_.rowH[0].template Get<T>();
-    if (!any) Duplicate(rowf, 0.0f, d);
-    for (uint32_t h = 0; h < geo.g; ++h) {
-      if (any) {
-        SyncPipes<HardEvent::V_S>();
-        const float inv = 1.0f / Stat(kSum).GetValue(h);
-        DataCopy(rowf, wsAcc_[uint64_t{h} * d], d);
-        SyncPipes<HardEvent::MTE2_V>();
-        Muls(rowf, rowf, inv, d);
-      }
-      Cast(rowh, rowf, RoundMode::CAST_RINT, d);
-      SyncPipes<HardEvent::V_MTE3>();
-      DataCopy(outGm_[(q_row0 + h) * d], rowh, d);
-      SyncPipes<HardEvent::MTE3_V>();
-      SyncPipes<HardEvent::MTE3_MTE2>();
-    }
-    const LocalTensor<float> lse = Stat(kAlpha);
+    softmax_.WriteOut(outGm_, q_row0, any);
+    const LocalTensor<float> lse = softmax_.Stat(Sm::kAlpha);
     if (r.padding) {
       Duplicate(lse, 0.0f, geo.g);
     } else if (any) {
-      Ln(lse, Stat(kSum), geo.g);
-      Add(lse, lse, Stat(kMax), geo.g);
+      Ln(lse, softmax_.Stat(Sm::kSum), geo.g);
+      Add(lse, lse, softmax_.Stat(Sm::kMax), geo.g);
     } else {
       SyncPipes<HardEvent::V_S>();
       for (uint32_t h = 0; h < geo.g; ++h) {
-        const float m = Stat(kMax).GetValue(h);
-        lse.SetValue(h, Stat(kSum).GetValue(h) == 0.0f ? -__builtin_huge_valf() : m);
+        const float m = softmax_.Stat(Sm::kMax).GetValue(h);
+        lse.SetValue(h, softmax_.Stat(Sm::kSum).GetValue(h) == 0.0f ? -__builtin_huge_valf() : m);
       }
       SyncPipes<HardEvent::S_V>();
     }
@@ -251,12 +141,11 @@ class SparseFlashMlaKernel {
 
   mgo::tiling::SparseFlashMlaTilingData t_{};
   TPipe pipe_;
-  Matmul<A, BT, C> mmScore_;
-  Matmul<A, A, C> mmPv_;
   SmlaLensGm lens_;
   SmlaIndices idx_;
   SfaUb ub_;
   SmlaKeyGather<T> gather_;
+  SfaOnlineSoftmax<T> softmax_;
   GlobalTensor<T> qGm_, oriGm_, cmpGm_, outGm_;
   GlobalTensor<float> sinkGm_, lseGm_;
   GlobalTensor<T> wsQ_, wsKv_, wsP_;

@@ -16,20 +16,18 @@ from .twin_lib import (
     ARCH_A2,
     DEFAULT_UB,
     DTYPE_CODES,
-    ERR_LEN,
     I64,
     KernelRun,
     P,
     attr_args,
     call,
+    checked,
     from_bits,
-    lib,
     mixed_schedule,
     platform_ub,
     poisoned,
     ptr,
     ptr_or_none,
-    raise_for,
     to_bits,
 )
 
@@ -253,9 +251,7 @@ def sort32(scores: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndar
     s = np.ascontiguousarray(scores, np.float32)
     i = np.ascontiguousarray(indices, np.uint32)
     out = np.zeros(2 * s.size, np.uint32)
-    err = ctypes.create_string_buffer(ERR_LEN)
-    code = lib().twin_sort32(P(ptr(s)), P(ptr(i)), I64(s.size // 32), P(ptr(out)), err, I64(ERR_LEN))
-    raise_for(code, err)
+    checked("twin_sort32", P(ptr(s)), P(ptr(i)), I64(s.size // 32), P(ptr(out)))
     pairs = out.reshape(-1, 2)
     return pairs[:, 0].view(np.float32), pairs[:, 1]
 

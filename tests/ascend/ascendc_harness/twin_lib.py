@@ -135,6 +135,18 @@ def call(fn_name: str, *args: object) -> RunInfo:
     return info
 
 
+def checked(fn_name: str, *args: object) -> None:
+    """``fn_name(*args, err, err_len)`` of the harness library; raises its message on a nonzero return."""
+    err = ctypes.create_string_buffer(ERR_LEN)
+    raise_for(getattr(lib(), fn_name)(*args, err, I64(ERR_LEN)), err)
+
+
+def op_args(op: str, dtype: str, args: ctypes.Structure, attrs: dict[str, object]) -> tuple[object, object, object]:
+    """The leading arguments of op ``op``'s kernel and tiling entries: the dtype code, the shape arguments and
+    the attributes (by reference)."""
+    return ctypes.c_int(DTYPE_CODES[dtype]), ctypes.byref(args), ctypes.byref(attr_args(op, attrs))
+
+
 def ptr_or_none(a: np.ndarray | None) -> object:
     return None if a is None else P(ptr(a))
 

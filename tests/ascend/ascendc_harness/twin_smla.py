@@ -8,24 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .twin_args import SmlaArgs
-from .twin_lib import (
-    ARCH_A2,
-    DTYPE_CODES,
-    ERR_LEN,
-    I64,
-    KernelRun,
-    P,
-    attr_args,
-    call,
-    from_bits,
-    lib,
-    platform_ub,
-    poisoned,
-    ptr,
-    ptr_or_none,
-    raise_for,
-    to_bits,
-)
+from .twin_lib import ARCH_A2, KernelRun, call, checked, from_bits, op_args, platform_ub, poisoned, ptr_or_none, to_bits
 
 LENGTHS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_ori_kv", "seqused_cmp_kv",
            "cmp_residual_kv")
@@ -73,7 +56,7 @@ class SmlaProblem:
     def lens(self) -> tuple[ctypes.Array, list[np.ndarray]]:
         """The 7 length pointers in table order (null: absent) and the arrays they point into."""
         keep = [None if self.ints.get(n) is None else np.ascontiguousarray(self.ints[n], np.int32) for n in LENGTHS]
-        arr = (ctypes.c_void_p * len(LENGTHS))(*(None if a is None else ptr(a) for a in keep))
+        arr = (ctypes.c_void_p * len(LENGTHS))(*(ptr_or_none(a) for a in keep))
         return arr, keep
 
 
@@ -88,10 +71,8 @@ def sparse_flash_mla(p: SmlaProblem, core_num: int, seed: int = 0) -> KernelRun:
     sinks = None if p.sinks is None else np.ascontiguousarray(p.sinks, np.float32)
     out = poisoned(p.query.shape)
     lse = np.full(args.t1 * args.n1, np.nan, np.float32)
-    info = call("twin_sparse_flash_mla", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
-                ctypes.byref(attr_args("sparse_flash_mla", p.attrs)), P(ptr(ins[0])), P(ptr(ins[1])),
-                ptr_or_none(ins[2]), ptr_or_none(idx[0]), ptr_or_none(idx[1]), lens, ptr_or_none(sinks),
-                P(ptr(out)), P(ptr(lse)))
+    info = call("twin_sparse_flash_mla", *op_args("sparse_flash_mla", p.dtype, args, p.attrs),
+                *(ptr_or_none(a) for a in (*ins, *idx)), lens, ptr_or_none(sinks), ptr_or_none(out), ptr_or_none(lse))
     del keep
     return KernelRun((from_bits(out, p.dtype), lse.astype(np.float64)), info)
 
@@ -115,10 +96,7 @@ def smla_schedule(p: SmlaProblem, core_num: int, ub_bytes: int | None = None) ->
     lens, keep = p.lens()
     out = np.zeros(9, np.int64)
     starts = np.zeros(2 * core_num + 1, np.int64)
-    err = ctypes.create_string_buffer(ERR_LEN)
-    code = lib().twin_smla_schedule(ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(p.args(core_num, 0, ub_bytes)),
-                                    ctypes.byref(attr_args("sparse_flash_mla", p.attrs)), lens, P(ptr(out)),
-                                    P(ptr(starts)), err, I64(ERR_LEN))
+    checked("twin_smla_schedule", *op_args("sparse_flash_mla", p.dtype, p.args(core_num, 0, ub_bytes), p.attrs), lens,
+            ptr_or_none(out), ptr_or_none(starts))
     del keep
-    raise_for(code, err)
     return SmlaSchedule(*(int(x) for x in out), starts[: int(out[1]) + 1].copy())

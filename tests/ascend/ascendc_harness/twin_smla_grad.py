@@ -2,30 +2,12 @@
 mixed launch, and its pure tiling."""
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 
 import numpy as np
 
 from .twin_args import SmlaGradArgs
-from .twin_lib import (
-    ARCH_A2,
-    DTYPE_CODES,
-    ERR_LEN,
-    I64,
-    KernelRun,
-    P,
-    attr_args,
-    call,
-    from_bits,
-    lib,
-    platform_ub,
-    poisoned,
-    ptr,
-    ptr_or_none,
-    raise_for,
-    to_bits,
-)
+from .twin_lib import ARCH_A2, KernelRun, call, checked, from_bits, op_args, platform_ub, poisoned, ptr_or_none, to_bits
 
 INTS = ("ori_sparse_indices", "cmp_sparse_indices", "cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv",
         "seqused_q", "seqused_ori_kv", "seqused_cmp_kv", "cmp_residual_kv")
@@ -93,11 +75,8 @@ def schedule(p: SmlaGradProblem, core_num: int) -> SmlaGradSchedule:
     """The pure tiling of problem ``p`` on ``core_num`` AI cores."""
     out = np.zeros(10, np.int64)
     starts = [np.zeros(2 * core_num + 1, np.int64) for _ in range(3)]
-    err = ctypes.create_string_buffer(ERR_LEN)
-    code = lib().twin_smla_grad_schedule(ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(p.args(core_num)),
-                                         ctypes.byref(attr_args("sparse_flash_mla_grad", p.attrs)), P(ptr(out)),
-                                         *(P(ptr(s)) for s in starts), err, I64(ERR_LEN))
-    raise_for(code, err)
+    checked("twin_smla_grad_schedule", *op_args("sparse_flash_mla_grad", p.dtype, p.args(core_num), p.attrs),
+            ptr_or_none(out), *(ptr_or_none(s) for s in starts))
     aiv = int(out[1])
     return SmlaGradSchedule(*(int(x) for x in out), *(s[: aiv + 1].copy() for s in starts))
 
@@ -115,9 +94,9 @@ def sparse_flash_mla_grad(p: SmlaGradProblem, core_num: int, seed: int = 0) -> K
     outs16 = [poisoned(p.query.shape), poisoned(p.ori_kv.shape), None if cmp is None else poisoned(p.cmp_kv.shape)]
     d_sinks = None if sinks is None else np.full(sinks.shape, np.nan, np.float32)
     l1 = [None if ints[i] is None else np.full(ints[i].shape, np.nan, np.float32) for i in (0, 1)]
-    info = call("twin_sparse_flash_mla_grad", ctypes.c_int(DTYPE_CODES[p.dtype]), ctypes.byref(args),
-                ctypes.byref(attr_args("sparse_flash_mla_grad", p.attrs)), *(P(ptr(a)) for a in floats),
-                P(ptr(lse)), P(ptr(ori)), ptr_or_none(cmp), *(ptr_or_none(a) for a in ints), ptr_or_none(sinks),
+    info = call("twin_sparse_flash_mla_grad", *op_args("sparse_flash_mla_grad", p.dtype, args, p.attrs),
+                *(ptr_or_none(a) for a in floats), ptr_or_none(lse), ptr_or_none(ori), ptr_or_none(cmp),
+                *(ptr_or_none(a) for a in ints), ptr_or_none(sinks),
                 *(ptr_or_none(a) for a in outs16), ptr_or_none(d_sinks), *(ptr_or_none(a) for a in l1))
     values = [None if o is None else from_bits(o, p.dtype) for o in outs16]
     values.append(None if d_sinks is None else d_sinks.astype(np.float64))
