@@ -9,7 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from _paths import ROOT
 
 import ms_grad_ops
 from ms_grad_ops import _bprops, _custom
